@@ -1,0 +1,55 @@
+# msgpulse — run `make help` for the list of targets.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin
+GOLANGCI_VERSION := v2.15.0
+GOLANGCI := $(shell command -v golangci-lint 2>/dev/null || echo $(CURDIR)/$(BIN)/golangci-lint)
+TEST_TIMEOUT ?= 30m
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: services
+services: ## start RabbitMQ (+management) and Redis if they are not running (installs them if absent)
+	@./scripts/services.sh
+
+.PHONY: build
+build: ## build every command into ./bin
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+.PHONY: run
+run: services build ## run the whole system locally: topology, mail catcher, API, consumer
+	@./scripts/run.sh
+
+.PHONY: test
+test: services ## run every test (unit + integration, -race) against the real RabbitMQ and Redis
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+.PHONY: test-short
+test-short: ## unit tests only (no broker, no Redis)
+	$(GO) test -race -count=1 -short ./...
+
+.PHONY: bench
+bench: services ## run the benchmarks and the load generator, printing medians
+	@./scripts/bench.sh
+
+.PHONY: lint
+lint: ## golangci-lint (installs the pinned version into ./bin if missing)
+	@test -x "$(GOLANGCI)" || GOBIN=$(CURDIR)/$(BIN) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
+	$(GOLANGCI) run ./...
+
+.PHONY: fmt
+fmt: ## gofmt every Go file
+	gofmt -w $$(git ls-files '*.go')
+
+.PHONY: definitions
+definitions: ## regenerate rabbitmq/definitions.json from the topology model
+	$(GO) run ./cmd/topology export -dev-user guest:guest -o rabbitmq/definitions.json
+
+.PHONY: clean
+clean: ## remove build output
+	rm -rf $(BIN) .run

@@ -1,0 +1,258 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/zap"
+)
+
+// Config configures a connection.
+type Config struct {
+	URL            string
+	ConnectionName string        // shown in the management UI
+	DialTimeout    time.Duration // per attempt; default 5s
+	Heartbeat      time.Duration // default 10s
+	ReconnectMin   time.Duration // first backoff; default 100ms
+	ReconnectMax   time.Duration // backoff cap; default 10s
+	Logger         *zap.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.DialTimeout == 0 {
+		c.DialTimeout = 5 * time.Second
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = 10 * time.Second
+	}
+	if c.ReconnectMin == 0 {
+		c.ReconnectMin = 100 * time.Millisecond
+	}
+	if c.ReconnectMax == 0 {
+		c.ReconnectMax = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+}
+
+// Validate fills defaults and reports the first invalid setting.
+func (c *Config) Validate() error {
+	c.setDefaults()
+	if c.URL == "" {
+		return errors.New("broker: URL is required")
+	}
+	if _, err := amqp.ParseURI(c.URL); err != nil {
+		return fmt.Errorf("broker: URL: %w", err)
+	}
+	if c.ReconnectMin > c.ReconnectMax {
+		return errors.New("broker: ReconnectMin exceeds ReconnectMax")
+	}
+	return nil
+}
+
+// Dial opens one connection, without supervision. CLI tools use it; servers
+// use a Session.
+func Dial(ctx context.Context, cfg Config) (*amqp.Connection, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return dial(ctx, cfg)
+}
+
+func dial(ctx context.Context, cfg Config) (*amqp.Connection, error) {
+	props := amqp.NewConnectionProperties()
+	if cfg.ConnectionName != "" {
+		props.SetClientConnectionName(cfg.ConnectionName)
+	}
+	type result struct {
+		c   *amqp.Connection
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		c, err := amqp.DialConfig(cfg.URL, amqp.Config{
+			Heartbeat:  cfg.Heartbeat,
+			Properties: props,
+			Dial:       amqp.DefaultDial(cfg.DialTimeout),
+		})
+		res <- result{c, err}
+	}()
+	select {
+	case r := <-res:
+		if r.err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrUnavailable, r.err)
+		}
+		return r.c, nil
+	case <-ctx.Done():
+		// The dial finishes within DialTimeout; close whatever it returns.
+		go func() {
+			if r := <-res; r.c != nil {
+				_ = r.c.Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
+
+// ErrUnavailable means there is no usable broker connection right now.
+var ErrUnavailable = errors.New("broker unavailable")
+
+// ErrBlocked means the broker has blocked publishing (memory or disk alarm).
+var ErrBlocked = errors.New("broker blocked publishing (resource alarm)")
+
+// Session owns one connection and keeps it alive: it redials with jittered
+// exponential backoff whenever the connection closes, until its context ends.
+type Session struct {
+	cfg Config
+
+	mu    sync.Mutex
+	conn  *amqp.Connection
+	ready chan struct{} // closed while conn is live
+
+	blocked atomic.Bool
+	done    chan struct{}
+	// onConnect hooks run after each (re)connect, in the Run goroutine.
+	hooks []func(*amqp.Connection)
+}
+
+// NewSession validates cfg and returns a Session; call Run to connect.
+func NewSession(cfg Config) (*Session, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Session{cfg: cfg, ready: make(chan struct{}), done: make(chan struct{})}, nil
+}
+
+// OnConnect registers f to run after every successful (re)connect. Register
+// before Run.
+func (s *Session) OnConnect(f func(*amqp.Connection)) { s.hooks = append(s.hooks, f) }
+
+// Run connects and reconnects until ctx ends, then closes the connection.
+// It returns when the connection is closed.
+func (s *Session) Run(ctx context.Context) {
+	defer close(s.done)
+	log := s.cfg.Logger
+	backoff := s.cfg.ReconnectMin
+	for {
+		conn, err := dial(ctx, s.cfg)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			wait := jitter(backoff)
+			log.Warn("broker connect failed; retrying", zap.Error(err), zap.Duration("in", wait))
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			backoff = min(backoff*2, s.cfg.ReconnectMax)
+			continue
+		}
+		backoff = s.cfg.ReconnectMin
+		closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+		blocking := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
+		s.blocked.Store(false)
+		s.mu.Lock()
+		s.conn = conn
+		close(s.ready)
+		s.mu.Unlock()
+		log.Info("broker connected", zap.String("server_version", fmt.Sprint(conn.Properties["version"])))
+		for _, h := range s.hooks {
+			h(conn)
+		}
+		lost := s.watch(ctx, conn, closed, blocking)
+		s.mu.Lock()
+		s.conn = nil
+		s.ready = make(chan struct{})
+		s.mu.Unlock()
+		s.blocked.Store(false)
+		if !lost {
+			_ = conn.Close()
+			return
+		}
+		log.Warn("broker connection lost; reconnecting")
+	}
+}
+
+// watch waits for the connection to close (true) or ctx to end (false),
+// draining the blocked notifications meanwhile.
+func (s *Session) watch(ctx context.Context, conn *amqp.Connection, closed chan *amqp.Error, blocking chan amqp.Blocking) bool {
+	for {
+		select {
+		case <-ctx.Done():
+			// Drain in the background: the library may still write to
+			// blocking while Close runs, and an undrained channel deadlocks.
+			go func() {
+				for range blocking { //nolint:revive // draining is the point
+				}
+			}()
+			return false
+		case b, ok := <-blocking:
+			if ok {
+				s.blocked.Store(b.Active)
+				if b.Active {
+					s.cfg.Logger.Warn("broker blocked publishing", zap.String("reason", b.Reason))
+				} else {
+					s.cfg.Logger.Info("broker unblocked publishing")
+				}
+			}
+		case err := <-closed:
+			go func() {
+				for range blocking { //nolint:revive // draining is the point
+				}
+			}()
+			if err != nil {
+				s.cfg.Logger.Warn("broker connection closed", zap.String("reason", err.Reason), zap.Int("code", err.Code))
+			}
+			return true
+		}
+	}
+}
+
+// Conn waits until a connection is live, or ctx ends.
+func (s *Session) Conn(ctx context.Context) (*amqp.Connection, error) {
+	for {
+		s.mu.Lock()
+		conn, ready := s.conn, s.ready
+		s.mu.Unlock()
+		if conn != nil && !conn.IsClosed() {
+			return conn, nil
+		}
+		select {
+		case <-ready:
+		case <-s.done:
+			return nil, ErrUnavailable
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %v", ErrUnavailable, ctx.Err())
+		}
+	}
+}
+
+// Current returns the live connection without waiting.
+func (s *Session) Current() (*amqp.Connection, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil || s.conn.IsClosed() {
+		return nil, false
+	}
+	return s.conn, true
+}
+
+// Blocked reports whether the broker has blocked publishing.
+func (s *Session) Blocked() bool { return s.blocked.Load() }
+
+// Done is closed when Run has returned.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+func jitter(d time.Duration) time.Duration {
+	// ±25% so that many replicas do not reconnect in lockstep.
+	return d*3/4 + time.Duration(rand.Int64N(int64(d)/2+1))
+}

@@ -1,0 +1,59 @@
+package config
+
+import (
+	"time"
+
+	"github.com/msgpulse/msgpulse/internal/envconf"
+	"github.com/msgpulse/msgpulse/internal/topology"
+)
+
+// Common are the settings every program shares.
+type Common struct {
+	AMQPURL       string
+	RedisURL      string
+	RedisPrefix   string
+	ManagementURL string
+	LogLevel      string
+	LogFormat     string
+}
+
+func loadCommon(l *envconf.Loader) Common {
+	return Common{
+		AMQPURL:       l.URL("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", []string{"amqp", "amqps"}, "RabbitMQ connection URL (vhost is the path: /%2F for the default vhost)"),
+		RedisURL:      l.URL("REDIS_URL", "redis://127.0.0.1:6379/0", []string{"redis", "rediss", "unix"}, "Redis connection URL"),
+		RedisPrefix:   l.String("REDIS_PREFIX", "msgpulse:", "prefix of every Redis key msgpulse writes"),
+		ManagementURL: l.URL("RABBITMQ_MANAGEMENT_URL", "http://guest:guest@127.0.0.1:15672", []string{"http", "https"}, "RabbitMQ management API URL (credentials in the URL)"),
+		LogLevel:      l.Enum("LOG_LEVEL", "info", []string{"debug", "info", "warn", "error"}, "log level"),
+		LogFormat:     l.Enum("LOG_FORMAT", "json", []string{"json", "console"}, "log format"),
+	}
+}
+
+func loadTopology(l *envconf.Loader) topology.Config {
+	c := topology.DefaultConfig()
+	c.QueueType = topology.QueueType(l.Enum("QUEUE_TYPE", string(topology.Classic), []string{"classic", "quorum"},
+		"queue type for every queue; quorum replicates queues across a multi-node cluster"))
+	for _, ch := range topology.Channels {
+		p := map[string]string{topology.Mail: "MAIL", topology.SMS: "SMS"}[ch]
+		cc := c.Channels[ch]
+		cc.QueueTTL = l.Duration(p+"_QUEUE_TTL", cc.QueueTTL, 0, 7*24*time.Hour, "time a "+ch+" message may wait in queue."+ch+" before it is dead-lettered (0 = no TTL)")
+		cc.MaxLength = l.Int(p+"_QUEUE_MAX_LENGTH", cc.MaxLength, 0, 100_000_000, "max messages in queue."+ch+"; the oldest is dead-lettered when full (0 = unbounded)")
+		cc.MaxPriority = l.Int(p+"_QUEUE_MAX_PRIORITY", cc.MaxPriority, 0, 10, "make queue."+ch+" a priority queue with this many levels (0 = off; classic queues only)")
+		c.Channels[ch] = cc
+	}
+	return c
+}
+
+// Topology configures cmd/topology.
+type Topology struct {
+	Common
+	Model          topology.Config
+	DeclareTimeout time.Duration
+}
+
+// LoadTopology reads cmd/topology's settings; check l.Err().
+func LoadTopology(lookup func(string) (string, bool)) (Topology, *envconf.Loader) {
+	l := envconf.New(lookup)
+	c := Topology{Common: loadCommon(l), Model: loadTopology(l)}
+	c.DeclareTimeout = l.Duration("DECLARE_TIMEOUT", 30*time.Second, time.Second, 10*time.Minute, "how long declare and plan may take in all")
+	return c, l
+}

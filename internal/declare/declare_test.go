@@ -1,0 +1,199 @@
+package declare
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+
+	"github.com/msgpulse/msgpulse/internal/config"
+	"github.com/msgpulse/msgpulse/internal/envconf"
+	"github.com/msgpulse/msgpulse/internal/mgmt"
+	"github.com/msgpulse/msgpulse/internal/testenv"
+	"github.com/msgpulse/msgpulse/internal/topology"
+)
+
+func setup(t *testing.T, env map[string]string) (config.Topology, *testenv.Broker) {
+	t.Helper()
+	t.Parallel()
+	b := testenv.NewBroker(t)
+	if env == nil {
+		env = map[string]string{}
+	}
+	env["AMQP_URL"] = b.URL
+	env["RABBITMQ_MANAGEMENT_URL"] = testenv.ManagementURL
+	cfg, l := config.LoadTopology(envconf.FromMap(env))
+	require.NoError(t, l.Err())
+	return cfg, b
+}
+
+func run(t *testing.T, cfg config.Topology, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := Main(context.Background(), cfg, zap.NewNop(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestDeclareCreatesModelWithArgumentsReadBack(t *testing.T) {
+	cfg, b := setup(t, nil)
+	code, out, errOut := run(t, cfg, "declare")
+	require.Equal(t, ExitOK, code, errOut)
+	require.Contains(t, out, "topology declared")
+
+	ctx := testenv.Context(t, 10*time.Second)
+	m, err := topology.Build(cfg.Model, "")
+	require.NoError(t, err)
+	for _, want := range m.Queues {
+		got, err := b.Mgmt.Queue(ctx, b.VHost, want.Name)
+		require.NoError(t, err, want.Name)
+		require.True(t, got.Durable, want.Name)
+		require.Equal(t, "classic", got.Type)
+		gotArgs := map[string]string{}
+		for k, v := range got.Arguments {
+			gotArgs[k] = topology.FormatValue(v)
+		}
+		wantArgs := map[string]string{}
+		for k, v := range want.Args {
+			wantArgs[k] = topology.FormatValue(v)
+		}
+		require.Equal(t, wantArgs, gotArgs, want.Name)
+	}
+	// The table, read back from the broker.
+	q, err := b.Mgmt.Queue(ctx, b.VHost, "queue.mail")
+	require.NoError(t, err)
+	require.Equal(t, "60000", topology.FormatValue(q.Arguments["x-message-ttl"]))
+	require.Equal(t, "1000", topology.FormatValue(q.Arguments["x-max-length"]))
+	require.Equal(t, "drop-head", q.Arguments["x-overflow"])
+	require.Equal(t, "exchange.dead-letter.mail", q.Arguments["x-dead-letter-exchange"])
+
+	// A message published to the direct exchange lands in queue.mail, and
+	// a rejected one reaches the DLQ: the bindings and DLX are wired.
+	conn, err := amqp.Dial(b.URL)
+	require.NoError(t, err)
+	defer func() { _ = conn.Close() }()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, ch.PublishWithContext(ctx, "exchange.direct.mail", "mail", true, false, amqp.Publishing{Body: []byte("x")}))
+	var d amqp.Delivery
+	testenv.WaitFor(t, 5*time.Second, "message in queue.mail", func() bool {
+		var ok bool
+		d, ok, err = ch.Get("queue.mail", false)
+		require.NoError(t, err)
+		return ok
+	})
+	require.NoError(t, d.Reject(false))
+	testenv.WaitFor(t, 5*time.Second, "rejected message in queue.mail.dlq", func() bool {
+		q, err := ch.QueueDeclarePassive("queue.mail.dlq", true, false, false, false, nil)
+		require.NoError(t, err)
+		return q.Messages == 1
+	})
+}
+
+func TestDeclareTwiceIsANoOpAndPlanIsInSync(t *testing.T) {
+	cfg, b := setup(t, nil)
+	code, out, _ := run(t, cfg, "plan")
+	require.Equal(t, ExitPending, code, "a fresh vhost has changes pending")
+	require.Contains(t, out, "+ create queue queue.mail")
+
+	code, _, errOut := run(t, cfg, "declare")
+	require.Equal(t, ExitOK, code, errOut)
+	ctx := testenv.Context(t, 10*time.Second)
+	before, err := b.Mgmt.State(ctx, b.VHost)
+	require.NoError(t, err)
+
+	code, out, errOut = run(t, cfg, "declare")
+	require.Equal(t, ExitOK, code, errOut)
+	require.Contains(t, out, "nothing changed")
+	after, err := b.Mgmt.State(ctx, b.VHost)
+	require.NoError(t, err)
+	require.Equal(t, before, after)
+
+	code, out, _ = run(t, cfg, "plan")
+	require.Equal(t, ExitOK, code, out)
+	require.Contains(t, out, "0 to create, 0 in conflict")
+}
+
+func TestDeclareRefusesConflictAndCreatesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mgmt string // management URL the declarer sees
+	}{
+		{"with management API", testenv.ManagementURL},
+		// Without the management API, the broker's own 406 is the check.
+		{"broker check only", "http://127.0.0.1:1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, b := setup(t, nil)
+			cfg.ManagementURL = tc.mgmt
+			conn, err := amqp.Dial(b.URL)
+			require.NoError(t, err)
+			ch, err := conn.Channel()
+			require.NoError(t, err)
+			_, err = ch.QueueDeclare("queue.mail", true, false, false, false, amqp.Table{
+				"x-message-ttl": int64(30000), "x-max-length": int64(1000), "x-overflow": "drop-head",
+				"x-dead-letter-exchange": "exchange.dead-letter.mail",
+			})
+			require.NoError(t, err)
+			require.NoError(t, conn.Close())
+
+			code, _, errOut := run(t, cfg, "declare")
+			require.Equal(t, ExitError, code)
+			require.Contains(t, errOut, "queue queue.mail: x-message-ttl is 30000 on the broker, the model wants 60000 (set by MAIL_QUEUE_TTL)")
+			require.Contains(t, errOut, "nothing was declared")
+			require.Contains(t, errOut, "set MAIL_QUEUE_TTL=30s")
+
+			ctx := testenv.Context(t, 10*time.Second)
+			s, err := b.Mgmt.State(ctx, b.VHost)
+			require.NoError(t, err)
+			require.Len(t, s.Queues, 1, "only the pre-existing queue")
+			require.Empty(t, s.Exchanges, "no exchange was created")
+			require.Empty(t, s.Bindings)
+
+			cfg.ManagementURL = testenv.ManagementURL
+			code, out, _ := run(t, cfg, "plan")
+			require.Equal(t, ExitPending, code)
+			require.Contains(t, out, "! conflict queue queue.mail: x-message-ttl is 30000")
+		})
+	}
+}
+
+func TestDeclareQuorum(t *testing.T) {
+	cfg, b := setup(t, map[string]string{"QUEUE_TYPE": "quorum"})
+	code, out, errOut := run(t, cfg, "declare")
+	require.Equal(t, ExitOK, code, errOut)
+	require.Contains(t, out, "note: quorum queues")
+	ctx := testenv.Context(t, 10*time.Second)
+	q, err := b.Mgmt.Queue(ctx, b.VHost, "queue.mail")
+	require.NoError(t, err)
+	require.Equal(t, "quorum", q.Type)
+	code, _, _ = run(t, cfg, "plan")
+	require.Equal(t, ExitOK, code)
+}
+
+func TestExportMatchesModel(t *testing.T) {
+	cfg, _ := setup(t, nil)
+	code, out, _ := run(t, cfg, "export")
+	require.Equal(t, ExitOK, code)
+	m, err := topology.Build(cfg.Model, "")
+	require.NoError(t, err)
+	want, err := topology.Export(m, topology.ExportOptions{})
+	require.NoError(t, err)
+	require.Equal(t, string(want), out)
+}
+
+func TestUsageErrors(t *testing.T) {
+	cfg, _ := config.LoadTopology(envconf.FromMap(nil))
+	code, _, errOut := run(t, cfg, "frobnicate")
+	require.Equal(t, ExitPending, code)
+	require.True(t, strings.Contains(errOut, "unknown command"))
+	code, _, _ = run(t, cfg)
+	require.Equal(t, ExitPending, code)
+	_, err := mgmt.New("::", time.Second)
+	require.Error(t, err)
+}
+

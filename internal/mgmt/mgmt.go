@@ -1,0 +1,221 @@
+package mgmt
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/msgpulse/msgpulse/internal/topology"
+)
+
+// Client talks to one broker's management API.
+type Client struct {
+	base *url.URL
+	user string
+	pass string
+	http *http.Client
+}
+
+// ErrNotFound is returned for a missing vhost, queue or exchange.
+var ErrNotFound = errors.New("not found")
+
+// ErrUnreachable wraps transport failures (plugin off, broker down).
+var ErrUnreachable = errors.New("management API unreachable")
+
+// New parses a management URL such as http://guest:guest@127.0.0.1:15672.
+func New(rawURL string, timeout time.Duration) (*Client, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("management URL %q: not an absolute URL", rawURL)
+	}
+	c := &Client{base: u, http: &http.Client{Timeout: timeout}}
+	if u.User != nil {
+		c.user = u.User.Username()
+		c.pass, _ = u.User.Password()
+	}
+	c.base.User = nil
+	c.base.Path = strings.TrimRight(c.base.Path, "/")
+	return c, nil
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base.String()+path, rd)
+	if err != nil {
+		return err
+	}
+	req.SetBasicAuth(c.user, c.pass)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w at %s: %v", ErrUnreachable, c.base.Host, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return fmt.Errorf("%s %s: %w", method, path, ErrNotFound)
+	case resp.StatusCode == http.StatusUnauthorized:
+		return fmt.Errorf("%s %s: management API refused the credentials (401)", method, path)
+	case resp.StatusCode >= 300:
+		return fmt.Errorf("%s %s: management API answered %d: %s", method, path, resp.StatusCode, strings.TrimSpace(string(data)))
+	}
+	if out == nil || len(data) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	return dec.Decode(out)
+}
+
+// Overview is the part of /api/overview we use.
+type Overview struct {
+	RabbitMQVersion   string `json:"rabbitmq_version"`
+	ManagementVersion string `json:"management_version"`
+	ClusterName       string `json:"cluster_name"`
+}
+
+// Overview returns the broker's version and cluster name.
+func (c *Client) Overview(ctx context.Context) (Overview, error) {
+	var o Overview
+	err := c.do(ctx, http.MethodGet, "/api/overview", nil, &o)
+	return o, err
+}
+
+// QueueInfo is a queue as the management API lists it.
+type QueueInfo struct {
+	Name                   string         `json:"name"`
+	VHost                  string         `json:"vhost"`
+	Type                   string         `json:"type"`
+	Durable                bool           `json:"durable"`
+	AutoDelete             bool           `json:"auto_delete"`
+	Exclusive              bool           `json:"exclusive"`
+	Arguments              map[string]any `json:"arguments"`
+	Messages               int64          `json:"messages"`
+	MessagesReady          int64          `json:"messages_ready"`
+	MessagesUnacknowledged int64          `json:"messages_unacknowledged"`
+	Consumers              int64          `json:"consumers"`
+}
+
+// ExchangeInfo is an exchange as the management API lists it.
+type ExchangeInfo struct {
+	Name       string         `json:"name"`
+	Type       string         `json:"type"`
+	Durable    bool           `json:"durable"`
+	AutoDelete bool           `json:"auto_delete"`
+	Internal   bool           `json:"internal"`
+	Arguments  map[string]any `json:"arguments"`
+}
+
+// BindingInfo is a binding as the management API lists it.
+type BindingInfo struct {
+	Source          string `json:"source"`
+	Destination     string `json:"destination"`
+	DestinationType string `json:"destination_type"`
+	RoutingKey      string `json:"routing_key"`
+}
+
+func vh(vhost string) string { return url.PathEscape(vhost) }
+
+// Queues lists the queues of a vhost.
+func (c *Client) Queues(ctx context.Context, vhost string) ([]QueueInfo, error) {
+	var qs []QueueInfo
+	err := c.do(ctx, http.MethodGet, "/api/queues/"+vh(vhost), nil, &qs)
+	return qs, err
+}
+
+// Queue returns one queue.
+func (c *Client) Queue(ctx context.Context, vhost, name string) (QueueInfo, error) {
+	var q QueueInfo
+	err := c.do(ctx, http.MethodGet, "/api/queues/"+vh(vhost)+"/"+url.PathEscape(name), nil, &q)
+	return q, err
+}
+
+// Exchanges lists the exchanges of a vhost.
+func (c *Client) Exchanges(ctx context.Context, vhost string) ([]ExchangeInfo, error) {
+	var es []ExchangeInfo
+	err := c.do(ctx, http.MethodGet, "/api/exchanges/"+vh(vhost), nil, &es)
+	return es, err
+}
+
+// Bindings lists the bindings of a vhost.
+func (c *Client) Bindings(ctx context.Context, vhost string) ([]BindingInfo, error) {
+	var bs []BindingInfo
+	err := c.do(ctx, http.MethodGet, "/api/bindings/"+vh(vhost), nil, &bs)
+	return bs, err
+}
+
+// State reads a vhost's exchanges, queues and bindings into the shape the
+// topology diff compares. Server-named and built-in (amq.*) resources are
+// left out: the model never names them.
+func (c *Client) State(ctx context.Context, vhost string) (topology.State, error) {
+	s := topology.State{Exchanges: map[string]topology.ObservedExchange{}, Queues: map[string]topology.ObservedQueue{}}
+	es, err := c.Exchanges(ctx, vhost)
+	if err != nil {
+		return s, err
+	}
+	for _, e := range es {
+		if e.Name == "" || strings.HasPrefix(e.Name, "amq.") {
+			continue
+		}
+		s.Exchanges[e.Name] = topology.ObservedExchange{Kind: e.Type, Durable: e.Durable, AutoDelete: e.AutoDelete, Internal: e.Internal, Args: e.Arguments}
+	}
+	qs, err := c.Queues(ctx, vhost)
+	if err != nil {
+		return s, err
+	}
+	for _, q := range qs {
+		s.Queues[q.Name] = topology.ObservedQueue{Type: topology.QueueType(q.Type), Durable: q.Durable, AutoDelete: q.AutoDelete, Exclusive: q.Exclusive, Args: q.Arguments}
+	}
+	bs, err := c.Bindings(ctx, vhost)
+	if err != nil {
+		return s, err
+	}
+	for _, b := range bs {
+		if b.Source == "" { // the default exchange's implicit bindings
+			continue
+		}
+		s.Bindings = append(s.Bindings, topology.Binding{Source: b.Source, Destination: b.Destination, DestinationType: b.DestinationType, RoutingKey: b.RoutingKey})
+	}
+	return s, nil
+}
+
+// CreateVHost creates a vhost and grants user full permissions on it.
+func (c *Client) CreateVHost(ctx context.Context, vhost, user string) error {
+	if err := c.do(ctx, http.MethodPut, "/api/vhosts/"+vh(vhost), map[string]any{}, nil); err != nil {
+		return err
+	}
+	perm := map[string]string{"configure": ".*", "write": ".*", "read": ".*"}
+	return c.do(ctx, http.MethodPut, "/api/permissions/"+vh(vhost)+"/"+url.PathEscape(user), perm, nil)
+}
+
+// DeleteVHost deletes a vhost and everything in it.
+func (c *Client) DeleteVHost(ctx context.Context, vhost string) error {
+	err := c.do(ctx, http.MethodDelete, "/api/vhosts/"+vh(vhost), nil, nil)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// User returns the user name the client authenticates as.
+func (c *Client) User() string { return c.user }
+
+// Host returns the host:port the client talks to.
+func (c *Client) Host() string { return c.base.Host }

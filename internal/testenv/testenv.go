@@ -1,0 +1,161 @@
+// Package testenv gives integration tests their own piece of the real
+// RabbitMQ and Redis: a fresh vhost per test (deleted afterwards) and a
+// unique Redis key prefix per test (its keys deleted afterwards), so tests
+// run in parallel without seeing each other.
+//
+// It never fakes a broker or a Redis: when one is unreachable the test
+// fails with a message saying how to start it (make test starts both).
+// Only _test.go files may import it.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/msgpulse/msgpulse/internal/mgmt"
+)
+
+// Defaults, overridable for a broker or Redis elsewhere.
+var (
+	AMQPBase      = env("TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+	ManagementURL = env("TEST_RABBITMQ_MANAGEMENT_URL", "http://guest:guest@127.0.0.1:15672")
+	RedisURL      = env("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+)
+
+func env(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// ID returns a short random hex string.
+func ID() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+var unsafe = regexp.MustCompile(`[^a-zA-Z0-9]+`)
+
+func slug(t testing.TB) string {
+	s := strings.Trim(unsafe.ReplaceAllString(t.Name(), "-"), "-")
+	if len(s) > 40 {
+		s = s[len(s)-40:]
+	}
+	return strings.ToLower(s)
+}
+
+// Broker is a test's own vhost on the real RabbitMQ.
+type Broker struct {
+	VHost string
+	URL   string // AMQP URL of the vhost
+	Mgmt  *mgmt.Client
+}
+
+// NewBroker creates a unique vhost for t and deletes it when t ends.
+func NewBroker(t testing.TB) *Broker {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs RabbitMQ (run without -short)")
+	}
+	mc, err := mgmt.New(ManagementURL, 10*time.Second)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	vhost := "test-" + slug(t) + "-" + ID()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := mc.CreateVHost(ctx, vhost, mc.User()); err != nil {
+		t.Fatalf("testenv: create vhost on RabbitMQ (%s): %v\nstart it with `make services` (make test does this)", ManagementURL, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if err := mc.DeleteVHost(ctx, vhost); err != nil {
+			t.Logf("testenv: delete vhost %s: %v", vhost, err)
+		}
+	})
+	u, err := url.Parse(AMQPBase)
+	if err != nil {
+		t.Fatalf("testenv: TEST_AMQP_URL: %v", err)
+	}
+	u.Path = "/" + vhost
+	return &Broker{VHost: vhost, URL: u.String(), Mgmt: mc}
+}
+
+// Redis is a test's own key prefix on the real Redis.
+type Redis struct {
+	Client *redis.Client
+	Prefix string
+	URL    string
+}
+
+// NewRedis returns a client and a unique prefix; keys under the prefix are
+// deleted when t ends.
+func NewRedis(t testing.TB) *Redis {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs Redis (run without -short)")
+	}
+	opt, err := redis.ParseURL(RedisURL)
+	if err != nil {
+		t.Fatalf("testenv: TEST_REDIS_URL: %v", err)
+	}
+	c := redis.NewClient(opt)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("testenv: Redis at %s: %v\nstart it with `make services` (make test does this)", RedisURL, err)
+	}
+	prefix := "test:" + slug(t) + ":" + ID() + ":"
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		iter := c.Scan(ctx, 0, prefix+"*", 500).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		if len(keys) > 0 {
+			_ = c.Del(ctx, keys...).Err()
+		}
+		_ = c.Close()
+	})
+	return &Redis{Client: c, Prefix: prefix, URL: RedisURL}
+}
+
+// WaitFor polls cond every few milliseconds until it holds or timeout passes,
+// then fails the test with msg. Use it instead of sleeping.
+func WaitFor(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	wait := 2 * time.Millisecond
+	for {
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waitFor (%s): %s", timeout, msg)
+		}
+		time.Sleep(wait) // polling interval, not an assumption about timing
+		wait = min(wait*2, 50*time.Millisecond)
+	}
+}
+
+// Context returns a context that ends with the test (or after timeout).
+func Context(t testing.TB, timeout time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -1,0 +1,376 @@
+package topology
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Channel names: the delivery channels msgpulse sends through.
+const (
+	Mail = "mail"
+	SMS  = "sms"
+)
+
+// Channels lists every channel, in a stable order.
+var Channels = []string{Mail, SMS}
+
+// QueueType is the RabbitMQ queue type the model declares.
+type QueueType string
+
+// Queue types.
+const (
+	Classic QueueType = "classic"
+	Quorum  QueueType = "quorum"
+)
+
+// Role says what a queue is for; tools use it to find queues by purpose.
+type Role string
+
+// Queue roles.
+const (
+	RoleMain       Role = "main"
+	RoleDeadLetter Role = "dead-letter"
+)
+
+// Argument keys used by the model.
+const (
+	ArgMessageTTL         = "x-message-ttl"
+	ArgMaxLength          = "x-max-length"
+	ArgOverflow           = "x-overflow"
+	ArgDeadLetterExchange = "x-dead-letter-exchange"
+	ArgDeadLetterRK       = "x-dead-letter-routing-key"
+	ArgDeadLetterStrategy = "x-dead-letter-strategy"
+	ArgMaxPriority        = "x-max-priority"
+	ArgQueueType          = "x-queue-type"
+)
+
+// ChannelConfig tunes one channel's main queue.
+type ChannelConfig struct {
+	// QueueTTL is how long a message may wait in the main queue before it is
+	// dead-lettered as expired; 0 means no TTL.
+	QueueTTL time.Duration
+	// MaxLength bounds the main queue; the oldest message is dead-lettered
+	// (drop-head) when it is full. 0 means unbounded.
+	MaxLength int
+	// MaxPriority enables a priority queue (1..10); 0 disables it.
+	MaxPriority int
+}
+
+// Config is everything the model depends on.
+type Config struct {
+	QueueType QueueType
+	Channels  map[string]ChannelConfig
+}
+
+// DefaultChannel is seed 002's main queue: 60 s TTL, 1000 messages, drop-head.
+var DefaultChannel = ChannelConfig{QueueTTL: 60 * time.Second, MaxLength: 1000}
+
+// DefaultConfig returns the model's defaults.
+func DefaultConfig() Config {
+	c := Config{QueueType: Classic, Channels: map[string]ChannelConfig{}}
+	for _, ch := range Channels {
+		c.Channels[ch] = DefaultChannel
+	}
+	return c
+}
+
+// Validate reports the first invalid setting.
+func (c Config) Validate() error {
+	if c.QueueType != Classic && c.QueueType != Quorum {
+		return fmt.Errorf("queue type %q: must be classic or quorum", c.QueueType)
+	}
+	for _, name := range Channels {
+		cc, ok := c.Channels[name]
+		if !ok {
+			return fmt.Errorf("channel %s: missing configuration", name)
+		}
+		if cc.QueueTTL < 0 || (cc.QueueTTL > 0 && cc.QueueTTL < time.Millisecond) {
+			return fmt.Errorf("channel %s: queue TTL %s must be 0 or at least 1ms", name, cc.QueueTTL)
+		}
+		if cc.MaxLength < 0 {
+			return fmt.Errorf("channel %s: max length %d must not be negative", name, cc.MaxLength)
+		}
+		if cc.MaxPriority < 0 || cc.MaxPriority > 10 {
+			return fmt.Errorf("channel %s: max priority %d must be between 0 and 10", name, cc.MaxPriority)
+		}
+	}
+	for name := range c.Channels {
+		if !isChannel(name) {
+			return fmt.Errorf("unknown channel %q (known: mail, sms)", name)
+		}
+	}
+	return nil
+}
+
+func isChannel(name string) bool {
+	for _, c := range Channels {
+		if c == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Exchange is one exchange to declare.
+type Exchange struct {
+	Name       string
+	Kind       string
+	Durable    bool
+	AutoDelete bool
+	Internal   bool
+	Args       map[string]any
+}
+
+// Queue is one queue to declare. Args holds int64 and string values only, so
+// that they compare and serialise the same way everywhere.
+type Queue struct {
+	Name    string
+	Type    QueueType
+	Durable bool
+	Role    Role
+	Channel string // the delivery channel it belongs to, if any
+	Args    map[string]any
+	// Sources maps an argument to the environment variable that sets it, so
+	// a conflict message can say which knob to turn. Fixed arguments (the
+	// dead-letter exchange, drop-head) have none.
+	Sources map[string]string
+}
+
+// Binding routes from an exchange to a queue or another exchange.
+type Binding struct {
+	Source          string
+	Destination     string
+	DestinationType string // "queue" or "exchange"
+	RoutingKey      string
+}
+
+// ChannelTopology names the resources of one delivery channel.
+type ChannelTopology struct {
+	Name               string
+	Exchange           string
+	RoutingKey         string
+	Queue              string
+	DeadLetterExchange string
+	DeadLetterQueue    string
+	MaxLength          int
+	QueueTTL           time.Duration
+}
+
+// Model is the whole topology.
+type Model struct {
+	QueueType QueueType
+	Exchanges []Exchange
+	Queues    []Queue
+	Bindings  []Binding
+	Channels  []ChannelTopology
+	// Notes explain what the chosen options change (printed by the declarer).
+	Notes []string
+}
+
+// Names of a channel's resources, following seed 002.
+func channelNames(ch string) ChannelTopology {
+	return ChannelTopology{
+		Name:               ch,
+		Exchange:           "exchange.direct." + ch,
+		RoutingKey:         ch,
+		Queue:              "queue." + ch,
+		DeadLetterExchange: "exchange.dead-letter." + ch,
+		DeadLetterQueue:    "queue." + ch + ".dlq",
+	}
+}
+
+// Build returns the model for cfg on a broker of the given version ("" means
+// the newest behaviour). The version only matters for quorum queues, whose
+// accepted arguments grew over releases.
+func Build(cfg Config, brokerVersion string) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	v, err := parseVersion(brokerVersion)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{QueueType: cfg.QueueType}
+	for _, name := range Channels {
+		cc := cfg.Channels[name]
+		ct := channelNames(name)
+		ct.MaxLength = cc.MaxLength
+		ct.QueueTTL = cc.QueueTTL
+		m.Channels = append(m.Channels, ct)
+
+		m.Exchanges = append(m.Exchanges,
+			Exchange{Name: ct.Exchange, Kind: "direct", Durable: true},
+			// Fanout, so every message a main queue dead-letters reaches the
+			// DLQ whatever routing key it carried (a relayed or CC-routed
+			// message keeps keys other than the channel's).
+			Exchange{Name: ct.DeadLetterExchange, Kind: "fanout", Durable: true},
+		)
+
+		prefix := envPrefix(name)
+		main := Queue{
+			Name: ct.Queue, Type: cfg.QueueType, Durable: true, Role: RoleMain, Channel: name,
+			Args:    map[string]any{ArgDeadLetterExchange: ct.DeadLetterExchange},
+			Sources: map[string]string{},
+		}
+		if cc.QueueTTL > 0 {
+			main.Args[ArgMessageTTL] = cc.QueueTTL.Milliseconds()
+			main.Sources[ArgMessageTTL] = prefix + "_QUEUE_TTL"
+		}
+		if cc.MaxLength > 0 {
+			main.Args[ArgMaxLength] = int64(cc.MaxLength)
+			main.Sources[ArgMaxLength] = prefix + "_QUEUE_MAX_LENGTH"
+			main.Args[ArgOverflow] = "drop-head"
+		}
+		if cc.MaxPriority > 0 {
+			main.Args[ArgMaxPriority] = int64(cc.MaxPriority)
+			main.Sources[ArgMaxPriority] = prefix + "_QUEUE_MAX_PRIORITY"
+		}
+		dlq := Queue{Name: ct.DeadLetterQueue, Type: cfg.QueueType, Durable: true, Role: RoleDeadLetter, Channel: name,
+			Args: map[string]any{}, Sources: map[string]string{}}
+		m.Queues = append(m.Queues, main, dlq)
+		m.Bindings = append(m.Bindings,
+			Binding{Source: ct.Exchange, Destination: ct.Queue, DestinationType: "queue", RoutingKey: ct.RoutingKey},
+			Binding{Source: ct.DeadLetterExchange, Destination: ct.DeadLetterQueue, DestinationType: "queue", RoutingKey: ""},
+		)
+	}
+	if cfg.QueueType == Quorum {
+		m.applyQuorum(v)
+	}
+	return m, m.check()
+}
+
+func envPrefix(ch string) string {
+	switch ch {
+	case Mail:
+		return "MAIL"
+	case SMS:
+		return "SMS"
+	}
+	return ch
+}
+
+// applyQuorum turns every queue into a quorum queue, keeping only the
+// arguments a quorum queue accepts on this broker version, and records what
+// changed so the declarer can say it.
+func (m *Model) applyQuorum(v version) {
+	m.Notes = append(m.Notes,
+		"quorum queues: every queue is replicated with Raft across the cluster's nodes (use 3 or 5 nodes to survive node loss); on a single node they only add disk writes.",
+		"quorum queues: messages are always persisted; per-message priority is not supported before RabbitMQ 4.0, so x-max-priority is dropped.",
+		"quorum queues: main queues keep overflow drop-head, so their dead-lettering stays at-most-once (at-least-once dead-lettering needs reject-publish, which would refuse new messages instead of dropping the oldest).")
+	for i := range m.Queues {
+		q := &m.Queues[i]
+		q.Type = Quorum
+		for key := range q.Args {
+			if ok, why := quorumAccepts(key, q.Args[key], v); !ok {
+				m.Notes = append(m.Notes, fmt.Sprintf("%s: %s dropped: %s", q.Name, key, why))
+				delete(q.Args, key)
+				delete(q.Sources, key)
+			}
+		}
+	}
+}
+
+func quorumAccepts(key string, val any, v version) (bool, string) {
+	switch key {
+	case ArgMaxPriority:
+		return false, "quorum queues do not take x-max-priority"
+	case ArgMessageTTL:
+		if v.less(3, 10) {
+			return false, "quorum queues support message TTL from RabbitMQ 3.10"
+		}
+	case ArgDeadLetterStrategy:
+		if v.less(3, 10) {
+			return false, "at-least-once dead-lettering needs RabbitMQ 3.10"
+		}
+	case ArgOverflow:
+		if val == "reject-publish-dlx" {
+			return false, "quorum queues do not support reject-publish-dlx"
+		}
+	}
+	return true, ""
+}
+
+// check guards the model's own consistency: unique names, bindings and
+// dead-letter targets that point at declared resources.
+func (m *Model) check() error {
+	ex := map[string]bool{}
+	for _, e := range m.Exchanges {
+		if ex[e.Name] {
+			return fmt.Errorf("topology: exchange %s declared twice", e.Name)
+		}
+		ex[e.Name] = true
+	}
+	qs := map[string]bool{}
+	for _, q := range m.Queues {
+		if qs[q.Name] {
+			return fmt.Errorf("topology: queue %s declared twice", q.Name)
+		}
+		qs[q.Name] = true
+		if dlx, ok := q.Args[ArgDeadLetterExchange].(string); ok && dlx != "" && !ex[dlx] {
+			return fmt.Errorf("topology: queue %s dead-letters to undeclared exchange %s", q.Name, dlx)
+		}
+	}
+	for _, b := range m.Bindings {
+		if !ex[b.Source] {
+			return fmt.Errorf("topology: binding from undeclared exchange %s", b.Source)
+		}
+		if (b.DestinationType == "queue" && !qs[b.Destination]) || (b.DestinationType == "exchange" && !ex[b.Destination]) {
+			return fmt.Errorf("topology: binding to undeclared %s %s", b.DestinationType, b.Destination)
+		}
+	}
+	return nil
+}
+
+// ErrUnknownChannel is returned for a channel the model does not have.
+var ErrUnknownChannel = errors.New("unknown channel")
+
+// Channel returns a channel's resource names.
+func (m *Model) Channel(name string) (ChannelTopology, error) {
+	for _, c := range m.Channels {
+		if c.Name == name {
+			return c, nil
+		}
+	}
+	return ChannelTopology{}, fmt.Errorf("%w %q", ErrUnknownChannel, name)
+}
+
+// Queue returns a queue by name.
+func (m *Model) Queue(name string) (Queue, bool) {
+	for _, q := range m.Queues {
+		if q.Name == name {
+			return q, true
+		}
+	}
+	return Queue{}, false
+}
+
+// QueuesByRole returns the queues with the given role, in model order.
+func (m *Model) QueuesByRole(r Role) []Queue {
+	var out []Queue
+	for _, q := range m.Queues {
+		if q.Role == r {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// ChannelOfQueue returns the channel a queue belongs to ("" if none).
+func (m *Model) ChannelOfQueue(queue string) string {
+	if q, ok := m.Queue(queue); ok {
+		return q.Channel
+	}
+	return ""
+}
+
+// SortedArgKeys returns a map's keys sorted, for stable output.
+func SortedArgKeys(args map[string]any) []string {
+	keys := make([]string, 0, len(args))
+	for k := range args {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -40,6 +40,7 @@ func loadTopology(l *envconf.Loader) topology.Config {
 		cc.MaxPriority = l.Int(p+"_QUEUE_MAX_PRIORITY", cc.MaxPriority, 0, 10, "make queue."+ch+" a priority queue with this many levels (0 = off; classic queues only)")
 		c.Channels[ch] = cc
 	}
+	loadDelayTopology(l, &c.Delay)
 	return c
 }
 

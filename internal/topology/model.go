@@ -62,6 +62,7 @@ type ChannelConfig struct {
 type Config struct {
 	QueueType QueueType
 	Channels  map[string]ChannelConfig
+	Delay     DelayConfig
 }
 
 // DefaultChannel is seed 002's main queue: 60 s TTL, 1000 messages, drop-head.
@@ -69,7 +70,7 @@ var DefaultChannel = ChannelConfig{QueueTTL: 60 * time.Second, MaxLength: 1000}
 
 // DefaultConfig returns the model's defaults.
 func DefaultConfig() Config {
-	c := Config{QueueType: Classic, Channels: map[string]ChannelConfig{}}
+	c := Config{QueueType: Classic, Channels: map[string]ChannelConfig{}, Delay: DefaultDelay()}
 	for _, ch := range Channels {
 		c.Channels[ch] = DefaultChannel
 	}
@@ -101,7 +102,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("unknown channel %q (known: mail, sms)", name)
 		}
 	}
-	return nil
+	return c.Delay.Validate()
 }
 
 func isChannel(name string) bool {
@@ -165,6 +166,7 @@ type Model struct {
 	Queues    []Queue
 	Bindings  []Binding
 	Channels  []ChannelTopology
+	Delay     DelayTopology
 	// Notes explain what the chosen options change (printed by the declarer).
 	Notes []string
 }
@@ -235,7 +237,11 @@ func Build(cfg Config, brokerVersion string) (*Model, error) {
 			Binding{Source: ct.DeadLetterExchange, Destination: ct.DeadLetterQueue, DestinationType: "queue", RoutingKey: ""},
 		)
 	}
+	m.addDelay(cfg.Delay, cfg.QueueType)
 	if cfg.QueueType == Quorum {
+		if v.less(3, 10) {
+			return nil, fmt.Errorf("quorum queues need RabbitMQ 3.10 or later here (found %s): delay queues rely on message TTL and at-least-once dead-lettering", brokerVersion)
+		}
 		m.applyQuorum(v)
 	}
 	return m, m.check()
@@ -258,7 +264,8 @@ func (m *Model) applyQuorum(v version) {
 	m.Notes = append(m.Notes,
 		"quorum queues: every queue is replicated with Raft across the cluster's nodes (use 3 or 5 nodes to survive node loss); on a single node they only add disk writes.",
 		"quorum queues: messages are always persisted; per-message priority is not supported before RabbitMQ 4.0, so x-max-priority is dropped.",
-		"quorum queues: main queues keep overflow drop-head, so their dead-lettering stays at-most-once (at-least-once dead-lettering needs reject-publish, which would refuse new messages instead of dropping the oldest).")
+		"quorum queues: main queues keep overflow drop-head, so their dead-lettering stays at-most-once (at-least-once dead-lettering needs reject-publish, which would refuse new messages instead of dropping the oldest).",
+		"quorum queues: delay queues use at-least-once dead-lettering (x-dead-letter-strategy, with reject-publish), so no delay hop can lose a message.")
 	for i := range m.Queues {
 		q := &m.Queues[i]
 		q.Type = Quorum

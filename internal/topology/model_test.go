@@ -75,7 +75,6 @@ func TestBuildQuorumKeepsOnlyAcceptedArguments(t *testing.T) {
 		version string
 		wantTTL bool
 	}{
-		{"3.9.29", false},
 		{"3.10.8", true},
 		{"4.1.0", true},
 		{"", true},
@@ -86,6 +85,9 @@ func TestBuildQuorumKeepsOnlyAcceptedArguments(t *testing.T) {
 			require.Equal(t, Quorum, q.Type)
 			_, hasTTL := q.Args[ArgMessageTTL]
 			require.Equal(t, tc.wantTTL, hasTTL)
+			d, _ := m.Queue("queue.delay.5s")
+			require.Equal(t, "at-least-once", d.Args[ArgDeadLetterStrategy])
+			require.Equal(t, "reject-publish", d.Args[ArgOverflow])
 			require.NotContains(t, q.Args, ArgMaxPriority, "quorum queues refuse x-max-priority")
 			require.Equal(t, "drop-head", q.Args[ArgOverflow])
 			require.NotEmpty(t, m.Notes, "the declarer must be able to say what quorum changes")
@@ -113,6 +115,10 @@ func TestConfigValidate(t *testing.T) {
 	}
 	_, err := Build(DefaultConfig(), "three")
 	require.Error(t, err)
+	q := DefaultConfig()
+	q.QueueType = Quorum
+	_, err = Build(q, "3.9.29")
+	require.ErrorContains(t, err, "3.10", "quorum delay queues need message TTL")
 }
 
 func TestDiff(t *testing.T) {

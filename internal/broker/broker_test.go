@@ -1,0 +1,286 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/msgpulse/msgpulse/internal/testenv"
+)
+
+type env struct {
+	b    *testenv.Broker
+	s    *Session
+	pub  *Publisher
+	conn *amqp.Connection // a plain connection for test setup and reads
+	ch   *amqp.Channel
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	t.Parallel()
+	b := testenv.NewBroker(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := NewSession(Config{URL: b.URL, ConnectionName: t.Name(), Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	pub, err := NewPublisher(PublisherConfig{Session: s, ConfirmTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	conn, err := amqp.Dial(b.URL)
+	require.NoError(t, err)
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		pub.Close()
+		cancel()
+		<-done
+		_ = conn.Close()
+	})
+	_, err = s.Conn(testenv.Context(t, 10*time.Second))
+	require.NoError(t, err)
+	return &env{b: b, s: s, pub: pub, conn: conn, ch: ch}
+}
+
+func (e *env) queue(t *testing.T, name string, args amqp.Table) {
+	t.Helper()
+	require.NoError(t, e.ch.ExchangeDeclare("x", "direct", false, false, false, false, nil))
+	_, err := e.ch.QueueDeclare(name, false, false, false, false, args)
+	require.NoError(t, err)
+	require.NoError(t, e.ch.QueueBind(name, name, "x", false, nil))
+}
+
+func (e *env) depth(t *testing.T, name string) int {
+	t.Helper()
+	q, err := e.ch.QueueDeclarePassive(name, false, false, false, false, nil)
+	require.NoError(t, err)
+	return q.Messages
+}
+
+func TestPublishOutcomes(t *testing.T) {
+	e := setup(t)
+	e.queue(t, "q", nil)
+	e.queue(t, "full", amqp.Table{"x-max-length": int64(1), "x-overflow": "reject-publish"})
+	ctx := testenv.Context(t, 20*time.Second)
+	for _, tc := range []struct {
+		name     string
+		exchange string
+		key      string
+		want     error
+	}{
+		{"confirmed", "x", "q", nil},
+		{"unroutable is returned", "x", "nowhere", ErrReturned},
+		{"full reject-publish queue nacks", "x", "full", ErrNacked},
+		{"missing exchange closes the channel", "no-such-exchange", "q", ErrUnavailable},
+		{"confirmed after failures", "x", "q", nil},
+	} {
+		// The full queue takes its first message, then refuses.
+		if tc.key == "full" {
+			require.NoError(t, e.pub.Publish(ctx, tc.exchange, tc.key, amqp.Publishing{Body: []byte("first")}))
+		}
+		err := e.pub.Publish(ctx, tc.exchange, tc.key, amqp.Publishing{MessageId: tc.name, Body: []byte(tc.name)})
+		if tc.want == nil {
+			require.NoError(t, err, tc.name)
+		} else {
+			require.ErrorIs(t, err, tc.want, tc.name)
+		}
+	}
+	require.Equal(t, 2, e.depth(t, "q"))
+	require.Equal(t, 1, e.depth(t, "full"))
+	var re *ReturnError
+	err := e.pub.Publish(ctx, "x", "nowhere", amqp.Publishing{})
+	require.ErrorAs(t, err, &re)
+	require.Equal(t, uint16(312), re.Code) // NO_ROUTE
+}
+
+func TestPublishConcurrentAllConfirmed(t *testing.T) {
+	e := setup(t)
+	e.queue(t, "q", nil)
+	ctx := testenv.Context(t, 30*time.Second)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := e.pub.Publish(ctx, "x", "q", amqp.Publishing{MessageId: fmt.Sprint(i)}); err != nil {
+				failed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	require.Zero(t, failed.Load())
+	require.Equal(t, 200, e.depth(t, "q"))
+}
+
+func TestPublishBatch(t *testing.T) {
+	e := setup(t)
+	e.queue(t, "q", nil)
+	ctx := testenv.Context(t, 20*time.Second)
+	var msgs []Outgoing
+	for i := range 100 {
+		key := "q"
+		if i == 50 {
+			key = "nowhere"
+		}
+		msgs = append(msgs, Outgoing{Exchange: "x", RoutingKey: key, Msg: amqp.Publishing{MessageId: fmt.Sprint(i)}})
+	}
+	errs := e.pub.PublishBatch(ctx, msgs)
+	for i, err := range errs {
+		if i == 50 {
+			require.ErrorIs(t, err, ErrReturned)
+		} else {
+			require.NoError(t, err, i)
+		}
+	}
+	require.Equal(t, 99, e.depth(t, "q"))
+}
+
+// A cut connection fails the publish (never a false success), and the
+// session reconnects so later publishes work.
+func TestPublishAcrossConnectionLoss(t *testing.T) {
+	e := setup(t)
+	e.queue(t, "q", nil)
+	ctx := testenv.Context(t, 30*time.Second)
+	require.NoError(t, e.pub.Publish(ctx, "x", "q", amqp.Publishing{}))
+	conn, ok := e.s.Current()
+	require.True(t, ok)
+	_ = conn.CloseDeadline(time.Now()) // as if the network dropped it (the error is the cut itself)
+	err := e.pub.Publish(ctx, "x", "q", amqp.Publishing{})
+	if err != nil {
+		require.ErrorIs(t, err, ErrUnavailable)
+	}
+	testenv.WaitFor(t, 10*time.Second, "publish works again after reconnect", func() bool {
+		return e.pub.Publish(ctx, "x", "q", amqp.Publishing{}) == nil
+	})
+}
+
+func TestConsumerActionsAndPanic(t *testing.T) {
+	e := setup(t)
+	require.NoError(t, e.ch.ExchangeDeclare("dlx", "fanout", false, false, false, false, nil))
+	_, err := e.ch.QueueDeclare("dlq", false, false, false, false, nil)
+	require.NoError(t, err)
+	require.NoError(t, e.ch.QueueBind("dlq", "", "dlx", false, nil))
+	e.queue(t, "work", amqp.Table{"x-dead-letter-exchange": "dlx"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var handled sync.Map
+	var panics atomic.Int64
+	c, err := NewConsumer(ConsumerConfig{Session: e.s, Queue: "work", Concurrency: 4, Logger: zaptest.NewLogger(t),
+		OnPanic: func(*amqp.Delivery, any) { panics.Add(1) },
+		Handler: func(_ context.Context, d *amqp.Delivery) Action {
+			n, _ := handled.LoadOrStore(string(d.Body), new(atomic.Int64))
+			count := n.(*atomic.Int64).Add(1)
+			switch string(d.Body) {
+			case "reject":
+				return Reject
+			case "panic":
+				panic("boom")
+			case "requeue-once":
+				if count == 1 {
+					return Requeue
+				}
+			}
+			return Ack
+		}})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	for _, body := range []string{"ack", "reject", "panic", "requeue-once", "after-panic"} {
+		require.NoError(t, e.pub.Publish(ctx, "x", "work", amqp.Publishing{Body: []byte(body)}))
+	}
+	testenv.WaitFor(t, 10*time.Second, "work drained, reject and panic dead-lettered", func() bool {
+		return e.depth(t, "work") == 0 && e.depth(t, "dlq") == 2 && c.InFlight() == 0
+	})
+	n, _ := handled.Load("requeue-once")
+	require.EqualValues(t, 2, n.(*atomic.Int64).Load())
+	n, _ = handled.Load("after-panic")
+	require.EqualValues(t, 1, n.(*atomic.Int64).Load(), "the worker lives on after a panic")
+	require.EqualValues(t, 1, panics.Load())
+	cancel()
+	require.NoError(t, <-done)
+}
+
+// On stop, a handler in flight finishes and its ack lands; deliveries no
+// handler started stay in the queue.
+func TestConsumerGracefulStop(t *testing.T) {
+	e := setup(t)
+	e.queue(t, "work", nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan struct{}, 10)
+	release := make(chan struct{})
+	var acked atomic.Int64
+	c, err := NewConsumer(ConsumerConfig{Session: e.s, Queue: "work", Concurrency: 1, Prefetch: 5, Grace: 10 * time.Second,
+		Handler: func(hctx context.Context, d *amqp.Delivery) Action {
+			started <- struct{}{}
+			select {
+			case <-release:
+			case <-hctx.Done():
+				t.Error("handler context ended before the grace period")
+			}
+			acked.Add(1)
+			return Ack
+		}})
+	require.NoError(t, err)
+	for range 5 {
+		require.NoError(t, e.pub.Publish(ctx, "x", "work", amqp.Publishing{Body: []byte("m")}))
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	<-started
+	cancel() // SIGTERM while one message is in flight
+	select {
+	case <-done:
+		t.Fatal("Run returned while a handler was still running")
+	case <-time.After(50 * time.Millisecond): // give Run the chance to misbehave
+	}
+	close(release)
+	require.NoError(t, <-done)
+	require.EqualValues(t, 1, acked.Load())
+	testenv.WaitFor(t, 5*time.Second, "the 4 unstarted messages are back in the queue", func() bool {
+		return e.depth(t, "work") == 4
+	})
+}
+
+func TestConsumerReconsumesAfterConnectionLoss(t *testing.T) {
+	e := setup(t)
+	e.queue(t, "work", nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var got atomic.Int64
+	c, err := NewConsumer(ConsumerConfig{Session: e.s, Queue: "work", Handler: func(context.Context, *amqp.Delivery) Action {
+		got.Add(1)
+		return Ack
+	}})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	require.NoError(t, e.pub.Publish(ctx, "x", "work", amqp.Publishing{}))
+	testenv.WaitFor(t, 5*time.Second, "first message", func() bool { return got.Load() == 1 })
+	conn, _ := e.s.Current()
+	_ = conn.CloseDeadline(time.Now())
+	testenv.WaitFor(t, 15*time.Second, "second message after reconnect", func() bool {
+		_ = e.pub.Publish(ctx, "x", "work", amqp.Publishing{})
+		return got.Load() >= 2
+	})
+	cancel()
+	require.NoError(t, <-done)
+}
+
+func TestInspect(t *testing.T) {
+	e := setup(t)
+	e.queue(t, "q", nil)
+	require.NoError(t, e.pub.Publish(testenv.Context(t, 5*time.Second), "x", "q", amqp.Publishing{}))
+	st, err := Inspect(e.conn, []string{"missing", "q"})
+	require.NoError(t, err)
+	require.Equal(t, []QueueState{{Name: "missing"}, {Name: "q", Exists: true, Messages: 1}}, st)
+	require.False(t, errors.Is(err, ErrUnavailable))
+}

@@ -1,0 +1,251 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/zap"
+)
+
+// Action is what to do with a delivery once its handler returns.
+type Action int
+
+// Actions.
+const (
+	// Ack: done with it (sent, skipped, or a retry was published first).
+	Ack Action = iota
+	// Reject: reject without requeue, so the broker dead-letters it.
+	Reject
+	// Requeue: give it back to the queue unprocessed (shutdown, pause).
+	Requeue
+)
+
+func (a Action) String() string {
+	switch a {
+	case Ack:
+		return "ack"
+	case Reject:
+		return "reject"
+	case Requeue:
+		return "requeue"
+	}
+	return fmt.Sprintf("action(%d)", int(a))
+}
+
+// Handler processes one delivery and says what to do with it. It must not
+// ack or nack the delivery itself. ctx ends only when the consumer's
+// shutdown grace period is over, not when shutdown begins, so in-flight
+// work can finish.
+type Handler func(ctx context.Context, d *amqp.Delivery) Action
+
+// ConsumerConfig configures a Consumer.
+type ConsumerConfig struct {
+	Session     *Session
+	Queue       string
+	Handler     Handler
+	Concurrency int           // handlers running at once; default 8
+	Prefetch    int           // unacked deliveries held; default 2×Concurrency
+	Grace       time.Duration // how long in-flight handlers may finish on stop; default 30s
+	Tag         string        // consumer tag prefix; default msgpulse-<host>-<pid>
+	Logger      *zap.Logger
+	// OnPanic is called with the recovered value; the delivery is then
+	// rejected (dead-lettered), and the worker lives on.
+	OnPanic func(d *amqp.Delivery, recovered any)
+}
+
+// Validate fills defaults and checks the configuration.
+func (c *ConsumerConfig) Validate() error {
+	if c.Session == nil || c.Handler == nil || c.Queue == "" {
+		return errors.New("consumer: Session, Queue and Handler are required")
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 8
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = 2 * c.Concurrency
+	}
+	if c.Concurrency < 1 || c.Concurrency > 10000 || c.Prefetch < 1 || c.Prefetch > 65535 {
+		return fmt.Errorf("consumer: Concurrency %d or Prefetch %d out of range", c.Concurrency, c.Prefetch)
+	}
+	if c.Grace == 0 {
+		c.Grace = 30 * time.Second
+	}
+	if c.Tag == "" {
+		host, _ := os.Hostname()
+		c.Tag = fmt.Sprintf("msgpulse-%s-%d", host, os.Getpid())
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return nil
+}
+
+// Consumer consumes one queue with manual acknowledgements, re-consuming
+// after a lost connection or channel.
+type Consumer struct {
+	cfg      ConsumerConfig
+	inFlight atomic.Int64
+	seq      atomic.Int64
+}
+
+// NewConsumer validates cfg.
+func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Consumer{cfg: cfg}, nil
+}
+
+// InFlight returns how many handlers are running.
+func (c *Consumer) InFlight() int64 { return c.inFlight.Load() }
+
+// Run consumes until ctx ends, then stops gracefully: it cancels the
+// subscription so no new deliveries come, hands back prefetched ones that
+// no handler started, lets running handlers finish (up to Grace) and acts
+// on their results, and only then closes the channel.
+func (c *Consumer) Run(ctx context.Context) error {
+	log := c.cfg.Logger.With(zap.String("queue", c.cfg.Queue))
+	backoff := 100 * time.Millisecond
+	for {
+		conn, err := c.cfg.Session.Conn(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		started := time.Now()
+		err = c.consumeOnce(ctx, conn, log)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if time.Since(started) > 10*time.Second {
+			backoff = 100 * time.Millisecond
+		}
+		log.Warn("consumer stopped; re-consuming", zap.Error(err), zap.Duration("in", backoff))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(jitter(backoff)):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *zap.Logger) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	defer func() {
+		_ = ch.Close()
+		for range closed { //nolint:revive // drain until the library closes it
+		}
+	}()
+	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
+		return fmt.Errorf("qos: %w", err)
+	}
+	tag := fmt.Sprintf("%s-%s-%d", c.cfg.Tag, c.cfg.Queue, c.seq.Add(1))
+	deliveries, err := ch.Consume(c.cfg.Queue, tag, false, false, false, false, nil)
+	if err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+			return fmt.Errorf("queue %s does not exist (run `topology declare`): %w", c.cfg.Queue, err)
+		}
+		return fmt.Errorf("consume %s: %w", c.cfg.Queue, err)
+	}
+	log.Info("consuming", zap.String("tag", tag), zap.Int("concurrency", c.cfg.Concurrency), zap.Int("prefetch", c.cfg.Prefetch))
+
+	// Handlers get a context that outlives ctx by the grace period.
+	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hcancel()
+	var stopping atomic.Bool
+	var wg sync.WaitGroup
+	for range c.cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for d := range deliveries {
+				if stopping.Load() {
+					// Never started: give it back for another consumer.
+					_ = d.Nack(false, true)
+					continue
+				}
+				c.handle(hctx, &d, log)
+			}
+		}()
+	}
+	workersDone := make(chan struct{})
+	go func() { wg.Wait(); close(workersDone) }()
+
+	var lost error
+	select {
+	case <-ctx.Done():
+		stopping.Store(true)
+		// Cancel the subscription: the broker stops sending, and the
+		// library closes deliveries, which ends the workers' loops once
+		// their current message is done.
+		if err := ch.Cancel(tag, false); err != nil {
+			log.Warn("cancel consumer", zap.Error(err))
+		}
+		select {
+		case <-workersDone:
+		case <-time.After(c.cfg.Grace):
+			log.Warn("grace period over; abandoning in-flight handlers (their messages will be redelivered)", zap.Int64("in_flight", c.inFlight.Load()))
+			hcancel()
+			<-workersDone
+		}
+		return nil
+	case e := <-closed:
+		if e != nil {
+			lost = e
+		} else {
+			lost = errors.New("channel closed")
+		}
+	case <-workersDone:
+		lost = errors.New("delivery channel closed")
+	}
+	// The channel is gone: running handlers cannot ack any more; their
+	// messages go back to the queue and are redelivered (idempotency makes
+	// that safe). Let them finish their current step and exit.
+	stopping.Store(true)
+	<-workersDone
+	return lost
+}
+
+func (c *Consumer) handle(ctx context.Context, d *amqp.Delivery, log *zap.Logger) {
+	c.inFlight.Add(1)
+	defer c.inFlight.Add(-1)
+	action := c.safeHandle(ctx, d)
+	var err error
+	switch action {
+	case Ack:
+		err = d.Ack(false)
+	case Reject:
+		err = d.Reject(false)
+	default:
+		err = d.Nack(false, true)
+	}
+	if err != nil {
+		log.Warn("could not settle delivery; the broker will redeliver it", zap.String("action", action.String()), zap.String("message_id", d.MessageId), zap.Error(err))
+	}
+}
+
+func (c *Consumer) safeHandle(ctx context.Context, d *amqp.Delivery) (a Action) {
+	defer func() {
+		if r := recover(); r != nil {
+			if c.cfg.OnPanic != nil {
+				c.cfg.OnPanic(d, r)
+			}
+			a = Reject
+		}
+	}()
+	return c.cfg.Handler(ctx, d)
+}

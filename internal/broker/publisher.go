@@ -1,0 +1,356 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/zap"
+)
+
+// Publish failures. Each means the broker did not take the message; the
+// caller must not report success.
+var (
+	// ErrNacked: the broker refused the message (e.g. a reject-publish
+	// queue is full, or an internal error).
+	ErrNacked = errors.New("broker nacked the message")
+	// ErrReturned: the message was unroutable (mandatory and no queue bound).
+	ErrReturned = errors.New("broker returned the message as unroutable")
+	// ErrConfirmTimeout: no confirm arrived in time; the message may or may
+	// not have been taken, so treat it as not taken.
+	ErrConfirmTimeout = errors.New("no publisher confirm in time")
+)
+
+// ReturnError carries the broker's reason for a returned message.
+type ReturnError struct {
+	Exchange, RoutingKey string
+	Code                 uint16
+	Text                 string
+}
+
+func (e *ReturnError) Error() string {
+	return fmt.Sprintf("%s: %d %s (exchange %q, routing key %q)", ErrReturned, e.Code, e.Text, e.Exchange, e.RoutingKey)
+}
+
+func (e *ReturnError) Unwrap() error { return ErrReturned }
+
+// PublisherConfig configures a Publisher.
+type PublisherConfig struct {
+	Session *Session
+	// Channels is the most confirm channels open at once, which is the most
+	// publishes in flight. Each channel carries one publish (or one batch)
+	// at a time, so a return or a nack is never attributed to the wrong
+	// message. Default 32.
+	Channels int
+	// ConfirmTimeout bounds a publish when the caller's context has no
+	// earlier deadline. Default 5s.
+	ConfirmTimeout time.Duration
+	Logger         *zap.Logger
+}
+
+// Validate fills defaults and checks the configuration.
+func (c *PublisherConfig) Validate() error {
+	if c.Session == nil {
+		return errors.New("publisher: Session is required")
+	}
+	if c.Channels == 0 {
+		c.Channels = 32
+	}
+	if c.Channels < 1 || c.Channels > 2000 {
+		return fmt.Errorf("publisher: Channels %d out of range 1..2000", c.Channels)
+	}
+	if c.ConfirmTimeout == 0 {
+		c.ConfirmTimeout = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return nil
+}
+
+type pubChannel struct {
+	conn    *amqp.Connection
+	ch      *amqp.Channel
+	returns chan amqp.Return
+}
+
+// Publisher publishes with publisher confirms and mandatory routing. It is
+// safe for concurrent use.
+type Publisher struct {
+	cfg   PublisherConfig
+	slots chan struct{}    // one token per channel that may exist
+	idle  chan *pubChannel // channels ready for reuse
+
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// NewPublisher returns a Publisher over the session's connection.
+func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Publisher{cfg: cfg, slots: make(chan struct{}, cfg.Channels), idle: make(chan *pubChannel, cfg.Channels)}
+	for range cfg.Channels {
+		p.slots <- struct{}{}
+	}
+	return p, nil
+}
+
+// acquire returns a live confirm channel, or an error when there is no
+// connection. It never waits for a reconnect: a caller in an HTTP request
+// wants a fast answer, not a queue of requests behind a dead broker.
+func (p *Publisher) acquire(ctx context.Context) (*pubChannel, error) {
+	if p.cfg.Session.Blocked() {
+		return nil, ErrBlocked
+	}
+	conn, ok := p.cfg.Session.Current()
+	if !ok {
+		return nil, fmt.Errorf("%w: not connected", ErrUnavailable)
+	}
+	for {
+		select {
+		case pc := <-p.idle:
+			if pc.conn == conn && !pc.ch.IsClosed() {
+				return pc, nil
+			}
+			p.discard(pc)
+			continue
+		default:
+		}
+		select {
+		case pc := <-p.idle:
+			if pc.conn == conn && !pc.ch.IsClosed() {
+				return pc, nil
+			}
+			p.discard(pc)
+		case <-p.slots:
+			pc, err := open(conn)
+			if err != nil {
+				p.slots <- struct{}{}
+				return nil, err
+			}
+			return pc, nil
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: all %d publish channels busy", ErrConfirmTimeout, p.cfg.Channels)
+		}
+	}
+}
+
+func open(conn *amqp.Connection) (*pubChannel, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("%w: open channel: %v", ErrUnavailable, err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		_ = ch.Close()
+		return nil, fmt.Errorf("%w: confirm mode: %v", ErrUnavailable, err)
+	}
+	// Buffered and drained after every publish: the library delivers a
+	// return before the matching ack, from its reader goroutine, so an
+	// undrained full channel would stall the whole connection.
+	returns := ch.NotifyReturn(make(chan amqp.Return, 16))
+	return &pubChannel{conn: conn, ch: ch, returns: returns}, nil
+}
+
+func (p *Publisher) release(pc *pubChannel) {
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed || pc.ch.IsClosed() {
+		p.discard(pc)
+		return
+	}
+	p.idle <- pc
+}
+
+// discard closes a channel whose state is uncertain (a timed-out confirm
+// could still arrive and be mistaken for the next publish's).
+func (p *Publisher) discard(pc *pubChannel) {
+	_ = pc.ch.Close()
+	go func() { // Close closes returns; drain so nothing is left blocked
+		for range pc.returns { //nolint:revive // draining is the point
+		}
+	}()
+	p.slots <- struct{}{}
+}
+
+func (p *Publisher) enter() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return fmt.Errorf("%w: publisher closed", ErrUnavailable)
+	}
+	p.wg.Add(1)
+	return nil
+}
+
+func (p *Publisher) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < p.cfg.ConfirmTimeout {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, p.cfg.ConfirmTimeout)
+}
+
+// Publish sends one message with mandatory routing and waits for the
+// broker's confirm. It returns nil only when the broker confirmed the
+// message and did not return it.
+func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
+	if err := p.enter(); err != nil {
+		return err
+	}
+	defer p.wg.Done()
+	ctx, cancel := p.withTimeout(ctx)
+	defer cancel()
+	pc, err := p.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
+	if err != nil {
+		p.discard(pc)
+		return fmt.Errorf("%w: publish: %v", ErrUnavailable, err)
+	}
+	select {
+	case <-dc.Done():
+	case <-ctx.Done():
+		p.discard(pc)
+		return fmt.Errorf("%w: %v", ErrConfirmTimeout, ctx.Err())
+	}
+	if r, returned := drainReturn(pc); returned {
+		p.release(pc)
+		return &ReturnError{Exchange: exchange, RoutingKey: key, Code: r.ReplyCode, Text: r.ReplyText}
+	}
+	if !dc.Acked() {
+		if pc.ch.IsClosed() {
+			p.discard(pc)
+			return fmt.Errorf("%w: channel closed before the confirm", ErrUnavailable)
+		}
+		p.release(pc)
+		return ErrNacked
+	}
+	p.release(pc)
+	return nil
+}
+
+func drainReturn(pc *pubChannel) (amqp.Return, bool) {
+	select {
+	case r, ok := <-pc.returns:
+		return r, ok
+	default:
+		return amqp.Return{}, false
+	}
+}
+
+// Outgoing is one message of a batch.
+type Outgoing struct {
+	Exchange   string
+	RoutingKey string
+	Msg        amqp.Publishing // MessageId must be unique within the batch
+}
+
+// PublishBatch publishes msgs pipelined on one channel (one round trip for
+// the lot, not one per message) and returns one error per message, nil for
+// each confirmed one. A message whose confirm did not arrive counts as
+// failed.
+func (p *Publisher) PublishBatch(ctx context.Context, msgs []Outgoing) []error {
+	errs := make([]error, len(msgs))
+	fail := func(err error) []error {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+		return errs
+	}
+	if len(msgs) == 0 {
+		return errs
+	}
+	if err := p.enter(); err != nil {
+		return fail(err)
+	}
+	defer p.wg.Done()
+	ctx, cancel := p.withTimeout(ctx)
+	defer cancel()
+	pc, err := p.acquire(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	dcs := make([]*amqp.DeferredConfirmation, len(msgs))
+	for i, m := range msgs {
+		dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, m.Exchange, m.RoutingKey, true, false, m.Msg)
+		if err != nil {
+			p.discard(pc)
+			for j := i; j < len(msgs); j++ {
+				errs[j] = fmt.Errorf("%w: publish: %v", ErrUnavailable, err)
+			}
+			return p.awaitBatch(ctx, nil, msgs[:i], dcs[:i], errs)
+		}
+		dcs[i] = dc
+	}
+	return p.awaitBatch(ctx, pc, msgs, dcs, errs)
+}
+
+func (p *Publisher) awaitBatch(ctx context.Context, pc *pubChannel, msgs []Outgoing, dcs []*amqp.DeferredConfirmation, errs []error) []error {
+	timedOut := false
+	for i, dc := range dcs {
+		select {
+		case <-dc.Done():
+			if !dc.Acked() {
+				errs[i] = ErrNacked
+			}
+		case <-ctx.Done():
+			errs[i] = fmt.Errorf("%w: %v", ErrConfirmTimeout, ctx.Err())
+			timedOut = true
+		}
+	}
+	if pc == nil {
+		return errs
+	}
+	returned := map[string]amqp.Return{}
+	for {
+		r, ok := drainReturn(pc)
+		if !ok {
+			break
+		}
+		returned[r.MessageId] = r
+	}
+	for i, m := range msgs {
+		if r, ok := returned[m.Msg.MessageId]; ok && errs[i] == nil {
+			errs[i] = &ReturnError{Exchange: m.Exchange, RoutingKey: m.RoutingKey, Code: r.ReplyCode, Text: r.ReplyText}
+		}
+		if errs[i] != nil && errors.Is(errs[i], ErrNacked) && pc.ch.IsClosed() {
+			errs[i] = fmt.Errorf("%w: channel closed before the confirm", ErrUnavailable)
+		}
+	}
+	if timedOut || pc.ch.IsClosed() {
+		p.discard(pc)
+	} else {
+		p.release(pc)
+	}
+	return errs
+}
+
+// Close waits for publishes in flight, then closes every channel.
+func (p *Publisher) Close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	p.mu.Unlock()
+	p.wg.Wait()
+	for {
+		select {
+		case pc := <-p.idle:
+			p.discard(pc)
+		default:
+			return
+		}
+	}
+}

@@ -1,0 +1,191 @@
+package envelope
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// SchemaVersion is the body format this build writes and reads. A consumer
+// dead-letters messages with any other version as malformed rather than
+// guessing at them.
+const SchemaVersion = 1
+
+// ContentType of every body.
+const ContentType = "application/json"
+
+// Kind says what a message is for.
+type Kind string
+
+// Kinds.
+const (
+	Verification Kind = "verification"
+	Notification Kind = "notification"
+)
+
+// AMQP header names. The x-death family is RabbitMQ's own.
+const (
+	HeaderSchema         = "x-msgpulse-schema"
+	HeaderDeadline       = "x-deadline"             // unix ms; do not send after
+	HeaderDueAt          = "x-due-at"               // unix ms; when a delayed message is due
+	HeaderDelay          = "x-delay-ms"             // the delay originally asked for, ms
+	HeaderHops           = "x-delay-hops"           // delay queues this message went through
+	HeaderTargetExchange = "x-target-exchange"      // where a delayed message goes when due
+	HeaderTargetKey      = "x-target-routing-key"   // with this routing key
+	HeaderReplays        = "x-replay-count"         // times the DLQ tool replayed it
+	HeaderRetryOf        = "x-retry-of-attempt"     // set on a retry: the attempt that failed
+	HeaderCC             = "CC"                     // RabbitMQ sender-selected distribution
+	HeaderXDeath         = "x-death"                // RabbitMQ dead-letter history
+	HeaderFirstDeathPfx  = "x-first-death-"         // x-first-death-reason, -queue, -exchange
+	HeaderLastDeathPfx   = "x-last-death-"          // RabbitMQ 3.13+
+	HeaderDeliveryCount  = "x-delivery-count"       // quorum queues
+	HeaderOriginalRK     = "x-msgpulse-routing-key" // informational
+)
+
+// Message is the body of every message.
+type Message struct {
+	Version   int               `json:"v"`
+	TaskID    string            `json:"taskId"`
+	Kind      Kind              `json:"kind"`
+	Channel   string            `json:"channel"` // topology channel: mail or sms
+	Recipient string            `json:"recipient"`
+	Template  string            `json:"template"`
+	Locale    string            `json:"locale,omitempty"`
+	Variables map[string]string `json:"variables,omitempty"`
+	// Verification codes: the purpose, the code sealed for the consumer, and
+	// the keyed digest that names the idempotency key.
+	Purpose    string `json:"purpose,omitempty"`
+	SealedCode string `json:"sealedCode,omitempty"`
+	CodeDigest string `json:"codeDigest,omitempty"`
+
+	Deadline    *time.Time `json:"deadline,omitempty"` // do not send after this
+	CallbackURL string     `json:"callbackUrl,omitempty"`
+	Priority    uint8      `json:"priority,omitempty"`
+	CreatedAt   time.Time  `json:"createdAt"`
+	// Attempt counts send attempts already made; 0 on the first delivery.
+	Attempt int `json:"attempt"`
+}
+
+// ErrMalformed marks a body the consumer cannot act on.
+var ErrMalformed = errors.New("malformed message")
+
+// Validate checks the fields every consumer relies on.
+func (m *Message) Validate() error {
+	switch {
+	case m.Version != SchemaVersion:
+		return fmt.Errorf("%w: schema version %d, this build reads %d", ErrMalformed, m.Version, SchemaVersion)
+	case m.TaskID == "":
+		return fmt.Errorf("%w: no taskId", ErrMalformed)
+	case m.Kind != Verification && m.Kind != Notification:
+		return fmt.Errorf("%w: unknown kind %q", ErrMalformed, m.Kind)
+	case m.Channel != "mail" && m.Channel != "sms":
+		return fmt.Errorf("%w: unknown channel %q", ErrMalformed, m.Channel)
+	case m.Recipient == "":
+		return fmt.Errorf("%w: no recipient", ErrMalformed)
+	case m.Template == "":
+		return fmt.Errorf("%w: no template", ErrMalformed)
+	case m.Kind == Verification && (m.SealedCode == "" || m.CodeDigest == "" || m.Purpose == ""):
+		return fmt.Errorf("%w: verification message without code or purpose", ErrMalformed)
+	case m.Attempt < 0:
+		return fmt.Errorf("%w: negative attempt", ErrMalformed)
+	}
+	return nil
+}
+
+// Encode returns the JSON body.
+func Encode(m *Message) ([]byte, error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(m)
+}
+
+// Decode parses and validates a body. Unknown fields are refused: a body
+// from a newer schema that kept the version number is a bug to surface, not
+// to half-understand.
+func Decode(body []byte) (*Message, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	var m Message
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: trailing data after the JSON body", ErrMalformed)
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// Expired reports whether the message is past its deadline at now.
+func (m *Message) Expired(now time.Time) bool {
+	return m.Deadline != nil && !now.Before(*m.Deadline)
+}
+
+// Publishing returns the AMQP message for m: persistent, message id =
+// taskId, typed by kind, with the schema version and deadline as headers.
+func Publishing(m *Message) (amqp.Publishing, error) {
+	body, err := Encode(m)
+	if err != nil {
+		return amqp.Publishing{}, err
+	}
+	h := amqp.Table{HeaderSchema: int32(m.Version)}
+	if m.Deadline != nil {
+		h[HeaderDeadline] = m.Deadline.UnixMilli()
+	}
+	return amqp.Publishing{
+		ContentType:  ContentType,
+		DeliveryMode: amqp.Persistent,
+		MessageId:    m.TaskID,
+		Type:         string(m.Kind),
+		Timestamp:    m.CreatedAt,
+		Priority:     m.Priority,
+		AppId:        "msgpulse",
+		Headers:      h,
+		Body:         body,
+	}, nil
+}
+
+// HeaderInt reads an integer header whatever AMQP type carried it.
+func HeaderInt(h amqp.Table, key string) (int64, bool) {
+	switch v := h[key].(type) {
+	case int64:
+		return v, true
+	case int32:
+		return int64(v), true
+	case int16:
+		return int64(v), true
+	case int8:
+		return int64(v), true
+	case int:
+		return int64(v), true
+	case uint8:
+		return int64(v), true
+	case uint16:
+		return int64(v), true
+	case uint32:
+		return int64(v), true
+	case float64:
+		return int64(v), true
+	case string:
+		n, err := strconv.ParseInt(v, 10, 64)
+		return n, err == nil
+	}
+	return 0, false
+}
+
+// HeaderTime reads a unix-ms header as a time.
+func HeaderTime(h amqp.Table, key string) (time.Time, bool) {
+	ms, ok := HeaderInt(h, key)
+	if !ok {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
+}

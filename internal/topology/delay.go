@@ -1,0 +1,211 @@
+package topology
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// DelayMode chooses how a delay is turned into hops.
+type DelayMode string
+
+// Delay modes.
+const (
+	// DelayExact composes a delay from several tier hops (largest first)
+	// and a relay that re-plans from the due time between hops, so every
+	// delay arrives on time.
+	DelayExact DelayMode = "exact"
+	// DelayRoundUp is seed 003's scheme C: short delays go to the precise
+	// queue, longer ones to the smallest tier that is not shorter.
+	DelayRoundUp DelayMode = "round-up"
+)
+
+// Queue roles of the delay topology.
+const (
+	RoleDelay         Role = "delay"
+	RoleRelay         Role = "relay"
+	RoleRelayDeadLetter Role = "relay-dead-letter"
+)
+
+// DefaultDelayTiers are seed 003's tiers plus fine sub-second tiers.
+var DefaultDelayTiers = []time.Duration{
+	16 * time.Millisecond, 32 * time.Millisecond, 64 * time.Millisecond,
+	128 * time.Millisecond, 256 * time.Millisecond, 512 * time.Millisecond,
+	time.Second, 5 * time.Second, 30 * time.Second, time.Minute, 5 * time.Minute,
+	30 * time.Minute, time.Hour, 6 * time.Hour, 24 * time.Hour,
+}
+
+// DelayConfig configures the delay topology.
+type DelayConfig struct {
+	Exchange         string          // default "easilynet.delay" (seed 003)
+	Tiers            []time.Duration // sorted ascending, positive
+	Mode             DelayMode
+	PreciseThreshold time.Duration // round-up: below it, the precise queue; 0 disables it
+	MaxLength        int           // x-max-length of every delay queue (reject-publish)
+	Max              time.Duration // longest delay accepted (DELAY_MAX)
+}
+
+// DefaultDelay returns the delay defaults.
+func DefaultDelay() DelayConfig {
+	return DelayConfig{
+		Exchange:         "easilynet.delay",
+		Tiers:            slices.Clone(DefaultDelayTiers),
+		Mode:             DelayExact,
+		PreciseThreshold: 10 * time.Second,
+		MaxLength:        200_000,
+		Max:              24 * time.Hour,
+	}
+}
+
+// Validate checks the delay settings.
+func (d DelayConfig) Validate() error {
+	if d.Exchange == "" {
+		return fmt.Errorf("delay: exchange name is empty")
+	}
+	if d.Mode != DelayExact && d.Mode != DelayRoundUp {
+		return fmt.Errorf("delay: mode %q: want exact or round-up", d.Mode)
+	}
+	if len(d.Tiers) == 0 {
+		return fmt.Errorf("delay: no tiers")
+	}
+	seen := map[string]bool{}
+	for i, t := range d.Tiers {
+		if t <= 0 || t%time.Millisecond != 0 {
+			return fmt.Errorf("delay: tier %s must be a positive whole number of milliseconds", t)
+		}
+		if i > 0 && t <= d.Tiers[i-1] {
+			return fmt.Errorf("delay: tiers must be sorted ascending without repeats (%s after %s)", t, d.Tiers[i-1])
+		}
+		if n := TierName(t); seen[n] {
+			return fmt.Errorf("delay: two tiers share the name %s", n)
+		} else {
+			seen[n] = true
+		}
+	}
+	if d.Max <= 0 || d.Max > d.Tiers[len(d.Tiers)-1] {
+		return fmt.Errorf("delay: max delay %s must be positive and at most the largest tier (%s)", d.Max, d.Tiers[len(d.Tiers)-1])
+	}
+	if d.PreciseThreshold < 0 {
+		return fmt.Errorf("delay: precise threshold must not be negative")
+	}
+	if d.MaxLength < 1 {
+		return fmt.Errorf("delay: max length must be at least 1")
+	}
+	return nil
+}
+
+// TierName is how a tier appears in queue names: 16ms, 1s, 5m, 24h.
+func TierName(t time.Duration) string {
+	switch {
+	case t%time.Hour == 0:
+		return fmt.Sprintf("%dh", t/time.Hour)
+	case t%time.Minute == 0:
+		return fmt.Sprintf("%dm", t/time.Minute)
+	case t%time.Second == 0:
+		return fmt.Sprintf("%ds", t/time.Second)
+	}
+	return fmt.Sprintf("%dms", t/time.Millisecond)
+}
+
+// DelayTier is one delay queue of a fixed TTL.
+type DelayTier struct {
+	TTL        time.Duration
+	Queue      string
+	RoutingKey string
+}
+
+// DelayTopology names the delay resources.
+type DelayTopology struct {
+	Mode             DelayMode
+	Exchange         string
+	Tiers            []DelayTier // ascending
+	PreciseQueue     string
+	PreciseKey       string
+	RelayQueue       string // exact mode only
+	RelayKey         string
+	RelayDeadLetterQ string // exact mode only: relay messages it cannot route
+	RelayDeadKey     string
+	// TargetExchange (round-up mode) receives what the delay queues
+	// dead-letter and routes it by the CC routing key to the channel
+	// exchanges; see addDelay.
+	TargetExchange   string
+	PreciseThreshold time.Duration
+	Max              time.Duration
+	MaxLength        int
+}
+
+// addDelay adds the delay exchange and queues to the model.
+//
+// Publishers send to the delay exchange with routing key delay.<tier> (or
+// delay.precise with a per-message expiration). What a delay queue does
+// with an expired message depends on the mode:
+//   - exact: it dead-letters to the delay exchange with routing key
+//     delay.relay; the relay re-plans from x-due-at and either publishes the
+//     next hop or the message's target.
+//   - round-up: it dead-letters to the target exchange keeping the
+//     message's routing keys; the publisher added the target routing key as
+//     a CC key, so the target exchange's exchange-to-exchange bindings route
+//     it to the channel exchange and on to the channel's queue.
+func (m *Model) addDelay(d DelayConfig, qt QueueType) {
+	dt := DelayTopology{
+		Mode: d.Mode, Exchange: d.Exchange, PreciseQueue: "queue.delay.precise", PreciseKey: "delay.precise",
+		PreciseThreshold: d.PreciseThreshold, Max: d.Max, MaxLength: d.MaxLength,
+	}
+	m.Exchanges = append(m.Exchanges, Exchange{Name: d.Exchange, Kind: "direct", Durable: true})
+	dlArgs := func() (map[string]any, map[string]string) {
+		args := map[string]any{ArgMaxLength: int64(d.MaxLength), ArgOverflow: "reject-publish"}
+		src := map[string]string{ArgMaxLength: "DELAY_QUEUE_MAX_LENGTH"}
+		if d.Mode == DelayExact {
+			args[ArgDeadLetterExchange] = d.Exchange
+			args[ArgDeadLetterRK] = "delay.relay"
+		} else {
+			args[ArgDeadLetterExchange] = d.Exchange + ".target"
+		}
+		if qt == Quorum {
+			args[ArgDeadLetterStrategy] = "at-least-once"
+		}
+		return args, src
+	}
+	addQueue := func(name, key string, role Role, ttl time.Duration) {
+		args, src := dlArgs()
+		if ttl > 0 {
+			args[ArgMessageTTL] = ttl.Milliseconds()
+		}
+		m.Queues = append(m.Queues, Queue{Name: name, Type: qt, Durable: true, Role: role, Args: args, Sources: src})
+		m.Bindings = append(m.Bindings, Binding{Source: d.Exchange, Destination: name, DestinationType: "queue", RoutingKey: key})
+	}
+	for _, t := range d.Tiers {
+		tier := DelayTier{TTL: t, Queue: "queue.delay." + TierName(t), RoutingKey: "delay." + TierName(t)}
+		dt.Tiers = append(dt.Tiers, tier)
+		addQueue(tier.Queue, tier.RoutingKey, RoleDelay, t)
+	}
+	if d.Mode == DelayExact || d.PreciseThreshold > 0 {
+		addQueue(dt.PreciseQueue, dt.PreciseKey, RoleDelay, 0)
+	} else {
+		dt.PreciseQueue, dt.PreciseKey = "", ""
+	}
+	if d.Mode == DelayExact {
+		dt.RelayQueue, dt.RelayKey = "queue.delay.relay", "delay.relay"
+		dt.RelayDeadLetterQ, dt.RelayDeadKey = "queue.delay.relay.dlq", "delay.relay.dead"
+		// The relay queue is unbounded on purpose: delay queues dead-letter
+		// into it, and a classic queue silently drops dead letters that a
+		// full reject-publish target refuses. Its depth is watched instead.
+		m.Queues = append(m.Queues,
+			Queue{Name: dt.RelayQueue, Type: qt, Durable: true, Role: RoleRelay,
+				Args:    map[string]any{ArgDeadLetterExchange: d.Exchange, ArgDeadLetterRK: dt.RelayDeadKey},
+				Sources: map[string]string{}},
+			Queue{Name: dt.RelayDeadLetterQ, Type: qt, Durable: true, Role: RoleRelayDeadLetter, Args: map[string]any{}, Sources: map[string]string{}},
+		)
+		m.Bindings = append(m.Bindings,
+			Binding{Source: d.Exchange, Destination: dt.RelayQueue, DestinationType: "queue", RoutingKey: dt.RelayKey},
+			Binding{Source: d.Exchange, Destination: dt.RelayDeadLetterQ, DestinationType: "queue", RoutingKey: dt.RelayDeadKey},
+		)
+	} else {
+		dt.TargetExchange = d.Exchange + ".target"
+		m.Exchanges = append(m.Exchanges, Exchange{Name: dt.TargetExchange, Kind: "direct", Durable: true})
+		for _, c := range m.Channels {
+			m.Bindings = append(m.Bindings, Binding{Source: dt.TargetExchange, Destination: c.Exchange, DestinationType: "exchange", RoutingKey: c.RoutingKey})
+		}
+	}
+	m.Delay = dt
+}

@@ -1,0 +1,9 @@
+// Package verify issues and checks verification codes. A code is generated
+// from a CSPRNG, stored in Redis only as a keyed digest (package seal) with
+// its expiry and failed-attempt count, replaced by the next code for the
+// same channel, recipient and purpose, consumed by the first correct check,
+// and burned after too many wrong ones.
+//
+// It must never write a code in clear to Redis or to a log, and never
+// compare digests with ==: comparisons are constant-time.
+package verify

@@ -1,0 +1,225 @@
+package verify
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"math/big"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/msgpulse/msgpulse/internal/seal"
+)
+
+// Config configures a Store.
+type Config struct {
+	Prefix      string        // Redis key prefix
+	CodeLength  int           // digits; default 6, 4..10
+	TTL         time.Duration // validity; default 10m
+	MaxAttempts int           // wrong guesses before the code is burned; default 5
+}
+
+// Validate fills defaults and checks ranges.
+func (c *Config) Validate() error {
+	if c.CodeLength == 0 {
+		c.CodeLength = 6
+	}
+	if c.TTL == 0 {
+		c.TTL = 10 * time.Minute
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 5
+	}
+	switch {
+	case c.CodeLength < 4 || c.CodeLength > 10:
+		return fmt.Errorf("verify: code length %d not in 4..10", c.CodeLength)
+	case c.TTL < time.Second:
+		return fmt.Errorf("verify: TTL %s below 1s", c.TTL)
+	case c.MaxAttempts < 1 || c.MaxAttempts > 100:
+		return fmt.Errorf("verify: max attempts %d not in 1..100", c.MaxAttempts)
+	}
+	return nil
+}
+
+// Store issues and checks codes.
+type Store struct {
+	rdb  redis.UniversalClient
+	keys *seal.Keys
+	cfg  Config
+}
+
+// New returns a Store.
+func New(rdb redis.UniversalClient, keys *seal.Keys, cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Store{rdb: rdb, keys: keys, cfg: cfg}, nil
+}
+
+// TTL returns how long a code stays valid.
+func (s *Store) TTL() time.Duration { return s.cfg.TTL }
+
+func (s *Store) key(channel, recipient, purpose string) string {
+	return s.cfg.Prefix + "verify:" + channel + ":" + recipient + ":" + purpose
+}
+
+// Digest is the keyed digest of a code in its context.
+func (s *Store) Digest(channel, recipient, purpose, code string) string {
+	return s.keys.Digest(channel, recipient, purpose, code)
+}
+
+// Generate returns a uniformly random code of the configured length.
+func (s *Store) Generate() (string, error) {
+	buf := make([]byte, s.cfg.CodeLength)
+	ten := big.NewInt(10)
+	for i := range buf {
+		n, err := rand.Int(rand.Reader, ten)
+		if err != nil {
+			return "", fmt.Errorf("verify: random: %w", err)
+		}
+		buf[i] = byte('0' + n.Int64())
+	}
+	return string(buf), nil
+}
+
+// Issued is a freshly stored code. Code is returned once, to be sealed into
+// the message; it is never stored.
+type Issued struct {
+	Code      string
+	Digest    string
+	TaskID    string
+	ExpiresAt time.Time
+
+	key  string
+	prev []string // the replaced code's fields and expiry, for rollback
+}
+
+// Replace the code for (channel, recipient, purpose), remembering the old
+// one so a failed publish can put it back: the user may still hold it.
+var issueScript = redis.NewScript(`
+local prev = redis.call('HGETALL', KEYS[1])
+local pexp = redis.call('PEXPIRETIME', KEYS[1])
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'digest', ARGV[1], 'taskId', ARGV[2], 'failures', 0, 'expiresAt', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+if #prev > 0 then table.insert(prev, 'pexpireat') table.insert(prev, tostring(pexp)) end
+return prev
+`)
+
+// Issue generates a code, stores its digest, and returns it.
+func (s *Store) Issue(ctx context.Context, channel, recipient, purpose, taskID string) (*Issued, error) {
+	code, err := s.Generate()
+	if err != nil {
+		return nil, err
+	}
+	exp := time.Now().Add(s.cfg.TTL)
+	iss := &Issued{Code: code, Digest: s.Digest(channel, recipient, purpose, code), TaskID: taskID, ExpiresAt: exp, key: s.key(channel, recipient, purpose)}
+	res, err := issueScript.Run(ctx, s.rdb, []string{iss.key}, iss.Digest, taskID, exp.UnixMilli(), s.cfg.TTL.Milliseconds()).StringSlice()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("verify: store code: %w", err)
+	}
+	iss.prev = res
+	return iss, nil
+}
+
+// Put back the replaced code, but only if the current one is still ours: a
+// newer request may have replaced it meanwhile, and that one wins.
+var rollbackScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'taskId') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+local n = #ARGV
+if n < 3 then return 1 end
+local pexp = tonumber(ARGV[n])
+local now = redis.call('TIME')
+local nowms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+if pexp == nil or pexp <= nowms then return 1 end
+for i = 2, n - 2, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i+1]) end
+redis.call('PEXPIREAT', KEYS[1], pexp)
+return 2
+`)
+
+// Rollback removes an issued code and restores the one it replaced, if that
+// has not expired. It is a no-op if a newer code replaced this one.
+func (s *Store) Rollback(ctx context.Context, iss *Issued) error {
+	args := []any{iss.TaskID}
+	for i := 0; i+1 < len(iss.prev); i += 2 {
+		if iss.prev[i] == "pexpireat" {
+			continue
+		}
+		args = append(args, iss.prev[i], iss.prev[i+1])
+	}
+	for i := 0; i+1 < len(iss.prev); i += 2 {
+		if iss.prev[i] == "pexpireat" {
+			args = append(args, iss.prev[i+1])
+		}
+	}
+	if err := rollbackScript.Run(ctx, s.rdb, []string{iss.key}, args...).Err(); err != nil {
+		return fmt.Errorf("verify: rollback: %w", err)
+	}
+	return nil
+}
+
+// Result of a check.
+type Result struct {
+	Valid        bool
+	AttemptsLeft int
+	// Burned is true when this wrong guess used the last attempt: the code
+	// is deleted and a new one must be requested.
+	Burned bool
+}
+
+// Consume the code only if it is still the one we compared against.
+var consumeScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'digest') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+`)
+
+// Count a failure against the code we compared against; burn it at max.
+var failScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'digest') ~= ARGV[1] then return -1 end
+local f = redis.call('HINCRBY', KEYS[1], 'failures', 1)
+if f >= tonumber(ARGV[2]) then redis.call('DEL', KEYS[1]) end
+return f
+`)
+
+// ErrNoCode is not returned: an unknown or expired code is simply invalid,
+// so a caller cannot tell "never issued" from "expired" from "wrong".
+
+// Check verifies code. A correct code is consumed (single use); a wrong one
+// counts against the code's attempts.
+func (s *Store) Check(ctx context.Context, channel, recipient, purpose, code string) (Result, error) {
+	key := s.key(channel, recipient, purpose)
+	stored, err := s.rdb.HMGet(ctx, key, "digest", "failures").Result()
+	if err != nil {
+		return Result{}, fmt.Errorf("verify: read code: %w", err)
+	}
+	digest, _ := stored[0].(string)
+	if digest == "" {
+		return Result{Valid: false, AttemptsLeft: 0}, nil
+	}
+	failures, _ := strconv.Atoi(fmt.Sprint(stored[1]))
+	if seal.Equal(s.Digest(channel, recipient, purpose, code), digest) {
+		ok, err := consumeScript.Run(ctx, s.rdb, []string{key}, digest).Int()
+		if err != nil {
+			return Result{}, fmt.Errorf("verify: consume code: %w", err)
+		}
+		if ok == 1 {
+			return Result{Valid: true, AttemptsLeft: s.cfg.MaxAttempts - failures}, nil
+		}
+		// A concurrent check consumed it, or a new code replaced it.
+		return Result{Valid: false, AttemptsLeft: 0}, nil
+	}
+	f, err := failScript.Run(ctx, s.rdb, []string{key}, digest, s.cfg.MaxAttempts).Int()
+	if err != nil {
+		return Result{}, fmt.Errorf("verify: count failure: %w", err)
+	}
+	if f < 0 { // replaced or consumed meanwhile
+		return Result{Valid: false, AttemptsLeft: 0}, nil
+	}
+	left := max(s.cfg.MaxAttempts-f, 0)
+	return Result{Valid: false, AttemptsLeft: left, Burned: left == 0}, nil
+}

@@ -1,0 +1,178 @@
+package verify
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/msgpulse/msgpulse/internal/seal"
+	"github.com/msgpulse/msgpulse/internal/testenv"
+)
+
+func setup(t *testing.T, cfg Config) (*Store, *testenv.Redis) {
+	t.Helper()
+	t.Parallel()
+	r := testenv.NewRedis(t)
+	keys, err := seal.New(seal.DevSecret)
+	require.NoError(t, err)
+	cfg.Prefix = r.Prefix
+	s, err := New(r.Client, keys, cfg)
+	require.NoError(t, err)
+	return s, r
+}
+
+func TestGenerate(t *testing.T) {
+	s, _ := setup(t, Config{CodeLength: 8})
+	seen := map[string]bool{}
+	for range 200 {
+		c, err := s.Generate()
+		require.NoError(t, err)
+		require.Len(t, c, 8)
+		require.Equal(t, "", strings.Trim(c, "0123456789"))
+		seen[c] = true
+	}
+	require.Greater(t, len(seen), 195, "codes must not repeat in practice")
+}
+
+func TestCorrectCodeWorksOnceAndIsNeverStoredInClear(t *testing.T) {
+	s, r := setup(t, Config{})
+	ctx := context.Background()
+	iss, err := s.Issue(ctx, "email", "a@example.com", "login", "task-1")
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now().Add(10*time.Minute), iss.ExpiresAt, 5*time.Second)
+
+	keys, err := r.Client.Keys(ctx, r.Prefix+"*").Result()
+	require.NoError(t, err)
+	require.Len(t, keys, 1)
+	require.NotContains(t, keys[0], iss.Code)
+	fields, err := r.Client.HGetAll(ctx, keys[0]).Result()
+	require.NoError(t, err)
+	for k, v := range fields {
+		require.NotContains(t, v, iss.Code, "field %s holds the code in clear", k)
+	}
+	ttl, err := r.Client.PTTL(ctx, keys[0]).Result()
+	require.NoError(t, err)
+	require.Greater(t, ttl, 9*time.Minute)
+
+	res, err := s.Check(ctx, "email", "a@example.com", "login", iss.Code)
+	require.NoError(t, err)
+	require.Equal(t, Result{Valid: true, AttemptsLeft: 5}, res)
+	res, err = s.Check(ctx, "email", "a@example.com", "login", iss.Code)
+	require.NoError(t, err)
+	require.False(t, res.Valid, "single use")
+}
+
+func TestWrongAttemptsBurnTheCode(t *testing.T) {
+	s, _ := setup(t, Config{MaxAttempts: 3})
+	ctx := context.Background()
+	iss, err := s.Issue(ctx, "sms", "+8613900001234", "register", "t")
+	require.NoError(t, err)
+	wrong := "000000"
+	if iss.Code == wrong {
+		wrong = "111111"
+	}
+	for i, want := range []Result{{AttemptsLeft: 2}, {AttemptsLeft: 1}, {AttemptsLeft: 0, Burned: true}} {
+		res, err := s.Check(ctx, "sms", "+8613900001234", "register", wrong)
+		require.NoError(t, err)
+		require.Equal(t, want, res, "attempt %d", i+1)
+	}
+	res, err := s.Check(ctx, "sms", "+8613900001234", "register", iss.Code)
+	require.NoError(t, err)
+	require.False(t, res.Valid, "a burned code stays invalid even when right")
+}
+
+func TestCodesAreScopedAndReplaced(t *testing.T) {
+	s, _ := setup(t, Config{})
+	ctx := context.Background()
+	first, err := s.Issue(ctx, "email", "a@example.com", "login", "t1")
+	require.NoError(t, err)
+	second, err := s.Issue(ctx, "email", "a@example.com", "login", "t2")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name                        string
+		channel, recipient, purpose string
+		code                        string
+	}{
+		{"old code replaced", "email", "a@example.com", "login", first.Code},
+		{"other purpose", "email", "a@example.com", "register", second.Code},
+		{"other recipient", "email", "b@example.com", "login", second.Code},
+		{"other channel", "sms", "a@example.com", "login", second.Code},
+	} {
+		if tc.code == second.Code && tc.name == "old code replaced" {
+			continue // 1 in 10^6: the two codes happen to be equal
+		}
+		res, err := s.Check(ctx, tc.channel, tc.recipient, tc.purpose, tc.code)
+		require.NoError(t, err)
+		require.False(t, res.Valid, tc.name)
+	}
+	res, err := s.Check(ctx, "email", "a@example.com", "login", second.Code)
+	require.NoError(t, err)
+	require.True(t, res.Valid)
+}
+
+func TestRollbackRestoresThePreviousCode(t *testing.T) {
+	s, r := setup(t, Config{})
+	ctx := context.Background()
+	// Nothing before: rollback leaves nothing behind.
+	iss, err := s.Issue(ctx, "email", "a@example.com", "login", "t1")
+	require.NoError(t, err)
+	require.NoError(t, s.Rollback(ctx, iss))
+	n, err := r.Client.Exists(ctx, s.key("email", "a@example.com", "login")).Result()
+	require.NoError(t, err)
+	require.Zero(t, n)
+
+	// A previous code: rollback puts it back, with its own expiry.
+	prev, err := s.Issue(ctx, "email", "a@example.com", "login", "t2")
+	require.NoError(t, err)
+	iss, err = s.Issue(ctx, "email", "a@example.com", "login", "t3")
+	require.NoError(t, err)
+	require.NoError(t, s.Rollback(ctx, iss))
+	res, err := s.Check(ctx, "email", "a@example.com", "login", prev.Code)
+	require.NoError(t, err)
+	require.True(t, res.Valid, "the code the user already holds works again")
+
+	// A newer code replaced ours: rollback must not touch it.
+	ours, err := s.Issue(ctx, "email", "a@example.com", "login", "t4")
+	require.NoError(t, err)
+	newer, err := s.Issue(ctx, "email", "a@example.com", "login", "t5")
+	require.NoError(t, err)
+	require.NoError(t, s.Rollback(ctx, ours))
+	res, err = s.Check(ctx, "email", "a@example.com", "login", newer.Code)
+	require.NoError(t, err)
+	require.True(t, res.Valid)
+}
+
+func TestConcurrentCorrectChecksConsumeOnce(t *testing.T) {
+	s, _ := setup(t, Config{})
+	ctx := context.Background()
+	iss, err := s.Issue(ctx, "email", "a@example.com", "login", "t")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	valid := 0
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := s.Check(ctx, "email", "a@example.com", "login", iss.Code)
+			require.NoError(t, err)
+			if res.Valid {
+				mu.Lock()
+				valid++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, 1, valid)
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []Config{{CodeLength: 3}, {CodeLength: 11}, {TTL: time.Millisecond}, {MaxAttempts: -1}} {
+		require.Error(t, c.Validate(), "%+v", c)
+	}
+}

@@ -196,4 +196,3 @@ func TestUsageErrors(t *testing.T) {
 	_, err := mgmt.New("::", time.Second)
 	require.Error(t, err)
 }
-

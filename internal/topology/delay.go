@@ -22,8 +22,8 @@ const (
 
 // Queue roles of the delay topology.
 const (
-	RoleDelay         Role = "delay"
-	RoleRelay         Role = "relay"
+	RoleDelay           Role = "delay"
+	RoleRelay           Role = "relay"
 	RoleRelayDeadLetter Role = "relay-dead-letter"
 )
 

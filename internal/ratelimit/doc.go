@@ -1,0 +1,16 @@
+// Package ratelimit enforces exact sliding-window rate limits and resend
+// cooldowns for cmd/api, shared by every API replica through Redis, and keeps
+// the admin-managed rate-limit configurations (global and per provider).
+//
+// A Take checks and records every dimension of a request (per recipient, per
+// IP, per API key, global, per provider config...) in one Lua script: either
+// all of them admit the request and all record it, or none records anything.
+// Time is Redis server time, so replicas with skewed clocks still agree.
+//
+// It must never admit more than a window's limit within any span of that
+// window's length, never record a denied request, and never let a rollback
+// remove anything but the rolled-back reservation's own entries (another
+// request's cooldown included). It never approximates: each rule key holds a
+// sorted-set log of its admitted requests, so its memory is bounded by the
+// largest limit of that rule (which is why Config caps limits).
+package ratelimit

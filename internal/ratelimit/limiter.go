@@ -1,0 +1,302 @@
+package ratelimit
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrLimited is matched (errors.Is) by every *LimitError.
+var ErrLimited = errors.New("ratelimit: limited")
+
+// Window is one sliding window of a rule. Limit 0 means unlimited: the window
+// is skipped.
+type Window struct {
+	Length time.Duration
+	Limit  int
+}
+
+// Rule is one dimension of a request, counted under Key (without the
+// limiter's prefix). Name is for humans and metrics: "per recipient",
+// "global email", "rate limit cfg-1 (provider aliyun)".
+type Rule struct {
+	Name    string
+	Key     string
+	Windows []Window
+}
+
+// Cooldown admits one request per For under Key (e.g. one code resend per
+// recipient per minute), whatever the windows say.
+type Cooldown struct {
+	Name string
+	Key  string
+	For  time.Duration
+}
+
+// Request is everything one Take checks and records together.
+type Request struct {
+	Rules    []Rule
+	Cooldown *Cooldown
+}
+
+// Reservation is what Take recorded, with enough to undo it from any replica.
+type Reservation struct {
+	ID          string   // member written to every log and value of the cooldown key
+	Keys        []string // full Redis keys of the logs holding ID
+	CooldownKey string   // full Redis key of the cooldown, "" when none was set
+}
+
+// LimitError says which limit denied a request and when to retry.
+type LimitError struct {
+	Rule       string        // Rule.Name or Cooldown.Name
+	Key        string        // Rule.Key or Cooldown.Key
+	Window     time.Duration // the violated window's length; the cooldown's For
+	Limit      int           // the violated window's limit; 1 for a cooldown
+	RetryAfter time.Duration // until the request would be admitted as far as this limit goes
+	Cooldown   bool
+}
+
+func (e *LimitError) Error() string {
+	name := e.Rule
+	if name == "" {
+		name = e.Key
+	}
+	if e.Cooldown {
+		return fmt.Sprintf("%s: wait %s", name, time.Duration(e.RetryAfterSeconds())*time.Second)
+	}
+	return fmt.Sprintf("%s: over the %s limit (%d)", name, WindowName(e.Window), e.Limit)
+}
+
+// Is makes errors.Is(err, ErrLimited) true.
+func (e *LimitError) Is(target error) bool { return target == ErrLimited }
+
+// RetryAfterSeconds is RetryAfter rounded up to whole seconds (at least 1),
+// as the Retry-After header wants: rounding down would invite a retry that is
+// still denied.
+func (e *LimitError) RetryAfterSeconds() int {
+	s := int((e.RetryAfter + time.Second - 1) / time.Second)
+	return max(s, 1)
+}
+
+// WindowName names a window length for messages and metric labels.
+func WindowName(d time.Duration) string {
+	switch d {
+	case time.Second:
+		return "per-second"
+	case time.Minute:
+		return "per-minute"
+	case time.Hour:
+		return "per-hour"
+	case 24 * time.Hour:
+		return "per-day"
+	}
+	return "per " + d.String()
+}
+
+// Limiter runs Takes and Rollbacks. It is safe for concurrent use.
+type Limiter struct {
+	rdb    redis.UniversalClient
+	prefix string
+}
+
+// New returns a Limiter whose keys all start with prefix.
+func New(rdb redis.UniversalClient, prefix string) *Limiter {
+	return &Limiter{rdb: rdb, prefix: prefix}
+}
+
+// The {rl} hash tag puts every limiter key in one cluster slot: a Take touches
+// keys of several dimensions in one script, which Redis Cluster only allows
+// within a slot. "log:" and "cooldown:" keep rule and cooldown keys apart.
+func (l *Limiter) logKey(k string) string      { return l.prefix + "ratelimit:{rl}:log:" + k }
+func (l *Limiter) cooldownKey(k string) string { return l.prefix + "ratelimit:{rl}:cooldown:" + k }
+
+// ceilMS rounds up so that a sub-millisecond remainder makes a window
+// stricter, never looser.
+func ceilMS(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// takeScript checks the cooldown and every window, and records only if all
+// admit.
+//
+// KEYS: the rule logs, then the cooldown key when ARGV[2] > 0.
+// ARGV: reservation id, cooldown ms (0 = none), number of rules, then per
+// rule: number of windows, then (length ms, limit) per window.
+// Returns {0} when admitted, else {1, rule, window, retry ms} for the
+// violation with the longest retry (rule 0 = the cooldown); rule and window
+// are 1-based positions in the arguments.
+//
+// A window is (now-length, now]. Its entries are the highest-scored ones of
+// the log, so when count >= limit the entry whose departure makes room
+// for one more is at rank card-limit (0-based, ascending): ZRANGE by rank
+// is O(log N), unlike paging through the window.
+var takeScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local id = ARGV[1]
+local cdms = tonumber(ARGV[2])
+local nrules = tonumber(ARGV[3])
+local best = nil
+if cdms > 0 then
+  local pttl = redis.call('PTTL', KEYS[nrules + 1])
+  if pttl == -1 then pttl = cdms end
+  if pttl > 0 then best = {1, 0, 0, pttl} end
+end
+local a = 4
+local spans = {}
+for r = 1, nrules do
+  local key = KEYS[r]
+  local nw = tonumber(ARGV[a])
+  a = a + 1
+  local span = 0
+  local card = nil
+  for w = 1, nw do
+    local len = tonumber(ARGV[a])
+    local lim = tonumber(ARGV[a + 1])
+    a = a + 2
+    if len > span then span = len end
+    local count = redis.call('ZCOUNT', key, '(' .. string.format('%d', now - len), '+inf')
+    if count >= lim then
+      if card == nil then card = redis.call('ZCARD', key) end
+      local e = redis.call('ZRANGE', key, card - lim, card - lim, 'WITHSCORES')
+      local retry = tonumber(e[2]) + len - now
+      if retry < 1 then retry = 1 end
+      if best == nil or retry > best[4] then best = {1, r, w, retry} end
+    end
+  end
+  spans[r] = span
+end
+if best then return best end
+for r = 1, nrules do
+  local key = KEYS[r]
+  redis.call('ZADD', key, now, id)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - spans[r])
+  redis.call('PEXPIRE', key, spans[r])
+end
+if cdms > 0 then
+  redis.call('SET', KEYS[nrules + 1], id, 'PX', cdms)
+end
+return {0}
+`)
+
+// rollbackScript removes one reservation. KEYS: the logs, then the cooldown
+// key when ARGV[2] == '1'. ARGV[1]: the reservation id.
+var rollbackScript = redis.NewScript(`
+local n = #KEYS
+if ARGV[2] == '1' then
+  n = n - 1
+  if redis.call('GET', KEYS[#KEYS]) == ARGV[1] then
+    redis.call('DEL', KEYS[#KEYS])
+  end
+end
+for i = 1, n do
+  redis.call('ZREM', KEYS[i], ARGV[1])
+end
+return 0
+`)
+
+// Take admits the request and records it in every rule and the cooldown, or
+// records nothing and returns a *LimitError. Other errors mean Redis could
+// not be asked; the caller decides whether to fail open or closed.
+func (l *Limiter) Take(ctx context.Context, req Request) (*Reservation, error) {
+	// The id is the log member, so it must be unique per reservation even
+	// when two replicas take in the same millisecond.
+	id := rand.Text()
+	res := &Reservation{ID: id}
+	var (
+		args = []any{id, int64(0), 0}
+		// The script skips nothing it is sent, so unlimited windows and rules
+		// without limits are left out here; ruleIdx and winIdx map its 1-based
+		// positions back to req for the LimitError.
+		ruleIdx []int
+		winIdx  [][]int
+		seen    = make(map[string]bool, len(req.Rules))
+	)
+	for i, r := range req.Rules {
+		if r.Key == "" {
+			return nil, fmt.Errorf("ratelimit: rule %d (%q): empty key", i, r.Name)
+		}
+		if seen[r.Key] {
+			return nil, fmt.Errorf("ratelimit: rule %q: key %q used twice in one request", r.Name, r.Key)
+		}
+		seen[r.Key] = true
+		var ws []int
+		var wargs []any
+		for j, w := range r.Windows {
+			if w.Limit < 0 || w.Length <= 0 {
+				return nil, fmt.Errorf("ratelimit: rule %q: window %d: length %s and limit %d must be positive", r.Name, j, w.Length, w.Limit)
+			}
+			if w.Limit == 0 {
+				continue
+			}
+			ws = append(ws, j)
+			wargs = append(wargs, ceilMS(w.Length), w.Limit)
+		}
+		if len(ws) == 0 {
+			continue
+		}
+		ruleIdx = append(ruleIdx, i)
+		winIdx = append(winIdx, ws)
+		res.Keys = append(res.Keys, l.logKey(r.Key))
+		args = append(args, len(ws))
+		args = append(args, wargs...)
+	}
+	args[2] = len(ruleIdx)
+	keys := append([]string(nil), res.Keys...)
+	if cd := req.Cooldown; cd != nil {
+		if cd.Key == "" || cd.For <= 0 {
+			return nil, fmt.Errorf("ratelimit: cooldown %q: needs a key and a positive duration", cd.Name)
+		}
+		res.CooldownKey = l.cooldownKey(cd.Key)
+		keys = append(keys, res.CooldownKey)
+		args[1] = ceilMS(cd.For)
+	}
+	if len(keys) == 0 {
+		return res, nil
+	}
+
+	out, err := takeScript.Run(ctx, l.rdb, keys, args...).Int64Slice()
+	if err != nil {
+		return nil, fmt.Errorf("ratelimit: take: %w", err)
+	}
+	if len(out) == 1 && out[0] == 0 {
+		return res, nil
+	}
+	if len(out) != 4 {
+		return nil, fmt.Errorf("ratelimit: take: unexpected reply %v", out)
+	}
+	rule, window, retry := int(out[1]), int(out[2]), time.Duration(out[3])*time.Millisecond
+	if rule == 0 {
+		cd := req.Cooldown
+		return nil, &LimitError{Rule: cd.Name, Key: cd.Key, Window: cd.For, Limit: 1, RetryAfter: retry, Cooldown: true}
+	}
+	if rule < 1 || rule > len(ruleIdx) || window < 1 || window > len(winIdx[rule-1]) {
+		return nil, fmt.Errorf("ratelimit: take: reply names unknown window %d of rule %d", window, rule)
+	}
+	r := req.Rules[ruleIdx[rule-1]]
+	w := r.Windows[winIdx[rule-1][window-1]]
+	return nil, &LimitError{Rule: r.Name, Key: r.Key, Window: w.Length, Limit: w.Limit, RetryAfter: retry}
+}
+
+// Rollback undoes a reservation whose request was not carried out (e.g. the
+// publish failed), so it does not count against anyone. It is idempotent, and
+// leaves a cooldown alone once a later request holds it.
+func (l *Limiter) Rollback(ctx context.Context, res *Reservation) error {
+	if res == nil || (len(res.Keys) == 0 && res.CooldownKey == "") {
+		return nil
+	}
+	keys := append([]string(nil), res.Keys...)
+	hasCD := "0"
+	if res.CooldownKey != "" {
+		keys = append(keys, res.CooldownKey)
+		hasCD = "1"
+	}
+	if err := rollbackScript.Run(ctx, l.rdb, keys, res.ID, hasCD).Err(); err != nil {
+		return fmt.Errorf("ratelimit: rollback: %w", err)
+	}
+	return nil
+}

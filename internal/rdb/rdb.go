@@ -1,0 +1,85 @@
+package rdb
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"runtime"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults applied when neither the URL's query (dial_timeout, read_timeout,
+// write_timeout, pool_size) nor an Option sets them.
+const (
+	DefaultDialTimeout  = 3 * time.Second
+	DefaultReadTimeout  = 2 * time.Second
+	DefaultWriteTimeout = 2 * time.Second
+)
+
+// DefaultPoolSize is per client; API handlers and consumer workers each hold
+// a connection only for one round trip, so a few per CPU is plenty.
+func DefaultPoolSize() int { return 10 * runtime.GOMAXPROCS(0) }
+
+// Option adjusts the parsed options before the client is built.
+type Option func(*redis.Options)
+
+// WithClientName names the connections (CLIENT LIST shows it), so an operator
+// can tell which program holds which connection.
+func WithClientName(name string) Option {
+	return func(o *redis.Options) { o.ClientName = name }
+}
+
+// WithPoolSize sets the connection pool size.
+func WithPoolSize(n int) Option {
+	return func(o *redis.Options) { o.PoolSize = n }
+}
+
+// WithTimeouts sets the dial, read and write timeouts; a zero leaves that one
+// as it is.
+func WithTimeouts(dial, read, write time.Duration) Option {
+	return func(o *redis.Options) {
+		if dial != 0 {
+			o.DialTimeout = dial
+		}
+		if read != 0 {
+			o.ReadTimeout = read
+		}
+		if write != 0 {
+			o.WriteTimeout = write
+		}
+	}
+}
+
+// New parses rawURL and returns a client that connects lazily.
+func New(rawURL string, opts ...Option) (*redis.Client, error) {
+	o, err := redis.ParseURL(rawURL)
+	if err != nil {
+		// url.Error repeats the whole URL, password included.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("rdb: parse Redis URL: %w", err)
+	}
+	if o.DialTimeout == 0 {
+		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.ReadTimeout == 0 {
+		o.ReadTimeout = DefaultReadTimeout
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.PoolSize == 0 {
+		o.PoolSize = DefaultPoolSize()
+	}
+	// Callers bound each call with a context deadline; honour it instead of
+	// only the socket timeouts.
+	o.ContextTimeoutEnabled = true
+	for _, opt := range opts {
+		opt(o)
+	}
+	return redis.NewClient(o), nil
+}

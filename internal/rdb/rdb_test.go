@@ -1,0 +1,100 @@
+package rdb_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/msgpulse/msgpulse/internal/rdb"
+	"github.com/msgpulse/msgpulse/internal/testenv"
+)
+
+func TestNewOptions(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		url        string
+		opts       []rdb.Option
+		addr       string
+		db         int
+		dial       time.Duration
+		read       time.Duration
+		write      time.Duration
+		pool       int
+		clientName string
+	}{
+		{
+			name: "defaults", url: "redis://127.0.0.1:6379/2",
+			addr: "127.0.0.1:6379", db: 2,
+			dial: rdb.DefaultDialTimeout, read: rdb.DefaultReadTimeout, write: rdb.DefaultWriteTimeout,
+			pool: rdb.DefaultPoolSize(),
+		},
+		{
+			name: "url query wins over defaults", url: "redis://h:1/0?dial_timeout=7s&read_timeout=8s&write_timeout=9s&pool_size=3",
+			addr: "h:1", dial: 7 * time.Second, read: 8 * time.Second, write: 9 * time.Second, pool: 3,
+		},
+		{
+			name: "options win over url", url: "redis://h:1/0?pool_size=3",
+			opts: []rdb.Option{rdb.WithPoolSize(4), rdb.WithTimeouts(time.Second, 0, 5*time.Second), rdb.WithClientName("api")},
+			addr: "h:1", dial: time.Second, read: rdb.DefaultReadTimeout, write: 5 * time.Second, pool: 4, clientName: "api",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := rdb.New(tc.url, tc.opts...)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Close() })
+			o := c.Options()
+			require.Equal(t, tc.addr, o.Addr)
+			require.Equal(t, tc.db, o.DB)
+			require.Equal(t, tc.dial, o.DialTimeout)
+			require.Equal(t, tc.read, o.ReadTimeout)
+			require.Equal(t, tc.write, o.WriteTimeout)
+			require.Equal(t, tc.pool, o.PoolSize)
+			require.Equal(t, tc.clientName, o.ClientName)
+			require.True(t, o.ContextTimeoutEnabled)
+		})
+	}
+}
+
+func TestNewErrorsHidePassword(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{
+		"redis://user:s3cret@host:6379/%zz",
+		"http://user:s3cret@host:6379/0",
+		"redis://user:s3cret@host:6379/notanumber",
+		"redis://user:s3cret@host:6379/0?bogus=1",
+	} {
+		_, err := rdb.New(u)
+		require.Error(t, err, u)
+		require.NotContains(t, err.Error(), "s3cret", u)
+	}
+}
+
+func TestNewDoesNotConnect(t *testing.T) {
+	t.Parallel()
+	// Port 1 refuses connections: construction must still succeed, and the
+	// failure must show up on first use.
+	c, err := rdb.New("redis://127.0.0.1:1/0", rdb.WithTimeouts(200*time.Millisecond, 0, 0))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.Error(t, c.Ping(ctx).Err())
+}
+
+func TestNewTalksToRealRedis(t *testing.T) {
+	t.Parallel()
+	r := testenv.NewRedis(t)
+	c, err := rdb.New(r.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := testenv.Context(t, 5*time.Second)
+	require.NoError(t, c.Set(ctx, r.Prefix+"k", "v", time.Minute).Err())
+	v, err := r.Client.Get(ctx, r.Prefix+"k").Result()
+	require.NoError(t, err)
+	require.Equal(t, "v", v)
+}

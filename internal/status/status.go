@@ -1,0 +1,365 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// State is where a message is in its life.
+type State string
+
+const (
+	Queued    State = "queued"
+	Scheduled State = "scheduled"
+	Sending   State = "sending"
+	Sent      State = "sent"
+	Retrying  State = "retrying"
+	Failed    State = "failed"
+	Expired   State = "expired"
+)
+
+// Valid reports whether s is one of the states above.
+func (s State) Valid() bool {
+	switch s {
+	case Queued, Scheduled, Sending, Sent, Retrying, Failed, Expired:
+		return true
+	}
+	return false
+}
+
+var (
+	// ErrNotFound: no record for the task (never created, expired or deleted).
+	ErrNotFound = errors.New("status: record not found")
+	// ErrExists: Create found a record already there.
+	ErrExists = errors.New("status: record already exists")
+	// ErrFinal: the record is sent, and stays as it is.
+	ErrFinal = errors.New("status: record is final (sent)")
+)
+
+// Record is the status of one message. Times have millisecond precision.
+type Record struct {
+	TaskID      string     `json:"taskId"`
+	Status      State      `json:"status"`
+	Channel     string     `json:"channel"`             // "email" or "sms"
+	Recipient   string     `json:"recipient,omitempty"` // masked by the caller
+	Kind        string     `json:"kind,omitempty"`
+	Template    string     `json:"template,omitempty"`
+	Attempts    int        `json:"attempts"`
+	CreatedAt   time.Time  `json:"createdAt"`
+	UpdatedAt   time.Time  `json:"updatedAt"`
+	ScheduledAt *time.Time `json:"scheduledAt,omitempty"`
+	SentAt      *time.Time `json:"sentAt,omitempty"`
+	LastError   string     `json:"lastError,omitempty"`
+	ErrorClass  string     `json:"errorClass,omitempty"`
+	Reason      string     `json:"reason,omitempty"`
+	Provider    string     `json:"provider,omitempty"`
+}
+
+// Update changes a record; nil and zero fields are left as they are, and a
+// pointer to "" clears that field.
+type Update struct {
+	Status      State // "" = unchanged
+	IncAttempts bool
+	LastError   *string
+	ErrorClass  *string
+	Reason      *string
+	Provider    *string
+	SentAt      *time.Time // when moving to Sent without it, Redis time is used
+}
+
+// Config configures a Store.
+type Config struct {
+	Prefix string
+	// TTL is how long a record lives after its last change. Default 7 days.
+	TTL time.Duration
+}
+
+// Validate fills defaults and reports the first invalid setting.
+func (c *Config) Validate() error {
+	if c.TTL == 0 {
+		c.TTL = 7 * 24 * time.Hour
+	}
+	if c.Prefix == "" {
+		return errors.New("status: Prefix is required")
+	}
+	if c.TTL < time.Second {
+		return fmt.Errorf("status: TTL %s: must be at least 1s", c.TTL)
+	}
+	return nil
+}
+
+// Store reads and writes records. It is safe for concurrent use.
+type Store struct {
+	rdb redis.UniversalClient
+	cfg Config
+}
+
+// New validates cfg and returns a Store.
+func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Store{rdb: rdb, cfg: cfg}, nil
+}
+
+func (s *Store) key(taskID string) string { return s.cfg.Prefix + "status:" + taskID }
+
+// Hash fields are the JSON names; times are unix milliseconds.
+const (
+	fTaskID      = "taskId"
+	fStatus      = "status"
+	fChannel     = "channel"
+	fRecipient   = "recipient"
+	fKind        = "kind"
+	fTemplate    = "template"
+	fAttempts    = "attempts"
+	fCreatedAt   = "createdAt"
+	fUpdatedAt   = "updatedAt"
+	fScheduledAt = "scheduledAt"
+	fSentAt      = "sentAt"
+	fLastError   = "lastError"
+	fErrorClass  = "errorClass"
+	fReason      = "reason"
+	fProvider    = "provider"
+)
+
+// Times are stamped in the scripts so that every writer uses one clock.
+const luaNow = `
+local t = redis.call('TIME')
+local now = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+`
+
+// ARGV: ttl ms, then field/value pairs; empty values are not stored, and an
+// empty createdAt or updatedAt means now.
+var createScript = redis.NewScript(luaNow + `
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+for i = 2, #ARGV, 2 do
+  local v = ARGV[i + 1]
+  if v == '' and (ARGV[i] == 'createdAt' or ARGV[i] == 'updatedAt') then v = now end
+  if v ~= '' then redis.call('HSET', KEYS[1], ARGV[i], v) end
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return 1`)
+
+// ARGV: ttl ms, task id, new status (empty keeps it), "1" to count an
+// attempt, then field/value pairs to set (an empty value deletes the field).
+// Returns {1, fields} or, for a sent record left untouched, {0, fields}.
+var updateScript = redis.NewScript(luaNow + `
+local key = KEYS[1]
+if redis.call('HGET', key, 'status') == 'sent' then
+  return {0, redis.call('HGETALL', key)}
+end
+if redis.call('EXISTS', key) == 0 then
+  -- The message outlived its record (TTL, or a lost Create): start a
+  -- minimal one rather than lose the update.
+  redis.call('HSET', key, 'taskId', ARGV[2], 'createdAt', now, 'attempts', 0)
+end
+if ARGV[3] ~= '' then redis.call('HSET', key, 'status', ARGV[3]) end
+if ARGV[4] == '1' then redis.call('HINCRBY', key, 'attempts', 1) end
+for i = 5, #ARGV, 2 do
+  if ARGV[i + 1] == '' then
+    redis.call('HDEL', key, ARGV[i])
+  else
+    redis.call('HSET', key, ARGV[i], ARGV[i + 1])
+  end
+end
+if ARGV[3] == 'sent' and redis.call('HEXISTS', key, 'sentAt') == 0 then
+  redis.call('HSET', key, 'sentAt', now)
+end
+redis.call('HSET', key, 'updatedAt', now)
+redis.call('PEXPIRE', key, ARGV[1])
+return {1, redis.call('HGETALL', key)}`)
+
+func ms(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return strconv.FormatInt(t.UnixMilli(), 10)
+}
+
+func msPtr(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return ms(*t)
+}
+
+// Create stores a new record; ErrExists if there is one. An empty Status is
+// Queued; zero CreatedAt and UpdatedAt are set to Redis time.
+func (s *Store) Create(ctx context.Context, r Record) error {
+	if r.Status == "" {
+		r.Status = Queued
+	}
+	if err := validateRecord(r); err != nil {
+		return err
+	}
+	args := []any{
+		s.cfg.TTL.Milliseconds(),
+		fTaskID, r.TaskID,
+		fStatus, string(r.Status),
+		fChannel, r.Channel,
+		fRecipient, r.Recipient,
+		fKind, r.Kind,
+		fTemplate, r.Template,
+		fAttempts, strconv.Itoa(r.Attempts),
+		fCreatedAt, ms(r.CreatedAt),
+		fUpdatedAt, ms(r.UpdatedAt),
+		fScheduledAt, msPtr(r.ScheduledAt),
+		fSentAt, msPtr(r.SentAt),
+		fLastError, r.LastError,
+		fErrorClass, r.ErrorClass,
+		fReason, r.Reason,
+		fProvider, r.Provider,
+	}
+	n, err := createScript.Run(ctx, s.rdb, []string{s.key(r.TaskID)}, args...).Int()
+	if err != nil {
+		return fmt.Errorf("status: create %q: %w", r.TaskID, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %q", ErrExists, r.TaskID)
+	}
+	return nil
+}
+
+func validateRecord(r Record) error {
+	if r.TaskID == "" {
+		return errors.New("status: TaskID is required")
+	}
+	if !r.Status.Valid() {
+		return fmt.Errorf("status: unknown status %q", r.Status)
+	}
+	if r.Channel != "email" && r.Channel != "sms" {
+		return fmt.Errorf("status: channel %q: must be email or sms", r.Channel)
+	}
+	if r.Attempts < 0 {
+		return fmt.Errorf("status: attempts %d: must not be negative", r.Attempts)
+	}
+	return nil
+}
+
+// Get returns the record of a task, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, taskID string) (Record, error) {
+	m, err := s.rdb.HGetAll(ctx, s.key(taskID)).Result()
+	if err != nil {
+		return Record{}, fmt.Errorf("status: get %q: %w", taskID, err)
+	}
+	if len(m) == 0 {
+		return Record{}, fmt.Errorf("%w: %q", ErrNotFound, taskID)
+	}
+	return parse(m)
+}
+
+// Update applies u atomically, refreshes the TTL and stamps updatedAt. A
+// missing record is created with what u gives. A sent record is returned
+// unchanged with ErrFinal.
+func (s *Store) Update(ctx context.Context, taskID string, u Update) (Record, error) {
+	if taskID == "" {
+		return Record{}, errors.New("status: TaskID is required")
+	}
+	if u.Status != "" && !u.Status.Valid() {
+		return Record{}, fmt.Errorf("status: unknown status %q", u.Status)
+	}
+	inc := "0"
+	if u.IncAttempts {
+		inc = "1"
+	}
+	args := []any{s.cfg.TTL.Milliseconds(), taskID, string(u.Status), inc}
+	for _, f := range []struct {
+		name string
+		v    *string
+	}{{fLastError, u.LastError}, {fErrorClass, u.ErrorClass}, {fReason, u.Reason}, {fProvider, u.Provider}} {
+		if f.v != nil {
+			args = append(args, f.name, *f.v)
+		}
+	}
+	if u.SentAt != nil {
+		args = append(args, fSentAt, ms(*u.SentAt))
+	}
+	out, err := updateScript.Run(ctx, s.rdb, []string{s.key(taskID)}, args...).Slice()
+	if err != nil {
+		return Record{}, fmt.Errorf("status: update %q: %w", taskID, err)
+	}
+	if len(out) != 2 {
+		return Record{}, fmt.Errorf("status: update %q: unexpected reply %v", taskID, out)
+	}
+	flat, _ := out[1].([]any)
+	m := make(map[string]string, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		k, _ := flat[i].(string)
+		v, _ := flat[i+1].(string)
+		m[k] = v
+	}
+	r, err := parse(m)
+	if err != nil {
+		return Record{}, err
+	}
+	if code, _ := out[0].(int64); code == 0 {
+		return r, fmt.Errorf("%w: %q", ErrFinal, taskID)
+	}
+	return r, nil
+}
+
+// Delete removes a record; ErrNotFound if there was none.
+func (s *Store) Delete(ctx context.Context, taskID string) error {
+	n, err := s.rdb.Del(ctx, s.key(taskID)).Result()
+	if err != nil {
+		return fmt.Errorf("status: delete %q: %w", taskID, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %q", ErrNotFound, taskID)
+	}
+	return nil
+}
+
+func parse(m map[string]string) (Record, error) {
+	r := Record{
+		TaskID:     m[fTaskID],
+		Status:     State(m[fStatus]),
+		Channel:    m[fChannel],
+		Recipient:  m[fRecipient],
+		Kind:       m[fKind],
+		Template:   m[fTemplate],
+		LastError:  m[fLastError],
+		ErrorClass: m[fErrorClass],
+		Reason:     m[fReason],
+		Provider:   m[fProvider],
+	}
+	var err error
+	num := func(f string) int64 {
+		v, ok := m[f]
+		if !ok || v == "" || err != nil {
+			return 0
+		}
+		var n int64
+		n, err = strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			err = fmt.Errorf("status: record %q: field %s: %w", r.TaskID, f, err)
+		}
+		return n
+	}
+	at := func(f string) *time.Time {
+		if _, ok := m[f]; !ok {
+			return nil
+		}
+		t := time.UnixMilli(num(f)).UTC()
+		return &t
+	}
+	r.Attempts = int(num(fAttempts))
+	if t := at(fCreatedAt); t != nil {
+		r.CreatedAt = *t
+	}
+	if t := at(fUpdatedAt); t != nil {
+		r.UpdatedAt = *t
+	}
+	r.ScheduledAt = at(fScheduledAt)
+	r.SentAt = at(fSentAt)
+	if err != nil {
+		return Record{}, err
+	}
+	return r, nil
+}

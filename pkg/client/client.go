@@ -1,0 +1,351 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Defaults of New.
+const (
+	// DefaultTimeout bounds each call unless WithTimeout says otherwise: a
+	// caller that forgot a deadline must not hang on a stuck server.
+	DefaultTimeout = 10 * time.Second
+	// DefaultUserAgent identifies this client in the server's logs.
+	DefaultUserAgent = "msgpulse-go-client/1"
+)
+
+// maxResponseBytes bounds what is read of a response: the largest answer
+// (every rate limit, every queue) is a few KiB, so 1 MiB only stops a
+// misbehaving server or proxy from making the caller buffer without limit.
+const maxResponseBytes = 1 << 20
+
+// Client calls msgpulse. It is safe for concurrent use.
+type Client struct {
+	baseURL   string // scheme://host[/prefix], no trailing slash
+	apiKey    string
+	hc        *http.Client
+	userAgent string
+	timeout   time.Duration
+	now       func() time.Time // for Retry-After dates; a field so tests pin it
+}
+
+// Option configures New.
+type Option func(*Client)
+
+// WithHTTPClient sets the HTTP client (transport, proxy, TLS). The client is
+// copied, and the copy never follows redirects; the original is left as is.
+// nil keeps the default.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(c *Client) {
+		if hc != nil {
+			c.hc = hc
+		}
+	}
+}
+
+// WithUserAgent sets the User-Agent header; "" keeps DefaultUserAgent.
+func WithUserAgent(ua string) Option {
+	return func(c *Client) {
+		if ua != "" {
+			c.userAgent = ua
+		}
+	}
+}
+
+// WithTimeout bounds each call (request and reading the answer), on top of
+// the caller's context; d <= 0 removes the bound, leaving only the context.
+func WithTimeout(d time.Duration) Option {
+	return func(c *Client) { c.timeout = max(d, 0) }
+}
+
+// New returns a client for the msgpulse server at baseURL (for example
+// "https://msgpulse.internal" or "http://gw/msgpulse" behind a path prefix),
+// authenticating with apiKey.
+func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("msgpulse client: base URL: %w", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("msgpulse client: base URL %q: want http(s)://host[/prefix]", baseURL)
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		// A query or fragment would be lost or misplaced when paths are
+		// appended; credentials in the URL are not how msgpulse authenticates.
+		return nil, fmt.Errorf("msgpulse client: base URL %q: must not have a query, fragment or user info", baseURL)
+	}
+	if apiKey == "" {
+		return nil, errors.New("msgpulse client: API key is empty")
+	}
+	if strings.ContainsFunc(apiKey, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		// Checked here rather than failing every request later with an
+		// error that would not say which setting is wrong.
+		return nil, errors.New("msgpulse client: API key contains control characters")
+	}
+	c := &Client{
+		baseURL:   strings.TrimRight(u.String(), "/"),
+		apiKey:    apiKey,
+		hc:        &http.Client{},
+		userAgent: DefaultUserAgent,
+		timeout:   DefaultTimeout,
+		now:       time.Now,
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	hc := *c.hc
+	// Never follow redirects: Go forwards custom headers such as X-API-Key
+	// to any redirect target, even on another host. The API has no
+	// redirects, so one is reported as an *APIError instead.
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c.hc = &hc
+	return c, nil
+}
+
+// RequestVerificationCode generates a code and queues its delivery
+// (POST /api/verification-codes). A too-early resend or a per-recipient or
+// per-IP limit is an *APIError for which IsRateLimited is true.
+func (c *Client) RequestVerificationCode(ctx context.Context, req VerificationCodeRequest) (*VerificationCode, error) {
+	return call[VerificationCode](ctx, c, http.MethodPost, "/api/verification-codes", req)
+}
+
+// VerifyCode checks a code (POST /api/verification-codes/verify). A wrong
+// code is not an error: Valid is false and AttemptsLeft says how many tries
+// remain. When too many wrong attempts burned the code the server answers
+// 429 with the same data: VerifyCode then returns both the result (Valid
+// false, AttemptsLeft 0) and the *APIError. A 429 without data (a request
+// rate limit) returns a nil result and the error.
+func (c *Client) VerifyCode(ctx context.Context, req VerifyRequest) (*VerifyResult, error) {
+	const path = "/api/verification-codes/verify"
+	data, err := c.do(ctx, http.MethodPost, path, true, req)
+	if err != nil {
+		if _, limited := IsRateLimited(err); limited && hasData(data) {
+			res, derr := decode[VerifyResult](http.MethodPost, path, data)
+			if derr == nil {
+				return res, err
+			}
+		}
+		return nil, err
+	}
+	return decode[VerifyResult](http.MethodPost, path, data)
+}
+
+// SendMessage queues a templated message, or schedules it when DelaySeconds
+// or SendAt is set (POST /api/messages/send).
+func (c *Client) SendMessage(ctx context.Context, req SendRequest) (*SendResult, error) {
+	if req.DelaySeconds != nil && req.SendAt != nil {
+		// Caught before the round trip: the server would answer 400 anyway.
+		return nil, errors.New("msgpulse: send message: DelaySeconds and SendAt are mutually exclusive")
+	}
+	if req.Variables == nil {
+		req.Variables = map[string]string{} // the contract requires the object
+	}
+	return call[SendResult](ctx, c, http.MethodPost, "/api/messages/send", req)
+}
+
+// GetMessage reads a message's delivery status (GET /api/messages/{taskId}).
+// An unknown task is an *APIError for which IsNotFound is true.
+func (c *Client) GetMessage(ctx context.Context, taskID string) (*Message, error) {
+	seg, err := segment("task id", taskID)
+	if err != nil {
+		return nil, err
+	}
+	return call[Message](ctx, c, http.MethodGet, "/api/messages/"+seg, nil)
+}
+
+// ListRateLimits returns every rate-limit configuration (GET /api/rate-limits).
+func (c *Client) ListRateLimits(ctx context.Context) ([]RateLimit, error) {
+	const path = "/api/rate-limits"
+	data, err := c.do(ctx, http.MethodGet, path, true, nil)
+	if err != nil {
+		return nil, err
+	}
+	var out []RateLimit
+	if err := json.Unmarshal(data, &out); err != nil {
+		return nil, fmt.Errorf("msgpulse: GET %s: decoding data: %w", path, err)
+	}
+	return out, nil
+}
+
+// CreateRateLimit creates a configuration (POST /api/rate-limits); an empty
+// ID lets the server generate one. An existing ID or provider is a 409
+// *APIError.
+func (c *Client) CreateRateLimit(ctx context.Context, rl RateLimit) (*RateLimit, error) {
+	return call[RateLimit](ctx, c, http.MethodPost, "/api/rate-limits", rl)
+}
+
+// GetRateLimit reads one configuration (GET /api/rate-limits/{id}).
+func (c *Client) GetRateLimit(ctx context.Context, id string) (*RateLimit, error) {
+	seg, err := segment("rate limit id", id)
+	if err != nil {
+		return nil, err
+	}
+	return call[RateLimit](ctx, c, http.MethodGet, "/api/rate-limits/"+seg, nil)
+}
+
+// UpdateRateLimit replaces the configuration id with rl
+// (PUT /api/rate-limits/{id}). rl.ID is ignored: id names the configuration,
+// and the body carries it too so the server sees one consistent request.
+func (c *Client) UpdateRateLimit(ctx context.Context, id string, rl RateLimit) (*RateLimit, error) {
+	seg, err := segment("rate limit id", id)
+	if err != nil {
+		return nil, err
+	}
+	rl.ID = id
+	return call[RateLimit](ctx, c, http.MethodPut, "/api/rate-limits/"+seg, rl)
+}
+
+// DeleteRateLimit deletes a configuration (DELETE /api/rate-limits/{id}).
+func (c *Client) DeleteRateLimit(ctx context.Context, id string) error {
+	seg, err := segment("rate limit id", id)
+	if err != nil {
+		return err
+	}
+	_, err = c.do(ctx, http.MethodDelete, "/api/rate-limits/"+seg, true, nil)
+	return err
+}
+
+// QueueStats returns the depth and fill level of every queue
+// (GET /api/queues/stats).
+func (c *Client) QueueStats(ctx context.Context) (*QueueStats, error) {
+	return call[QueueStats](ctx, c, http.MethodGet, "/api/queues/stats", nil)
+}
+
+// DLQStats returns what the dead-letter queues hold, by reason
+// (GET /api/dlq/stats).
+func (c *Client) DLQStats(ctx context.Context) (*DLQStats, error) {
+	return call[DLQStats](ctx, c, http.MethodGet, "/api/dlq/stats", nil)
+}
+
+// Ready returns nil when the server is ready (GET /readyz answered 200). A
+// 503 is returned as an error that names each dependency's state and wraps
+// the *APIError. The API key is not sent: /readyz needs none and is often
+// exposed to load balancers and their logs.
+func (c *Client) Ready(ctx context.Context) error {
+	data, err := c.do(ctx, http.MethodGet, "/readyz", false, nil)
+	if err == nil {
+		return nil
+	}
+	var r struct {
+		AMQP  string `json:"amqp"`
+		Redis string `json:"redis"`
+	}
+	if hasData(data) && json.Unmarshal(data, &r) == nil && (r.AMQP != "" || r.Redis != "") {
+		return fmt.Errorf("msgpulse not ready (amqp: %s; redis: %s): %w", r.AMQP, r.Redis, err)
+	}
+	return err
+}
+
+// call makes an authenticated request and decodes its data into a new T.
+func call[T any](ctx context.Context, c *Client, method, path string, in any) (*T, error) {
+	data, err := c.do(ctx, method, path, true, in)
+	if err != nil {
+		return nil, err
+	}
+	return decode[T](method, path, data)
+}
+
+// decode reads an object payload; a 2xx without one breaks the contract and
+// is an error rather than a zero value the caller would mistake for data.
+func decode[T any](method, path string, data json.RawMessage) (*T, error) {
+	if !hasData(data) {
+		return nil, fmt.Errorf("msgpulse: %s %s: response has no data", method, path)
+	}
+	out := new(T)
+	if err := json.Unmarshal(data, out); err != nil {
+		return nil, fmt.Errorf("msgpulse: %s %s: decoding data: %w", method, path, err)
+	}
+	return out, nil
+}
+
+func hasData(data json.RawMessage) bool {
+	d := bytes.TrimSpace(data)
+	return len(d) > 0 && !bytes.Equal(d, []byte("null"))
+}
+
+// segment escapes a path parameter. Empty and dot segments are refused:
+// they would address another route ("/api/rate-limits/") or be rewritten by
+// path cleaning ("/api/rate-limits/..") instead of reaching the resource.
+func segment(what, v string) (string, error) {
+	if v == "" || v == "." || v == ".." {
+		return "", fmt.Errorf("msgpulse: invalid %s %q", what, v)
+	}
+	return url.PathEscape(v), nil
+}
+
+// envelope is every JSON answer's shape.
+type envelope struct {
+	Code int             `json:"code"`
+	Msg  string          `json:"msg"`
+	Data json.RawMessage `json:"data"`
+}
+
+// do makes one request. On 2xx it returns the envelope's data; otherwise an
+// *APIError and, when the answer was an envelope, its data (some refusals
+// explain themselves there: a burned code, a readiness report).
+func (c *Client) do(ctx context.Context, method, path string, auth bool, in any) (json.RawMessage, error) {
+	if c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, fmt.Errorf("msgpulse: %s %s: encoding request: %w", method, path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.baseURL+path, body)
+	if err != nil {
+		return nil, fmt.Errorf("msgpulse: %s %s: %w", method, path, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", c.userAgent)
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if auth {
+		req.Header.Set("X-API-Key", c.apiKey)
+	}
+
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("msgpulse: %s %s: %w", method, path, err)
+	}
+	defer func() { _ = resp.Body.Close() }() // read fully or abandoned; nothing to report
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("msgpulse: %s %s: reading response (HTTP %d): %w", method, path, resp.StatusCode, err)
+	}
+	tooLarge := len(raw) > maxResponseBytes
+
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		// A truncated error body still yields an APIError: its excerpt is
+		// all a human needs.
+		apiErr := newAPIError(resp, raw[:min(len(raw), maxResponseBytes)], c.now())
+		var env envelope
+		if !tooLarge && json.Unmarshal(raw, &env) == nil {
+			return env.Data, apiErr
+		}
+		return nil, apiErr
+	}
+	if tooLarge {
+		return nil, fmt.Errorf("msgpulse: %s %s: response larger than %d bytes", method, path, maxResponseBytes)
+	}
+	var env envelope
+	if err := json.Unmarshal(raw, &env); err != nil {
+		return nil, fmt.Errorf("msgpulse: %s %s: HTTP %d answer is not a JSON envelope (%s): %w",
+			method, path, resp.StatusCode, excerpt(raw, resp.Header.Get("Content-Type")), err)
+	}
+	return env.Data, nil
+}

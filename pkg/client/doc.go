@@ -1,0 +1,17 @@
+// Package client is a small typed Go client for msgpulse's HTTP API (the
+// contract is api/openapi.yaml): request and verify one-time codes, send
+// templated messages and read their status, manage rate-limit
+// configurations, read queue and dead-letter statistics, and check
+// readiness.
+//
+// Every method takes a context and makes exactly one HTTP request. A non-2xx
+// answer is returned as an *APIError carrying the status, the server's msg
+// and, on 429, the Retry-After delay; IsRateLimited and IsNotFound test for
+// the common cases.
+//
+// The package imports only the standard library so that any service can
+// vendor it. It never retries (the caller knows whether a repeat is safe:
+// requesting a code twice sends two codes), never follows redirects (they
+// would carry the API key to wherever they point), never logs, and never
+// sends the API key to the routes that need none (/readyz).
+package client

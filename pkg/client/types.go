@@ -1,0 +1,168 @@
+package client
+
+import "time"
+
+// Channel is the delivery channel of a verification code or a message.
+type Channel string
+
+// Channels.
+const (
+	ChannelEmail Channel = "email"
+	ChannelSMS   Channel = "sms"
+)
+
+// MessageType is the kind of a templated message (SendRequest.MessageType).
+// It is spelled in capitals, unlike Channel, because the contract says so.
+type MessageType string
+
+// Message types.
+const (
+	MessageEmail MessageType = "EMAIL"
+	MessageSMS   MessageType = "SMS"
+)
+
+// Locales the server renders codes in.
+const (
+	LocaleZhCN = "zh-CN"
+	LocaleEn   = "en"
+)
+
+// Status is the delivery status of a message.
+type Status string
+
+// Statuses.
+const (
+	StatusQueued    Status = "queued"    // waiting in the broker
+	StatusScheduled Status = "scheduled" // waiting for its send time
+	StatusSending   Status = "sending"   // a consumer is sending it
+	StatusSent      Status = "sent"      // the provider accepted it
+	StatusRetrying  Status = "retrying"  // an attempt failed, another is planned
+	StatusFailed    Status = "failed"    // no attempt can succeed
+	StatusExpired   Status = "expired"   // it waited past its TTL
+)
+
+// VerificationCodeRequest asks msgpulse to generate a code and send it.
+type VerificationCodeRequest struct {
+	Channel   Channel `json:"channel"`
+	Recipient string  `json:"recipient"` // email address or phone number
+	Purpose   string  `json:"purpose"`   // slug: register, login, reset_password...
+	Locale    string  `json:"locale,omitempty"`
+	// ClientIP is the end user's IP address, for per-IP limits.
+	ClientIP string `json:"clientIp,omitempty"`
+}
+
+// VerificationCode is the answer to RequestVerificationCode.
+type VerificationCode struct {
+	TaskID      string    `json:"taskId"`
+	Status      Status    `json:"status"`
+	ExpiresAt   time.Time `json:"expiresAt"`   // when the code stops being valid
+	ResendAfter time.Time `json:"resendAfter"` // from when another code may be requested
+}
+
+// VerifyRequest checks a code.
+type VerifyRequest struct {
+	Channel   Channel `json:"channel"`
+	Recipient string  `json:"recipient"`
+	Purpose   string  `json:"purpose"`
+	Code      string  `json:"code"`
+}
+
+// VerifyResult says whether a code matched.
+type VerifyResult struct {
+	Valid        bool `json:"valid"`
+	AttemptsLeft int  `json:"attemptsLeft"`
+}
+
+// SendRequest asks msgpulse to send a templated message. DelaySeconds and
+// SendAt are mutually exclusive; leave both nil to send at once.
+type SendRequest struct {
+	MessageType  MessageType `json:"messageType"`
+	TemplateCode string      `json:"templateCode"`
+	Recipient    string      `json:"recipient"`
+	// Variables fill the template; nil is sent as {} because the contract
+	// requires the object.
+	Variables map[string]string `json:"variables"`
+	Locale    string            `json:"locale,omitempty"`
+	// Priority is 0..9; a pointer because 0 is a valid priority that must
+	// not be confused with "use the server's default".
+	Priority     *int       `json:"priority,omitempty"`
+	CallbackURL  string     `json:"callbackUrl,omitempty"` // https only
+	DelaySeconds *float64   `json:"delaySeconds,omitempty"`
+	SendAt       *time.Time `json:"sendAt,omitempty"`
+}
+
+// SendResult is the answer to SendMessage.
+type SendResult struct {
+	TaskID      string     `json:"taskId"`
+	Status      Status     `json:"status"`                // queued or scheduled
+	ScheduledAt *time.Time `json:"scheduledAt,omitempty"` // set when scheduled
+}
+
+// Message is the delivery status of one message.
+type Message struct {
+	TaskID    string    `json:"taskId"`
+	Status    Status    `json:"status"`
+	Channel   Channel   `json:"channel"`
+	Recipient string    `json:"recipient"` // masked by the server
+	Attempts  int       `json:"attempts"`
+	CreatedAt time.Time `json:"createdAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+	LastError string    `json:"lastError"`
+
+	// Optional fields: empty or nil when the server did not send them.
+	Kind        string     `json:"kind,omitempty"`
+	Template    string     `json:"template,omitempty"`
+	ScheduledAt *time.Time `json:"scheduledAt,omitempty"`
+	SentAt      *time.Time `json:"sentAt,omitempty"`
+	ErrorClass  string     `json:"errorClass,omitempty"`
+	Reason      string     `json:"reason,omitempty"`
+	Provider    string     `json:"provider,omitempty"`
+}
+
+// RateLimit is one rate-limit configuration. A limit of 0 means unlimited.
+type RateLimit struct {
+	// ID is a slug; CreateRateLimit lets the server generate it when empty.
+	ID string `json:"id,omitempty"`
+	// Provider is the provider it limits; nil is the global limit. It is
+	// always sent (null included) because null is meaningful.
+	Provider          *string `json:"provider"`
+	RequestsPerSecond int     `json:"requestsPerSecond"`
+	RequestsPerMinute int     `json:"requestsPerMinute"`
+	RequestsPerHour   int     `json:"requestsPerHour"`
+	RequestsPerDay    int     `json:"requestsPerDay"`
+	IsEnabled         bool    `json:"isEnabled"`
+}
+
+// QueueStats lists every queue of msgpulse's topology.
+type QueueStats struct {
+	Queues []QueueStat `json:"queues"`
+}
+
+// QueueStat is one queue's depth and fill level.
+type QueueStat struct {
+	Name string `json:"name"`
+	Role string `json:"role"` // main, dead-letter, delay or relay
+	// Channel is the topology's channel name ("mail" or "sms"), not the
+	// API's Channel; empty for a queue shared by every channel.
+	Channel   string  `json:"channel"`
+	Messages  int     `json:"messages"`
+	Consumers int     `json:"consumers"`
+	MaxLength int     `json:"maxLength"` // 0 = unbounded
+	Usage     float64 `json:"usage"`     // messages/maxLength, 0..1
+	Status    string  `json:"status"`    // ok, warning (above 80%) or missing
+}
+
+// DLQStats lists what the dead-letter queues hold.
+type DLQStats struct {
+	Queues []DLQQueueStat `json:"queues"`
+}
+
+// DLQQueueStat is one dead-letter queue's content by reason.
+type DLQQueueStat struct {
+	Queue    string         `json:"queue"`
+	Channel  string         `json:"channel"` // topology channel, as in QueueStat
+	Total    int            `json:"total"`
+	ByReason map[string]int `json:"byReason"`
+	Oldest   *time.Time     `json:"oldest,omitempty"` // nil when empty
+	Newest   *time.Time     `json:"newest,omitempty"` // nil when empty
+}

@@ -1,0 +1,304 @@
+package sms
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/msgpulse/msgpulse/internal/breaker"
+)
+
+// Provider names, as used in SMS_PROVIDER, Receipt.Provider and
+// Error.Provider.
+const (
+	NameLog     = "log"
+	NameWebhook = "webhook"
+	NameAliyun  = "aliyun"
+	NameTencent = "tencent"
+	NameTwilio  = "twilio"
+)
+
+// Names lists every provider name New accepts.
+var Names = []string{NameLog, NameWebhook, NameAliyun, NameTencent, NameTwilio}
+
+// Defaults for zero Config fields.
+const (
+	DefaultTimeout         = 10 * time.Second
+	DefaultAliyunEndpoint  = "https://dysmsapi.aliyuncs.com/"
+	DefaultAliyunRegion    = "cn-hangzhou"
+	DefaultTencentEndpoint = "https://sms.tencentcloudapi.com/"
+	DefaultTencentRegion   = "ap-guangzhou"
+	DefaultTwilioBaseURL   = "https://api.twilio.com"
+)
+
+// Config selects and configures the SMS vendors. Zero fields take the
+// defaults above (Provider defaults to "log").
+type Config struct {
+	Provider string        // primary vendor, one of Names
+	Fallback string        // vendor used while the primary's breaker is open; "" for none
+	Timeout  time.Duration // bound on one vendor request, connect to last byte
+	Breaker  breaker.Config
+	Webhook  WebhookConfig
+	Aliyun   AliyunConfig
+	Tencent  TencentConfig
+	Twilio   TwilioConfig
+}
+
+// WebhookConfig configures the generic signed-JSON webhook.
+type WebhookConfig struct {
+	URL    string
+	Secret string // HMAC-SHA256 key; the receiver checks with VerifyWebhookSignature
+}
+
+// AliyunConfig configures Aliyun (Alibaba Cloud) Dysmsapi.
+type AliyunConfig struct {
+	AccessKeyID     string
+	AccessKeySecret string
+	SignName        string
+	// Templates maps msgpulse template codes to Aliyun TemplateCodes
+	// (verify_code -> SMS_123456): Aliyun sends only registered templates.
+	Templates map[string]string
+	Endpoint  string // default DefaultAliyunEndpoint; tests point it at httptest
+	RegionID  string // default DefaultAliyunRegion
+}
+
+// TencentConfig configures Tencent Cloud SMS (API 2021-01-11).
+type TencentConfig struct {
+	SecretID  string
+	SecretKey string
+	SdkAppID  string
+	SignName  string
+	// Templates maps msgpulse template codes to a Tencent template id and
+	// the order of its parameters: Tencent takes them as a positional list.
+	Templates map[string]TencentTemplate
+	Endpoint  string // default DefaultTencentEndpoint
+	Region    string // default DefaultTencentRegion
+}
+
+// TencentTemplate is one registered Tencent template.
+type TencentTemplate struct {
+	ID     string
+	Params []string // msgpulse variable names, in the template's {1}, {2}... order
+}
+
+// TwilioConfig configures Twilio's Messages API.
+type TwilioConfig struct {
+	AccountSID          string
+	AuthToken           string
+	From                string // sender number; ignored when MessagingServiceSID is set
+	MessagingServiceSID string
+	BaseURL             string // default DefaultTwilioBaseURL
+}
+
+// ConfigError is one invalid setting, named by its environment variable so
+// internal/config can report it through envconf.Loader.Fail.
+type ConfigError struct {
+	Var   string
+	Value string // never a secret
+	Msg   string
+}
+
+func (e *ConfigError) Error() string { return e.Var + ": " + e.Msg }
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Provider == "" {
+		c.Provider = NameLog
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	c.Breaker = c.Breaker.WithDefaults()
+	if c.Aliyun.Endpoint == "" {
+		c.Aliyun.Endpoint = DefaultAliyunEndpoint
+	}
+	if c.Aliyun.RegionID == "" {
+		c.Aliyun.RegionID = DefaultAliyunRegion
+	}
+	if c.Tencent.Endpoint == "" {
+		c.Tencent.Endpoint = DefaultTencentEndpoint
+	}
+	if c.Tencent.Region == "" {
+		c.Tencent.Region = DefaultTencentRegion
+	}
+	if c.Twilio.BaseURL == "" {
+		c.Twilio.BaseURL = DefaultTwilioBaseURL
+	}
+	return c
+}
+
+// Validate checks the settings of the selected vendors (primary and
+// fallback); settings of unselected vendors are ignored. The error joins one
+// *ConfigError per problem.
+func (c Config) Validate() error {
+	errs := make([]error, 0, 4)
+	for _, p := range c.Problems() {
+		errs = append(errs, p)
+	}
+	return errors.Join(errs...)
+}
+
+// Problems is Validate's list, for callers that report each variable.
+func (c Config) Problems() []*ConfigError {
+	c = c.WithDefaults()
+	var ps []*ConfigError
+	add := func(v, val, format string, args ...any) {
+		ps = append(ps, &ConfigError{Var: v, Value: val, Msg: fmt.Sprintf(format, args...)})
+	}
+	if !slices.Contains(Names, c.Provider) {
+		add("SMS_PROVIDER", c.Provider, "unknown provider; want one of %s", strings.Join(Names, ", "))
+	}
+	switch {
+	case c.Fallback == "":
+	case !slices.Contains(Names, c.Fallback):
+		add("SMS_PROVIDER_FALLBACK", c.Fallback, "unknown provider; want one of %s or empty", strings.Join(Names, ", "))
+	case c.Fallback == c.Provider:
+		add("SMS_PROVIDER_FALLBACK", c.Fallback, "must differ from SMS_PROVIDER")
+	case c.Fallback == NameLog:
+		// A fallback that prints instead of sending would report lost
+		// messages as delivered exactly when the real vendor is down.
+		add("SMS_PROVIDER_FALLBACK", c.Fallback, "log sends nothing and cannot be a fallback")
+	}
+	if c.Timeout < 0 {
+		add("SMS_TIMEOUT", c.Timeout.String(), "must be positive")
+	}
+	if c.Breaker.FailureThreshold < 0 {
+		add("BREAKER_FAILURES", fmt.Sprint(c.Breaker.FailureThreshold), "must be positive")
+	}
+	if c.Breaker.OpenFor < 0 {
+		add("BREAKER_OPEN_FOR", c.Breaker.OpenFor.String(), "must be positive")
+	}
+	if c.Breaker.HalfOpenProbes < 0 {
+		add("BREAKER_HALF_OPEN_PROBES", fmt.Sprint(c.Breaker.HalfOpenProbes), "must be positive")
+	}
+	for _, name := range []string{c.Provider, c.Fallback} {
+		if name == "" {
+			continue
+		}
+		ps = append(ps, c.vendorProblems(name)...)
+	}
+	return ps
+}
+
+// vendorProblems checks what the named vendor needs to send anything.
+func (c Config) vendorProblems(name string) []*ConfigError {
+	c = c.WithDefaults()
+	var ps []*ConfigError
+	required := func(v, val string) {
+		if strings.TrimSpace(val) == "" {
+			ps = append(ps, &ConfigError{Var: v, Msg: "required when SMS provider " + name + " is selected"})
+		}
+	}
+	checkURL := func(v, val string) {
+		if err := checkHTTPURL(val); err != nil {
+			ps = append(ps, &ConfigError{Var: v, Value: val, Msg: err.Error()})
+		}
+	}
+	switch name {
+	case NameWebhook:
+		required("SMS_WEBHOOK_URL", c.Webhook.URL)
+		if c.Webhook.URL != "" {
+			checkURL("SMS_WEBHOOK_URL", c.Webhook.URL)
+		}
+		required("SMS_WEBHOOK_SECRET", c.Webhook.Secret)
+	case NameAliyun:
+		required("ALIYUN_ACCESS_KEY_ID", c.Aliyun.AccessKeyID)
+		required("ALIYUN_ACCESS_KEY_SECRET", c.Aliyun.AccessKeySecret)
+		required("ALIYUN_SMS_SIGN_NAME", c.Aliyun.SignName)
+		if len(c.Aliyun.Templates) == 0 {
+			ps = append(ps, &ConfigError{Var: "ALIYUN_SMS_TEMPLATES", Msg: "required when SMS provider aliyun is selected (e.g. verify_code=SMS_123456)"})
+		}
+		checkURL("ALIYUN_SMS_ENDPOINT", c.Aliyun.Endpoint)
+	case NameTencent:
+		required("TENCENT_SECRET_ID", c.Tencent.SecretID)
+		required("TENCENT_SECRET_KEY", c.Tencent.SecretKey)
+		required("TENCENT_SMS_SDK_APP_ID", c.Tencent.SdkAppID)
+		required("TENCENT_SMS_SIGN_NAME", c.Tencent.SignName)
+		if len(c.Tencent.Templates) == 0 {
+			ps = append(ps, &ConfigError{Var: "TENCENT_SMS_TEMPLATES", Msg: "required when SMS provider tencent is selected (e.g. verify_code=1234567:code|ttlMinutes)"})
+		}
+		checkURL("TENCENT_SMS_ENDPOINT", c.Tencent.Endpoint)
+	case NameTwilio:
+		required("TWILIO_ACCOUNT_SID", c.Twilio.AccountSID)
+		required("TWILIO_AUTH_TOKEN", c.Twilio.AuthToken)
+		if c.Twilio.From == "" && c.Twilio.MessagingServiceSID == "" {
+			ps = append(ps, &ConfigError{Var: "TWILIO_FROM", Msg: "TWILIO_FROM or TWILIO_MESSAGING_SERVICE_SID is required when SMS provider twilio is selected"})
+		}
+		checkURL("TWILIO_BASE_URL", c.Twilio.BaseURL)
+	}
+	return ps
+}
+
+func checkHTTPURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return errors.New("not an absolute http(s) URL")
+	}
+	return nil
+}
+
+// ParseAliyunTemplates parses ALIYUN_SMS_TEMPLATES:
+// "verify_code=SMS_123456,notice=SMS_654321".
+func ParseAliyunTemplates(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(item, "=")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if !ok || k == "" || v == "" {
+			return nil, fmt.Errorf("%q: want template=TemplateCode, e.g. verify_code=SMS_123456", item)
+		}
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("template %q mapped twice", k)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// ParseTencentTemplates parses TENCENT_SMS_TEMPLATES:
+// "verify_code=1234567:code|ttlMinutes;notice=7654321:title|content". A
+// template without variables is just "welcome=1234567".
+func ParseTencentTemplates(s string) (map[string]TencentTemplate, error) {
+	out := map[string]TencentTemplate{}
+	for item := range strings.SplitSeq(s, ";") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(item, "=")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if !ok || k == "" || v == "" {
+			return nil, fmt.Errorf("%q: want template=TemplateId:var1|var2, e.g. verify_code=1234567:code|ttlMinutes", item)
+		}
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("template %q mapped twice", k)
+		}
+		id, vars, _ := strings.Cut(v, ":")
+		id = strings.TrimSpace(id)
+		if id == "" || strings.Trim(id, "0123456789") != "" {
+			return nil, fmt.Errorf("%q: Tencent TemplateId %q must be digits", item, id)
+		}
+		t := TencentTemplate{ID: id}
+		if vars = strings.TrimSpace(vars); vars != "" {
+			for p := range strings.SplitSeq(vars, "|") {
+				p = strings.TrimSpace(p)
+				if p == "" {
+					return nil, fmt.Errorf("%q: empty variable name", item)
+				}
+				if slices.Contains(t.Params, p) {
+					return nil, fmt.Errorf("%q: variable %q listed twice", item, p)
+				}
+				t.Params = append(t.Params, p)
+			}
+		}
+		out[k] = t
+	}
+	return out, nil
+}

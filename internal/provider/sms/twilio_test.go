@@ -1,0 +1,168 @@
+package sms
+
+import (
+	"context"
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+
+	"github.com/msgpulse/msgpulse/internal/provider"
+)
+
+const (
+	twilioSID   = "ACaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	twilioToken = "your_auth_token"
+	twilioFrom  = "+15005550006"
+)
+
+// twilioServer is a fake api.twilio.com Messages endpoint.
+type twilioServer struct {
+	mu    sync.Mutex
+	last  url.Values
+	calls int
+}
+
+func twilioError(status, code int, msg string, headers ...string) func(http.ResponseWriter) {
+	return func(w http.ResponseWriter) {
+		for i := 0; i+1 < len(headers); i += 2 {
+			w.Header().Set(headers[i], headers[i+1])
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = fmt.Fprintf(w, `{"code":%d,"message":%q,"more_info":"https://www.twilio.com/docs/errors/%d","status":%d}`, code, msg, code, status)
+	}
+}
+
+func (s *twilioServer) handler(reply func(http.ResponseWriter)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.calls++
+		s.mu.Unlock()
+		user, pass, hasAuth := r.BasicAuth()
+		if !hasAuth || subtle.ConstantTimeCompare([]byte(user+":"+pass), []byte(twilioSID+":"+twilioToken)) != 1 {
+			twilioError(401, 20003, "Authenticate")(w)
+			return
+		}
+		if r.Method != http.MethodPost || r.URL.Path != "/2010-04-01/Accounts/"+twilioSID+"/Messages.json" {
+			twilioError(404, 20404, "The requested resource was not found")(w)
+			return
+		}
+		if r.Header.Get("Content-Type") != "application/x-www-form-urlencoded" || r.ParseForm() != nil {
+			twilioError(400, 21610, "bad form")(w)
+			return
+		}
+		f := r.PostForm
+		switch {
+		case f.Get("To") == "":
+			twilioError(400, 21604, "A 'To' phone number is required.")(w)
+			return
+		case f.Get("Body") == "":
+			twilioError(400, 21602, "Message body is required.")(w)
+			return
+		case (f.Get("From") == "") == (f.Get("MessagingServiceSid") == ""):
+			twilioError(400, 21603, "A 'From' or 'MessagingServiceSid' parameter is required to send a message.")(w)
+			return
+		}
+		s.mu.Lock()
+		s.last = f
+		s.mu.Unlock()
+		reply(w)
+	}
+}
+
+func setupTwilio(t *testing.T, cfg TwilioConfig, reply func(http.ResponseWriter)) (provider.SMSSender, *twilioServer) {
+	t.Helper()
+	fs := &twilioServer{}
+	srv := httptest.NewServer(fs.handler(reply))
+	t.Cleanup(srv.Close)
+	if cfg.AccountSID == "" {
+		cfg.AccountSID = twilioSID
+	}
+	if cfg.AuthToken == "" {
+		cfg.AuthToken = twilioToken
+	}
+	if cfg.From == "" && cfg.MessagingServiceSID == "" {
+		cfg.From = twilioFrom
+	}
+	cfg.BaseURL = srv.URL + "/"
+	s, err := New(NameTwilio, Config{Twilio: cfg}, zap.NewNop(), nil)
+	require.NoError(t, err)
+	return s, fs
+}
+
+func TestTwilioSend(t *testing.T) {
+	t.Parallel()
+	created := func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = fmt.Fprintf(w, `{"account_sid":%q,"api_version":"2010-04-01","body":"...","direction":"outbound-api","from":%q,"sid":"SM1f0e8ae6ade43cb3c0ce4525424e404f","status":"queued","to":"+8613900001234"}`, twilioSID, twilioFrom)
+	}
+	for _, tc := range []struct {
+		name      string
+		cfg       TwilioConfig
+		msg       func(provider.SMS) provider.SMS
+		reply     func(http.ResponseWriter)
+		wantID    string
+		wantForm  url.Values
+		wantErr   *wantErr
+		wantCalls int
+	}{
+		{name: "created with From", reply: created, wantID: "SM1f0e8ae6ade43cb3c0ce4525424e404f",
+			wantForm: url.Values{"To": {testTo}, "From": {twilioFrom}, "Body": {verifySMS().Text}}},
+		{name: "created with messaging service", cfg: TwilioConfig{MessagingServiceSID: "MG9752274e9e519418a7406176694466fa", From: twilioFrom}, reply: created,
+			wantID: "SM1f0e8ae6ade43cb3c0ce4525424e404f", wantForm: url.Values{"To": {testTo}, "MessagingServiceSid": {"MG9752274e9e519418a7406176694466fa"}, "Body": {verifySMS().Text}}},
+		{name: "2xx without sid is still accepted", reply: respond(201, "not json"), wantID: ""},
+		{name: "invalid To: message echoes the number", reply: twilioError(400, 21211, "The 'To' number +8613900001234 is not a valid phone number."),
+			wantErr: &wantErr{class: provider.Permanent, code: "21211"}},
+		{name: "not a mobile number", reply: twilioError(400, 21614, "'To' number is not a valid mobile number"), wantErr: &wantErr{class: provider.Permanent, code: "21614"}},
+		{name: "geo permission", reply: twilioError(400, 21408, "Permission to send an SMS has not been enabled for the region indicated by the 'To' number"), wantErr: &wantErr{class: provider.Permanent, code: "21408"}},
+		{name: "unsubscribed", reply: twilioError(400, 21610, "Attempt to send to unsubscribed recipient"), wantErr: &wantErr{class: provider.Permanent, code: "21610"}},
+		{name: "trial unverified", reply: twilioError(400, 21608, "The number is unverified. Trial accounts cannot send messages to unverified numbers"), wantErr: &wantErr{class: provider.Permanent, code: "21608"}},
+		{name: "too many requests", reply: twilioError(429, 20429, "Too Many Requests", "Retry-After", "3"), wantErr: &wantErr{class: provider.Throttled, code: "20429", retry: 3 * time.Second}},
+		{name: "bare 429", reply: respond(429, ""), wantErr: &wantErr{class: provider.Throttled, code: "429"}},
+		{name: "internal error", reply: twilioError(500, 20500, "Internal Server Error"), wantErr: &wantErr{class: provider.Transient, code: "20500"}},
+		{name: "503 without body", reply: respond(503, ""), wantErr: &wantErr{class: provider.Transient, code: "503"}},
+		{name: "unknown 4xx code", reply: twilioError(400, 21999, "new"), wantErr: &wantErr{class: provider.Permanent, code: "21999"}},
+		// Proves the fake checks credentials.
+		{name: "wrong token", cfg: TwilioConfig{AuthToken: "wrong"}, reply: created, wantErr: &wantErr{class: provider.Permanent, code: "20003"}},
+		{name: "wrong account", cfg: TwilioConfig{AccountSID: "ACbbbb", AuthToken: twilioToken}, reply: created, wantErr: &wantErr{class: provider.Permanent, code: "20003"}},
+		{name: "empty text", msg: func(m provider.SMS) provider.SMS { m.Text = " "; return m }, reply: created,
+			wantErr: &wantErr{class: provider.Permanent, code: "empty_text"}, wantCalls: -1},
+		{name: "not E.164", msg: func(m provider.SMS) provider.SMS { m.To = "+0123"; return m }, reply: created,
+			wantErr: &wantErr{class: provider.Permanent, code: "invalid_recipient"}, wantCalls: -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, fs := setupTwilio(t, tc.cfg, tc.reply)
+			m := verifySMS()
+			if tc.msg != nil {
+				m = tc.msg(m)
+			}
+			rc, err := s.SendSMS(context.Background(), m)
+			fs.mu.Lock()
+			defer fs.mu.Unlock()
+			if tc.wantCalls < 0 {
+				require.Zero(t, fs.calls, "nothing must be sent")
+			} else {
+				require.Equal(t, 1, fs.calls)
+			}
+			if tc.wantErr != nil {
+				requireProviderError(t, err, NameTwilio, *tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, provider.Receipt{Provider: NameTwilio, MessageID: tc.wantID}, rc)
+			if tc.wantForm != nil {
+				require.Equal(t, tc.wantForm, fs.last)
+			}
+		})
+	}
+}

@@ -1,0 +1,110 @@
+package mail
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/textproto"
+	"regexp"
+	"strconv"
+	"strings"
+
+	gomail "github.com/wneessen/go-mail"
+	gosmtp "github.com/wneessen/go-mail/smtp"
+
+	"github.com/msgpulse/msgpulse/internal/logging"
+	"github.com/msgpulse/msgpulse/internal/provider"
+)
+
+// classify turns a send failure into a *provider.Error:
+//
+//	what failed                                          class      Code
+//	4xx reply (421 450 451 452 454 ...)                  Transient  the reply code
+//	4xx reply whose text speaks of rate/throttling/quota Throttled  the reply code
+//	5xx reply (550 552 553 554 ...)                      Permanent  the reply code
+//	AUTH refused (535 534 530 ... are 5xx replies)       Permanent  the reply code
+//	server offers no STARTTLS (starttls) or no AUTH /
+//	  no PLAIN, or PLAIN would go unencrypted            Permanent  ""
+//	TLS certificate not trusted / wrong host / expired   Permanent  ""
+//	TLS mode against a plain-text port (bad record)      Permanent  ""
+//	other TLS handshake failures (reset, EOF, timeout)   Transient  ""
+//	dial refused, DNS, reset, EOF, timeout               Transient  ""
+//	context cancelled or past its deadline               Transient  ""
+//	anything else                                        Transient  ""
+//
+// TLS: a certificate the system does not trust, or a TLS/plain-text
+// mismatch, is a configuration problem that no retry within a message's
+// lifetime fixes; failing permanently makes it visible at once (dead
+// letters, alerts) instead of after every retry is spent. A handshake cut
+// short by the network is just a network failure.
+//
+// Message is the server's reply text (or "" when there was no reply), with
+// the recipient masked: servers often echo it, and errors end up in logs.
+func classify(ctx context.Context, err error, rcpt string) *provider.Error {
+	pe := &provider.Error{Provider: ProviderName, Class: provider.Transient, Err: err}
+	var te *textproto.Error
+	if errors.As(err, &te) {
+		pe.Code = strconv.Itoa(te.Code)
+		pe.Message = trimReply(te.Msg, rcpt)
+		switch te.Code / 100 {
+		case 5:
+			pe.Class = provider.Permanent
+		case 4:
+			if throttleRE.MatchString(te.Msg) {
+				pe.Class = provider.Throttled
+			}
+		}
+		return pe
+	}
+	if ctx.Err() != nil {
+		// The socket error an abort produces ("i/o timeout") says nothing;
+		// the cause is the context.
+		pe.Err = fmt.Errorf("%w (%w)", ctx.Err(), err)
+		return pe
+	}
+	if isConfigError(err) {
+		pe.Class = provider.Permanent
+	}
+	return pe
+}
+
+// throttleRE recognises the texts providers use for rate limits in 4xx
+// replies (e.g. SES "454 Throttling failure: Maximum sending rate
+// exceeded", Gmail "421 4.7.28 ... rate limited", "452 Too many messages").
+var throttleRE = regexp.MustCompile(`(?i)\b(throttl\w*|rate[ -]?limit\w*|sending rate|rate exceeded|too many (messages|mails|emails|connections|recipients|requests)|quota)\b`)
+
+func isConfigError(err error) bool {
+	var (
+		certErr     *tls.CertificateVerificationError
+		unknownCA   x509.UnknownAuthorityError
+		hostErr     x509.HostnameError
+		invalidCert x509.CertificateInvalidError
+		recordErr   tls.RecordHeaderError
+	)
+	switch {
+	case errors.As(err, &certErr), errors.As(err, &unknownCA), errors.As(err, &hostErr),
+		errors.As(err, &invalidCert), errors.As(err, &recordErr):
+		return true
+	case errors.Is(err, gomail.ErrPlainAuthNotSupported), errors.Is(err, gosmtp.ErrUnencrypted),
+		errors.Is(err, gosmtp.ErrWrongHostname):
+		return true
+	}
+	// go-mail reports these two with fmt.Errorf and no sentinel; the tests
+	// pin the texts, so a go-mail upgrade that changes them fails loudly.
+	s := err.Error()
+	return strings.Contains(s, "does not support STARTTLS") || strings.Contains(s, "does not support SMTP AUTH")
+}
+
+// trimReply makes a server reply safe and short enough for a log line.
+func trimReply(msg, rcpt string) string {
+	msg = strings.Join(strings.Fields(msg), " ")
+	if addr := rcptAddr(rcpt); addr != "" {
+		msg = regexp.MustCompile(`(?i)`+regexp.QuoteMeta(addr)).ReplaceAllLiteralString(msg, logging.Mask(addr))
+	}
+	if r := []rune(msg); len(r) > 300 {
+		msg = string(r[:300]) + "…"
+	}
+	return msg
+}

@@ -1,0 +1,486 @@
+package mail
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	netmail "net/mail"
+	"net/textproto"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+
+	gomail "github.com/wneessen/go-mail"
+	gosmtp "github.com/wneessen/go-mail/smtp"
+	"go.uber.org/zap"
+
+	"github.com/msgpulse/msgpulse/internal/logging"
+	"github.com/msgpulse/msgpulse/internal/provider"
+)
+
+// ProviderName is what Name returns and what every *provider.Error and
+// Receipt carries.
+const ProviderName = "smtp"
+
+// TaskHeader carries provider.Mail.TaskID, so a message found in a mailbox
+// or an MTA log leads back to its task.
+const TaskHeader = "X-Msgpulse-Task-Id"
+
+// maxIdle: a pooled connection idle for longer is closed instead of
+// reused. Servers drop idle clients after a while (often well under the
+// 5 minutes RFC 5321 asks for); a fresh dial costs less than finding out.
+const maxIdle = 30 * time.Second
+
+// Causes (errors.Is) of failures that happen before any SMTP exchange.
+var (
+	// ErrClosed: the send came after Close.
+	ErrClosed = errors.New("smtp mailer is closed")
+	// ErrInvalidMail: the message itself cannot be sent (bad recipient,
+	// line break in the subject, no body); it is permanent.
+	ErrInvalidMail = errors.New("invalid mail")
+)
+
+// Mailer sends email over SMTP. It is safe for concurrent use; each
+// concurrent SendMail uses its own connection.
+type Mailer struct {
+	cfg    Config
+	log    *zap.Logger
+	client *gomail.Client // settings shared by every dial; holds no connection
+	from   *netmail.Address
+	domain string
+
+	// slots holds one token per connection in use, so at most PoolSize
+	// connections are ever open (in use + idle never exceeds it: a new
+	// connection is dialled only when no idle one is left).
+	slots chan struct{}
+
+	mu     sync.Mutex
+	idle   []*conn // most recently used last
+	closed bool
+}
+
+type conn struct {
+	sc       *gosmtp.Client
+	nc       net.Conn // the socket under sc, for deadlines and aborts
+	lastUsed time.Time
+}
+
+var _ provider.Mailer = (*Mailer)(nil)
+var _ provider.Closer = (*Mailer)(nil)
+
+// New checks cfg and returns a Mailer; it does not connect until the first
+// SendMail, so a mail server that is down does not stop the consumer from
+// starting (its messages are retried instead).
+func New(cfg Config, log *zap.Logger) (*Mailer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	from, domain, err := parseFrom(cfg.From)
+	if err != nil {
+		return nil, &FieldError{Field: "From", Msg: err.Error()}
+	}
+	tlsConf := &tls.Config{ServerName: cfg.Host, MinVersion: tls.VersionTLS12}
+	if cfg.TLSConfig != nil {
+		tlsConf = cfg.TLSConfig.Clone()
+		if tlsConf.ServerName == "" {
+			tlsConf.ServerName = cfg.Host
+		}
+	}
+	m := &Mailer{
+		cfg:    cfg,
+		log:    log.With(zap.String("provider", ProviderName), zap.String("smtp_host", cfg.Host)),
+		from:   from,
+		domain: domain,
+		slots:  make(chan struct{}, cfg.PoolSize),
+	}
+	opts := []gomail.Option{
+		gomail.WithPort(cfg.Port),
+		gomail.WithTimeout(cfg.Timeout),
+		gomail.WithTLSConfig(tlsConf),
+		gomail.WithDialContextFunc(dialer(tlsConf, cfg.TLS == TLSImplicit)),
+	}
+	if cfg.TLS == TLSStartTLS {
+		opts = append(opts, gomail.WithTLSPolicy(gomail.TLSMandatory))
+	} else {
+		// For TLSImplicit the dialer already speaks TLS; STARTTLS on top
+		// would be refused.
+		opts = append(opts, gomail.WithTLSPolicy(gomail.NoTLS))
+	}
+	if cfg.HeloName != "" {
+		opts = append(opts, gomail.WithHELO(cfg.HeloName))
+	}
+	if cfg.Username != "" {
+		// PLAIN is what every submission server offers. go-mail sends it
+		// only over TLS or to localhost, so a misconfiguration cannot leak
+		// the password (Validate already refuses it).
+		opts = append(opts, gomail.WithSMTPAuth(gomail.SMTPAuthPlain),
+			gomail.WithUsername(cfg.Username), gomail.WithPassword(cfg.Password))
+	}
+	c, err := gomail.NewClient(cfg.Host, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("smtp: %w", err)
+	}
+	m.client = c
+	return m, nil
+}
+
+// Name is "smtp".
+func (m *Mailer) Name() string { return ProviderName }
+
+// SendMail sends one message; a failure is a *provider.Error.
+func (m *Mailer) SendMail(ctx context.Context, mail provider.Mail) (provider.Receipt, error) {
+	msg, rcpt, id, perr := m.build(mail)
+	if perr != nil {
+		return provider.Receipt{}, perr
+	}
+	if err := ctx.Err(); err != nil {
+		// Before taking a pooled connection: a send that is over already
+		// must not spoil one.
+		return provider.Receipt{}, classify(ctx, &stageError{stage: stageWait, err: err}, rcpt)
+	}
+	if err := m.acquire(ctx); err != nil {
+		return provider.Receipt{}, classify(ctx, &stageError{stage: stageWait, err: err}, rcpt)
+	}
+	defer m.release()
+
+	c, reused := m.take()
+	for {
+		if c == nil {
+			var err error
+			if c, err = m.dial(ctx); err != nil {
+				return provider.Receipt{}, m.fail(ctx, err, rcpt)
+			}
+			reused = false
+		}
+		resp, keep, err := m.deliver(ctx, c, msg, rcpt)
+		if keep {
+			m.put(c)
+		} else {
+			_ = c.nc.Close() // state unknown: no QUIT, just drop it
+		}
+		if err == nil {
+			m.log.Debug("mail accepted", zap.String("to", logging.Mask(rcptAddr(rcpt))),
+				zap.String("message_id", id), zap.String("server_response", trimReply(resp, rcpt)))
+			return provider.Receipt{Provider: ProviderName, MessageID: id}, nil
+		}
+		if reused && isStale(err) && ctx.Err() == nil {
+			// The server closed the pooled connection while it sat idle,
+			// and refused nothing of this message: one redial is the
+			// transport retry the provider contract allows.
+			m.log.Debug("pooled SMTP connection was closed by the server; redialling", zap.Error(err))
+			c = nil
+			continue
+		}
+		return provider.Receipt{}, m.fail(ctx, err, rcpt)
+	}
+}
+
+func (m *Mailer) fail(ctx context.Context, err error, rcpt string) error {
+	pe := classify(ctx, err, rcpt)
+	m.log.Debug("mail failed", zap.String("to", logging.Mask(rcptAddr(rcpt))),
+		zap.String("class", string(pe.Class)), zap.String("code", pe.Code), zap.Error(pe))
+	return pe
+}
+
+// Close quits the idle connections. Connections in use are closed by their
+// SendMail when it returns; later sends fail with ErrClosed (transient: the
+// message belongs to whichever consumer runs next).
+func (m *Mailer) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	idle := m.idle
+	m.idle = nil
+	m.mu.Unlock()
+	for _, c := range idle {
+		m.quit(c)
+	}
+	return nil
+}
+
+func (m *Mailer) acquire(ctx context.Context) error {
+	select {
+	case m.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	m.mu.Lock()
+	closed := m.closed
+	m.mu.Unlock()
+	if closed {
+		m.release()
+		return ErrClosed
+	}
+	return nil
+}
+
+func (m *Mailer) release() { <-m.slots }
+
+// take returns the most recently used idle connection (the likeliest to
+// still be open), closing any that idled too long.
+func (m *Mailer) take() (*conn, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for len(m.idle) > 0 {
+		c := m.idle[len(m.idle)-1]
+		m.idle = m.idle[:len(m.idle)-1]
+		if time.Since(c.lastUsed) > maxIdle {
+			_ = c.nc.Close()
+			continue
+		}
+		return c, true
+	}
+	return nil, false
+}
+
+func (m *Mailer) put(c *conn) {
+	c.lastUsed = time.Now()
+	m.mu.Lock()
+	if !m.closed {
+		m.idle = append(m.idle, c)
+		m.mu.Unlock()
+		return
+	}
+	m.mu.Unlock()
+	m.quit(c)
+}
+
+func (m *Mailer) quit(c *conn) {
+	_ = c.nc.SetDeadline(time.Now().Add(min(m.cfg.Timeout, 2*time.Second)))
+	_ = c.sc.Quit()
+	_ = c.nc.Close()
+}
+
+type dialSlotKey struct{}
+
+// dialSlot lets dial learn the socket go-mail dials, which go-mail keeps to
+// itself: dial needs it to abort on cancellation and to close it when the
+// session setup fails (go-mail leaves it open then).
+type dialSlot struct {
+	ctx  context.Context
+	nc   net.Conn
+	stop func() bool
+}
+
+func dialer(tlsConf *tls.Config, implicitTLS bool) gomail.DialContextFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		var nc net.Conn
+		var err error
+		if implicitTLS {
+			nc, err = (&tls.Dialer{NetDialer: &d, Config: tlsConf}).DialContext(ctx, network, addr)
+		} else {
+			nc, err = d.DialContext(ctx, network, addr)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if s, ok := ctx.Value(dialSlotKey{}).(*dialSlot); ok {
+			s.nc = nc
+			// go-mail's context covers the dial only; greeting, EHLO,
+			// STARTTLS and AUTH must also end when the caller gives up.
+			s.stop = context.AfterFunc(s.ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+		}
+		return nc, nil
+	}
+}
+
+func (m *Mailer) dial(ctx context.Context) (*conn, error) {
+	slot := &dialSlot{ctx: ctx}
+	sc, err := m.client.DialToSMTPClientWithContext(context.WithValue(ctx, dialSlotKey{}, slot))
+	if slot.stop != nil && !slot.stop() && err == nil {
+		err = ctx.Err() // cancelled just as the setup finished: the socket's deadline is spoiled
+	}
+	if err != nil {
+		if slot.nc != nil {
+			_ = slot.nc.Close()
+		}
+		return nil, &stageError{stage: stageConnect, err: err}
+	}
+	m.log.Debug("SMTP connection opened")
+	return &conn{sc: sc, nc: slot.nc, lastUsed: time.Now()}, nil
+}
+
+// SMTP stages, for error messages and for deciding what a failure means.
+const (
+	stageWait    = "waiting for a connection"
+	stageConnect = "connect"
+	stageMail    = "MAIL FROM"
+	stageRcpt    = "RCPT TO"
+	stageData    = "DATA"
+	stageReset   = "RSET"
+)
+
+type stageError struct {
+	stage string
+	err   error
+}
+
+func (e *stageError) Error() string { return e.stage + ": " + e.err.Error() }
+func (e *stageError) Unwrap() error { return e.err }
+
+// step runs one SMTP command with its own deadline.
+func (m *Mailer) step(ctx context.Context, c *conn, stage string, f func() error) error {
+	if err := c.nc.SetDeadline(time.Now().Add(m.cfg.Timeout)); err != nil {
+		return &stageError{stage, err}
+	}
+	// Checked after the deadline was extended: a cancellation from now on
+	// moves the deadline back into the past; an earlier one shows here.
+	if err := ctx.Err(); err != nil {
+		return &stageError{stage, err}
+	}
+	if err := f(); err != nil {
+		return &stageError{stage, err}
+	}
+	return nil
+}
+
+// deliver runs one mail transaction on c. keep says whether c is in a
+// known, clean state and may be reused.
+func (m *Mailer) deliver(ctx context.Context, c *conn, msg *gomail.Msg, rcpt string) (resp string, keep bool, err error) {
+	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
+	defer func() {
+		if !stop() {
+			keep = false // the abort spoiled the socket's deadline
+		}
+	}()
+	from := "<" + m.from.Address + ">"
+	if err := m.step(ctx, c, stageMail, func() error { return c.sc.Mail(from) }); err != nil {
+		return "", m.recover(ctx, c, err), err
+	}
+	if err := m.step(ctx, c, stageRcpt, func() error { return c.sc.Rcpt(rcpt) }); err != nil {
+		return "", m.recover(ctx, c, err), err
+	}
+	var w io.WriteCloser
+	if err := m.step(ctx, c, stageData, func() (err error) { w, err = c.sc.Data(); return err }); err != nil {
+		return "", m.recover(ctx, c, err), err
+	}
+	if err := m.step(ctx, c, stageData, func() error { _, err := msg.WriteTo(w); return err }); err != nil {
+		return "", false, err // cut off mid-message: nothing about the session is known
+	}
+	if err := m.step(ctx, c, stageData, w.Close); err != nil {
+		return "", m.recover(ctx, c, err), err
+	}
+	if dc, ok := w.(*gosmtp.DataCloser); ok {
+		resp = dc.ServerResponse()
+	}
+	// RSET between messages, as go-mail does. The message is accepted
+	// whatever RSET says; a failure only means the connection is not reused.
+	keep = m.step(ctx, c, stageReset, c.sc.Reset) == nil
+	return resp, keep, nil
+}
+
+// recover returns whether c may be reused after err: only when the server
+// answered (the session is in step), did not announce it is closing (421),
+// and accepts RSET.
+func (m *Mailer) recover(ctx context.Context, c *conn, err error) bool {
+	var te *textproto.Error
+	if !errors.As(err, &te) || te.Code == 421 {
+		return false
+	}
+	return m.step(ctx, c, stageReset, c.sc.Reset) == nil
+}
+
+// isStale: the failure is what a connection the server closed while idle
+// looks like on its first command.
+func isStale(err error) bool {
+	var se *stageError
+	if !errors.As(err, &se) || se.stage != stageMail {
+		return false
+	}
+	var te *textproto.Error
+	if errors.As(err, &te) {
+		return te.Code == 421
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return false // a hung server: redialling would double the wait
+	}
+	return true
+}
+
+// build turns m into a go-mail message; bad input is a permanent error,
+// since sending it again cannot make it valid.
+func (m *Mailer) build(mail provider.Mail) (*gomail.Msg, string, string, error) {
+	to, err := netmail.ParseAddress(mail.To)
+	if err != nil {
+		return nil, "", "", invalid("recipient is not a valid email address")
+	}
+	switch {
+	case hasControl(mail.Subject):
+		return nil, "", "", invalid("subject contains a line break or control character")
+	case hasControl(mail.TaskID):
+		return nil, "", "", invalid("task id contains a line break or control character")
+	case mail.Text == "" && mail.HTML == "":
+		return nil, "", "", invalid("message has neither a text nor an HTML body")
+	}
+	msg := gomail.NewMsg(gomail.WithNoDefaultUserAgent())
+	from := *m.from
+	msg.FromMailAddress(&from)
+	msg.ToMailAddress(to)
+	msg.Subject(mail.Subject)
+	msg.SetDate()
+	id := messageID(mail.TaskID, m.domain)
+	msg.SetMessageIDWithValue(id)
+	if mail.TaskID != "" {
+		msg.SetGenHeader(gomail.Header(TaskHeader), mail.TaskID)
+	}
+	msg.SetUserAgent("msgpulse")
+	switch {
+	case mail.Text != "" && mail.HTML != "":
+		// Text first: multipart/alternative lists parts from plainest to
+		// richest, and a client shows the last one it can render.
+		msg.SetBodyString(gomail.TypeTextPlain, mail.Text)
+		msg.AddAlternativeString(gomail.TypeTextHTML, mail.HTML)
+	case mail.Text != "":
+		msg.SetBodyString(gomail.TypeTextPlain, mail.Text)
+	default:
+		msg.SetBodyString(gomail.TypeTextHTML, mail.HTML)
+	}
+	return msg, "<" + to.Address + ">", id, nil
+}
+
+func invalid(msg string) *provider.Error {
+	return &provider.Error{Provider: ProviderName, Class: provider.Permanent, Message: msg,
+		Err: fmt.Errorf("%w: %s", ErrInvalidMail, msg)}
+}
+
+func hasControl(s string) bool {
+	return strings.IndexFunc(s, func(r rune) bool { return unicode.IsControl(r) && r != '\t' }) >= 0
+}
+
+// messageID is "<taskID>@<domain of From>" (without the brackets go-mail
+// adds), with characters a Message-ID may not hold replaced, so a receiver
+// sees the same id for a retried task and can drop the duplicate.
+func messageID(taskID, domain string) string {
+	left := strings.Map(func(r rune) rune {
+		switch {
+		case r < 128 && (unicode.IsLetter(r) || unicode.IsDigit(r)), strings.ContainsRune("!#$%&'*+/=?^_`{|}~-", r):
+			return r
+		}
+		return '_'
+	}, taskID)
+	if len(left) > 128 {
+		left = left[:128]
+	}
+	if left == "" {
+		b := make([]byte, 16)
+		_, _ = rand.Read(b)
+		left = hex.EncodeToString(b)
+	}
+	return left + "@" + domain
+}
+
+func rcptAddr(rcpt string) string { return strings.TrimSuffix(strings.TrimPrefix(rcpt, "<"), ">") }

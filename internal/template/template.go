@@ -1,0 +1,514 @@
+package template
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	htmltemplate "html/template"
+	"io/fs"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	texttemplate "text/template"
+	"unicode"
+	"unicode/utf8"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Channel is a way of delivering a message.
+type Channel string
+
+// Channels a template may support.
+const (
+	Email Channel = "email"
+	SMS   Channel = "sms"
+)
+
+// Errors for errors.Is. Every error Validate and the Render methods return
+// matches one of these, so the API can map it to a 400 without parsing text.
+var (
+	ErrUnknownTemplate    = errors.New("unknown template")
+	ErrMissingVariable    = errors.New("missing template variable")
+	ErrUnsupportedChannel = errors.New("template does not support this channel")
+	// ErrUnsafeSubject: a variable put a line break (or another control
+	// character) into the subject, which would let it write mail headers.
+	ErrUnsafeSubject = errors.New("rendered subject contains a line break or control character")
+	// ErrRender is an execution failure of a template that passed Load's
+	// trial run; it should not happen, but it is an error, not a panic.
+	ErrRender = errors.New("template rendering failed")
+)
+
+// MissingVariableError names a variable the template requires that the
+// caller did not give (or gave blank: an empty code or title is never what
+// the caller meant to send).
+type MissingVariableError struct {
+	Template string
+	Name     string
+}
+
+func (e *MissingVariableError) Error() string {
+	return fmt.Sprintf("template %q: missing variable %q", e.Template, e.Name)
+}
+
+// Is makes errors.Is(err, ErrMissingVariable) hold.
+func (e *MissingVariableError) Is(target error) bool { return target == ErrMissingVariable }
+
+// RenderedEmail is a rendered email. (It cannot be called Email: that name
+// is the Channel constant the API passes to Validate.)
+type RenderedEmail struct {
+	Subject string
+	HTML    string
+	Text    string
+}
+
+// File names inside a template directory.
+const (
+	metaFile    = "template.yaml"
+	subjectFile = "subject.txt"
+	htmlFile    = "body.html"
+	textFile    = "body.txt"
+	smsFile     = "sms.txt"
+)
+
+var channelFiles = map[Channel][]string{
+	Email: {subjectFile, htmlFile, textFile},
+	SMS:   {smsFile},
+}
+
+//go:embed templates
+var builtin embed.FS
+
+var (
+	codeRE     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+	localeRE   = regexp.MustCompile(`^[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})*$`)
+	variableRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// Store holds every template, parsed. It is read-only after Load and safe
+// for concurrent use.
+type Store struct {
+	defaultLocale string
+	templates     map[string]*entry
+}
+
+type entry struct {
+	code        string
+	description string
+	vars        []string
+	channels    []Channel
+	locales     map[string]*localized // by lower-cased locale
+	order       []string              // lower-cased locales, sorted: "any locale" is deterministic
+}
+
+type localized struct {
+	name    string // as spelled on disk, e.g. "zh-CN"
+	subject *texttemplate.Template
+	text    *texttemplate.Template
+	html    *htmltemplate.Template
+	sms     *texttemplate.Template
+}
+
+type meta struct {
+	Description string    `yaml:"description"`
+	Variables   []string  `yaml:"variables"`
+	Channels    []Channel `yaml:"channels"`
+}
+
+// Load parses the built-in templates and, if dir is not empty, the
+// templates in dir; a template in dir replaces the built-in one with the
+// same code as a whole (no per-file merging, so an override can never mix
+// two versions of one template). defaultLocale is used when a message asks
+// for a locale a template does not have.
+func Load(dir, defaultLocale string) (*Store, error) {
+	if !localeRE.MatchString(defaultLocale) {
+		return nil, fmt.Errorf("templates: default locale %q is not a locale such as en or zh-CN", defaultLocale)
+	}
+	sub, err := fs.Sub(builtin, "templates")
+	if err != nil {
+		return nil, fmt.Errorf("templates: built-ins: %w", err)
+	}
+	all, err := loadFS(sub, func(rel string) string { return "built-in templates/" + rel })
+	if err != nil {
+		return nil, err
+	}
+	if dir != "" {
+		st, err := os.Stat(dir)
+		if err != nil {
+			return nil, fmt.Errorf("templates: TEMPLATES_DIR: %w", err)
+		}
+		if !st.IsDir() {
+			return nil, fmt.Errorf("templates: TEMPLATES_DIR %s is not a directory", dir)
+		}
+		custom, err := loadFS(os.DirFS(dir), func(rel string) string { return dir + string(os.PathSeparator) + rel })
+		if err != nil {
+			return nil, err
+		}
+		for code, e := range custom {
+			all[code] = e
+		}
+	}
+	return &Store{defaultLocale: defaultLocale, templates: all}, nil
+}
+
+func loadFS(fsys fs.FS, where func(string) string) (map[string]*entry, error) {
+	dirs, err := fs.ReadDir(fsys, ".")
+	if err != nil {
+		return nil, fmt.Errorf("templates: read %s: %w", where("."), err)
+	}
+	out := map[string]*entry{}
+	for _, d := range dirs {
+		// Files at the top (a README) and hidden directories (.git) are not
+		// templates; everything else must be one.
+		if !d.IsDir() || strings.HasPrefix(d.Name(), ".") {
+			continue
+		}
+		if !codeRE.MatchString(d.Name()) {
+			return nil, fmt.Errorf("templates: %s: directory name is not a valid template code (letters, digits, _ . -)", where(d.Name()))
+		}
+		e, err := loadTemplate(fsys, d.Name(), where)
+		if err != nil {
+			return nil, err
+		}
+		out[e.code] = e
+	}
+	return out, nil
+}
+
+func loadTemplate(fsys fs.FS, code string, where func(string) string) (*entry, error) {
+	metaPath := code + "/" + metaFile
+	raw, err := fs.ReadFile(fsys, metaPath)
+	if err != nil {
+		return nil, fmt.Errorf("templates: %s: %w", where(metaPath), err)
+	}
+	var m meta
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("templates: %s: %w", where(metaPath), err)
+	}
+	if err := m.validate(); err != nil {
+		return nil, fmt.Errorf("templates: %s: %w", where(metaPath), err)
+	}
+	e := &entry{code: code, description: m.Description, vars: m.Variables, channels: m.Channels, locales: map[string]*localized{}}
+
+	items, err := fs.ReadDir(fsys, code)
+	if err != nil {
+		return nil, fmt.Errorf("templates: %s: %w", where(code), err)
+	}
+	for _, it := range items {
+		name := it.Name()
+		switch {
+		case name == metaFile || strings.HasPrefix(name, "."):
+			continue
+		case !it.IsDir():
+			return nil, fmt.Errorf("templates: %s: unexpected file (a template holds %s and one directory per locale)", where(code+"/"+name), metaFile)
+		case !localeRE.MatchString(name):
+			return nil, fmt.Errorf("templates: %s: directory name is not a locale such as en or zh-CN", where(code+"/"+name))
+		}
+		key := strings.ToLower(name)
+		if _, dup := e.locales[key]; dup {
+			return nil, fmt.Errorf("templates: %s: locale given twice (names differ only in case)", where(code+"/"+name))
+		}
+		l, err := loadLocale(fsys, e, name, where)
+		if err != nil {
+			return nil, err
+		}
+		e.locales[key] = l
+		e.order = append(e.order, key)
+	}
+	if len(e.locales) == 0 {
+		return nil, fmt.Errorf("templates: %s: no locale directory (e.g. %s/en)", where(code), code)
+	}
+	sort.Strings(e.order)
+	return e, nil
+}
+
+func (m *meta) validate() error {
+	seen := map[string]bool{}
+	for _, v := range m.Variables {
+		if !variableRE.MatchString(v) {
+			return fmt.Errorf("variable %q: use letters, digits and _ (it is written {{.%s}} in the files)", v, v)
+		}
+		if seen[v] {
+			return fmt.Errorf("variable %q listed twice", v)
+		}
+		seen[v] = true
+	}
+	if len(m.Channels) == 0 {
+		return errors.New("channels: list at least one of email, sms")
+	}
+	seenCh := map[Channel]bool{}
+	for _, c := range m.Channels {
+		if _, ok := channelFiles[c]; !ok {
+			return fmt.Errorf("channels: %q is not email or sms", c)
+		}
+		if seenCh[c] {
+			return fmt.Errorf("channels: %q listed twice", c)
+		}
+		seenCh[c] = true
+	}
+	return nil
+}
+
+func loadLocale(fsys fs.FS, e *entry, locale string, where func(string) string) (*localized, error) {
+	dir := e.code + "/" + locale
+	want := map[string]bool{}
+	for _, c := range e.channels {
+		for _, f := range channelFiles[c] {
+			want[f] = true
+		}
+	}
+	files, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		return nil, fmt.Errorf("templates: %s: %w", where(dir), err)
+	}
+	for _, f := range files {
+		if strings.HasPrefix(f.Name(), ".") {
+			continue
+		}
+		// A stray or misspelled file would otherwise be silently unused.
+		if !want[f.Name()] {
+			return nil, fmt.Errorf("templates: %s: unexpected file; for channels %v a locale holds %s", where(dir+"/"+f.Name()), e.channels, strings.Join(sortedKeys(want), ", "))
+		}
+	}
+	sample := make(map[string]string, len(e.vars))
+	for _, v := range e.vars {
+		sample[v] = "x"
+	}
+	l := &localized{name: locale}
+	for _, f := range sortedKeys(want) {
+		rel := dir + "/" + f
+		src, err := fs.ReadFile(fsys, rel)
+		if err != nil {
+			return nil, fmt.Errorf("templates: %s: %w", where(rel), err)
+		}
+		if !utf8.Valid(src) {
+			return nil, fmt.Errorf("templates: %s: not UTF-8", where(rel))
+		}
+		name := where(rel)
+		var out bytes.Buffer
+		if f == htmlFile {
+			t, err := htmltemplate.New(name).Option("missingkey=error").Parse(string(src))
+			if err != nil {
+				return nil, fmt.Errorf("templates: %w", err)
+			}
+			// The trial run also makes html/template decide its escaping
+			// contexts now; an ambiguous context is a Load error, not a
+			// failure of the first real message.
+			if err := t.Execute(&out, sample); err != nil {
+				return nil, fmt.Errorf("templates: %s: uses a variable not listed in %s, or cannot run: %w", name, metaFile, err)
+			}
+			l.html = t
+		} else {
+			t, err := texttemplate.New(name).Option("missingkey=error").Parse(string(src))
+			if err != nil {
+				return nil, fmt.Errorf("templates: %w", err)
+			}
+			if err := t.Execute(&out, sample); err != nil {
+				return nil, fmt.Errorf("templates: %s: uses a variable not listed in %s, or cannot run: %w", name, metaFile, err)
+			}
+			switch f {
+			case subjectFile:
+				l.subject = t
+			case textFile:
+				l.text = t
+			case smsFile:
+				l.sms = t
+			}
+		}
+		if strings.TrimSpace(out.String()) == "" {
+			return nil, fmt.Errorf("templates: %s: renders to nothing", name)
+		}
+	}
+	return l, nil
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// DefaultLocale is the locale used when a template lacks the requested one.
+func (s *Store) DefaultLocale() string { return s.defaultLocale }
+
+// Codes returns every template code, sorted.
+func (s *Store) Codes() []string {
+	out := make([]string, 0, len(s.templates))
+	for c := range s.templates {
+		out = append(out, c)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Variables returns the variables template code requires, in the order
+// its template.yaml lists them.
+func (s *Store) Variables(code string) ([]string, error) {
+	e, err := s.entry(code)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Clone(e.vars), nil
+}
+
+// Channels returns the channels template code supports.
+func (s *Store) Channels(code string) ([]Channel, error) {
+	e, err := s.entry(code)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Clone(e.channels), nil
+}
+
+// Locales returns every locale some template has, sorted.
+func (s *Store) Locales() []string {
+	set := map[string]bool{}
+	for _, e := range s.templates {
+		for _, l := range e.locales {
+			set[l.name] = true
+		}
+	}
+	return sortedKeys(set)
+}
+
+// HasLocale reports whether some template has exactly this locale (case
+// does not matter). Rendering an unknown locale still works: it falls back.
+func (s *Store) HasLocale(locale string) bool {
+	k := strings.ToLower(locale)
+	for _, e := range s.templates {
+		if _, ok := e.locales[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Validate checks that template code exists, supports ch, and gets every
+// variable it requires, and for email that no locale's subject would carry
+// a line break. It is what the API calls before accepting a request, so a
+// message it accepts cannot fail to render later.
+func (s *Store) Validate(code string, ch Channel, vars map[string]string) error {
+	e, data, err := s.prepare(code, ch, vars)
+	if err != nil {
+		return err
+	}
+	if ch == Email {
+		for _, k := range e.order {
+			if _, err := renderSubject(e, e.locales[k], data); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// RenderEmail renders template code as an email in locale (falling back to
+// the default locale, then to any locale the template has).
+func (s *Store) RenderEmail(code, locale string, vars map[string]string) (RenderedEmail, error) {
+	e, data, err := s.prepare(code, Email, vars)
+	if err != nil {
+		return RenderedEmail{}, err
+	}
+	l := e.pick(locale, s.defaultLocale)
+	subject, err := renderSubject(e, l, data)
+	if err != nil {
+		return RenderedEmail{}, err
+	}
+	var html, text bytes.Buffer
+	if err := l.html.Execute(&html, data); err != nil {
+		return RenderedEmail{}, fmt.Errorf("%w: %w", ErrRender, err)
+	}
+	if err := l.text.Execute(&text, data); err != nil {
+		return RenderedEmail{}, fmt.Errorf("%w: %w", ErrRender, err)
+	}
+	return RenderedEmail{Subject: subject, HTML: html.String(), Text: text.String()}, nil
+}
+
+// RenderSMS renders template code as an SMS text in locale (with the same
+// fallback as RenderEmail). Surrounding white space is removed: a trailing
+// newline in sms.txt would cost an SMS segment.
+func (s *Store) RenderSMS(code, locale string, vars map[string]string) (string, error) {
+	e, data, err := s.prepare(code, SMS, vars)
+	if err != nil {
+		return "", err
+	}
+	var out bytes.Buffer
+	if err := e.pick(locale, s.defaultLocale).sms.Execute(&out, data); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrRender, err)
+	}
+	return strings.TrimSpace(out.String()), nil
+}
+
+func (s *Store) entry(code string) (*entry, error) {
+	e, ok := s.templates[code]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownTemplate, code)
+	}
+	return e, nil
+}
+
+// prepare finds the template, checks the channel and returns only the
+// variables the template declares: extra ones are ignored by design.
+func (s *Store) prepare(code string, ch Channel, vars map[string]string) (*entry, map[string]string, error) {
+	e, err := s.entry(code)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !slices.Contains(e.channels, ch) {
+		return nil, nil, fmt.Errorf("%w: template %q supports %v, not %q", ErrUnsupportedChannel, code, e.channels, ch)
+	}
+	data := make(map[string]string, len(e.vars))
+	for _, v := range e.vars {
+		val, ok := vars[v]
+		if !ok || strings.TrimSpace(val) == "" {
+			return nil, nil, &MissingVariableError{Template: code, Name: v}
+		}
+		data[v] = val
+	}
+	return e, data, nil
+}
+
+func renderSubject(e *entry, l *localized, data map[string]string) (string, error) {
+	var out bytes.Buffer
+	if err := l.subject.Execute(&out, data); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrRender, err)
+	}
+	subject := strings.TrimSpace(out.String())
+	if strings.IndexFunc(subject, func(r rune) bool { return unicode.IsControl(r) && r != '\t' }) >= 0 {
+		return "", fmt.Errorf("%w (template %q, locale %s)", ErrUnsafeSubject, e.code, l.name)
+	}
+	return subject, nil
+}
+
+// pick chooses a locale: the requested one, then one of the same language
+// ("en-US" gets "en", "zh" gets "zh-CN"), then the default locale (or its
+// language), then the first the template has.
+func (e *entry) pick(locale, def string) *localized {
+	for _, want := range []string{locale, def} {
+		if want == "" {
+			continue
+		}
+		k := strings.ToLower(want)
+		if l, ok := e.locales[k]; ok {
+			return l
+		}
+		lang, _, _ := strings.Cut(k, "-")
+		if l, ok := e.locales[lang]; ok {
+			return l
+		}
+		for _, o := range e.order {
+			if ol, _, _ := strings.Cut(o, "-"); ol == lang {
+				return e.locales[o]
+			}
+		}
+	}
+	return e.locales[e.order[0]]
+}

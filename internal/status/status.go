@@ -363,3 +363,13 @@ func parse(m map[string]string) (Record, error) {
 	}
 	return r, nil
 }
+
+// Reasons the consumer records on a record when it dead-letters a message.
+// The DLQ tool reads them to say why a rejected message died.
+const (
+	ReasonMalformed = "malformed"         // body unreadable or of an unknown schema version
+	ReasonDeadline  = "deadline"          // past its deadline (an expired code): not sent
+	ReasonPermanent = "permanent"         // the provider refused it for good, or it cannot be rendered
+	ReasonExhausted = "retries_exhausted" // transient failures, MAX_RETRIES used up
+	ReasonPanic     = "panic"             // the handler panicked
+)

@@ -1,0 +1,170 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/labstack/echo/v5"
+
+	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/topology"
+)
+
+func rlRequest(rules []ratelimit.Rule) ratelimit.Request {
+	return ratelimit.Request{Rules: nonEmpty(rules)}
+}
+
+func rateLimitError(err error, id string) error {
+	switch {
+	case errors.Is(err, ratelimit.ErrNotFound):
+		return notFound("no rate limit with id %s", id)
+	case errors.Is(err, ratelimit.ErrExists):
+		return &apiError{Status: http.StatusConflict, Msg: fmt.Sprintf("a rate limit with id %s already exists", id)}
+	}
+	return unavailable(err, "rate-limit configuration is unavailable (Redis); try again")
+}
+
+func (s *Server) listRateLimits(c *echo.Context) error {
+	cs, err := s.d.RateLimits.List(c.Request().Context())
+	if err != nil {
+		return rateLimitError(err, "")
+	}
+	if cs == nil {
+		cs = []ratelimit.Config{}
+	}
+	return reply(c, http.StatusOK, "ok", cs)
+}
+
+func (s *Server) decodeRateLimit(c *echo.Context) (ratelimit.Config, error) {
+	var rc ratelimit.Config
+	if e := checkContentType(c.Request()); e != nil {
+		return rc, e
+	}
+	if e := decodeJSON(c.Request().Body, s.opts.BodyLimit, &rc); e != nil {
+		return rc, e
+	}
+	return rc, nil
+}
+
+func (s *Server) createRateLimit(c *echo.Context) error {
+	rc, err := s.decodeRateLimit(c)
+	if err != nil {
+		return err
+	}
+	probe := rc
+	if probe.ID == "" {
+		probe.ID = "new" // the store generates the id; validate the rest now
+	}
+	if err := probe.Validate(); err != nil {
+		return badRequest("%v", err)
+	}
+	out, err := s.d.RateLimits.Create(c.Request().Context(), rc)
+	if err != nil {
+		return rateLimitError(err, rc.ID)
+	}
+	return reply(c, http.StatusCreated, "rate limit created", out)
+}
+
+func (s *Server) getRateLimit(c *echo.Context) error {
+	id := c.Param("id")
+	rc, err := s.d.RateLimits.Get(c.Request().Context(), id)
+	if err != nil {
+		return rateLimitError(err, id)
+	}
+	return reply(c, http.StatusOK, "ok", rc)
+}
+
+func (s *Server) updateRateLimit(c *echo.Context) error {
+	id := c.Param("id")
+	rc, err := s.decodeRateLimit(c)
+	if err != nil {
+		return err
+	}
+	if rc.ID != "" && rc.ID != id {
+		return badRequest("id in the body (%s) differs from the id in the path (%s)", rc.ID, id)
+	}
+	rc.ID = id
+	if err := rc.Validate(); err != nil {
+		return badRequest("%v", err)
+	}
+	out, err := s.d.RateLimits.Update(c.Request().Context(), rc)
+	if err != nil {
+		return rateLimitError(err, id)
+	}
+	return reply(c, http.StatusOK, "rate limit updated", out)
+}
+
+func (s *Server) deleteRateLimit(c *echo.Context) error {
+	id := c.Param("id")
+	if err := s.d.RateLimits.Delete(c.Request().Context(), id); err != nil {
+		return rateLimitError(err, id)
+	}
+	return reply(c, http.StatusOK, "rate limit deleted", nil)
+}
+
+// QueueStat is one queue in GET /api/queues/stats.
+type QueueStat struct {
+	Name      string  `json:"name"`
+	Role      string  `json:"role"`
+	Channel   string  `json:"channel"`
+	Messages  int     `json:"messages"`
+	Consumers int     `json:"consumers"`
+	MaxLength int     `json:"maxLength"`
+	Usage     float64 `json:"usage"`
+	Status    string  `json:"status"`
+}
+
+func apiChannelOf(ch string) string {
+	switch ch {
+	case topology.Mail:
+		return chEmail
+	case topology.SMS:
+		return chSMS
+	}
+	return ""
+}
+
+func (s *Server) queueStats(c *echo.Context) error {
+	var names []string
+	for _, q := range s.d.Model.Queues {
+		names = append(names, q.Name)
+	}
+	states, err := s.d.Inspect(c.Request().Context(), names)
+	if err != nil {
+		return unavailable(err, "queue statistics are unavailable (RabbitMQ): %v", err)
+	}
+	out := make([]QueueStat, 0, len(states))
+	for i, st := range states {
+		q := s.d.Model.Queues[i]
+		role := string(q.Role)
+		if q.Role == topology.RoleRelayDeadLetter {
+			role = string(topology.RoleDeadLetter)
+		}
+		qs := QueueStat{Name: st.Name, Role: role, Channel: apiChannelOf(q.Channel), Messages: st.Messages, Consumers: st.Consumers, Status: "ok"}
+		if n, ok := envelope.HeaderInt(q.Args, topology.ArgMaxLength); ok {
+			qs.MaxLength = int(n)
+			qs.Usage = float64(st.Messages) / float64(n)
+		}
+		switch {
+		case !st.Exists:
+			qs.Status = "missing"
+		case qs.MaxLength > 0 && qs.Usage > 0.8:
+			qs.Status = "warning"
+		}
+		out = append(out, qs)
+	}
+	return reply(c, http.StatusOK, "ok", map[string]any{"queues": out})
+}
+
+func (s *Server) dlqStats(c *echo.Context) error {
+	if s.d.DLQ == nil {
+		return unavailable(nil, "DLQ statistics are not configured")
+	}
+	stats, err := s.d.DLQ(c.Request().Context())
+	if err != nil {
+		return unavailable(err, "DLQ statistics are unavailable: %v", err)
+	}
+	return reply(c, http.StatusOK, "ok", stats)
+}

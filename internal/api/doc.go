@@ -1,0 +1,10 @@
+// Package api is cmd/api: the HTTP face backend services call. It validates
+// input, applies Redis frequency control, issues verification codes, and
+// publishes messages to RabbitMQ with publisher confirms, answering 202 only
+// for a message the broker confirmed. When a publish fails it rolls back
+// everything the request wrote (the code, the rate-limit reservations, the
+// status record) and answers 503.
+//
+// Every response, errors included, is the envelope {"code","msg","data"}.
+// The API never sends mail or SMS and never logs a code or a full recipient.
+package api

@@ -1,0 +1,261 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/msgpulse/msgpulse/internal/broker"
+	"github.com/msgpulse/msgpulse/internal/config"
+	"github.com/msgpulse/msgpulse/internal/delay"
+	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/seal"
+	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/template"
+	"github.com/msgpulse/msgpulse/internal/testenv"
+	"github.com/msgpulse/msgpulse/internal/topology"
+	"github.com/msgpulse/msgpulse/internal/verify"
+)
+
+const testKey = "test-key-0123456789"
+
+// harness is one API instance on a vhost and Redis prefix of its own.
+type harness struct {
+	t       *testing.T
+	srv     *Server
+	http    *httptest.Server
+	broker  *testenv.Broker
+	redis   *testenv.Redis
+	model   *topology.Model
+	session *broker.Session
+	stopBus context.CancelFunc
+	keys    *seal.Keys
+	conn    *amqp.Connection
+	ch      *amqp.Channel
+	logs    *observer.ObservedLogs
+}
+
+type options struct {
+	limits config.Limits
+	model  func(*topology.Config)
+	// share another harness's broker and Redis (a second API replica)
+	share *harness
+}
+
+func defaultLimits() config.Limits {
+	return config.Limits{ResendInterval: time.Minute, PerRecipientHour: 5, PerRecipientDay: 10, PerIPMinute: 20,
+		PerAPIKeyMinute: 10000, EmailPerSecond: 1000, SMSPerSecond: 1000, ConfigRefreshEvery: time.Hour}
+}
+
+func setup(t *testing.T, o options) *harness {
+	t.Helper()
+	if o.limits == (config.Limits{}) {
+		o.limits = defaultLimits()
+	}
+	h := &harness{t: t}
+	mcfg := topology.DefaultConfig()
+	if o.model != nil {
+		o.model(&mcfg)
+	}
+	m, err := topology.Build(mcfg, "")
+	require.NoError(t, err)
+	h.model = m
+	if o.share != nil {
+		h.broker, h.redis = o.share.broker, o.share.redis
+	} else {
+		t.Parallel()
+		h.broker, h.redis = testenv.NewBroker(t), testenv.NewRedis(t)
+	}
+	h.conn, err = amqp.Dial(h.broker.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = h.conn.Close() })
+	h.ch, err = h.conn.Channel()
+	require.NoError(t, err)
+	if o.share == nil {
+		require.NoError(t, broker.Declare(h.conn, m))
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	h.stopBus = cancel
+	s, err := broker.NewSession(broker.Config{URL: h.broker.URL})
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	h.session = s
+	_, err = s.Conn(testenv.Context(t, 10*time.Second))
+	require.NoError(t, err)
+	pub, err := broker.NewPublisher(broker.PublisherConfig{Session: s})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	planner, err := delay.NewPlanner(m.Delay, 20*time.Millisecond, 2*time.Millisecond)
+	require.NoError(t, err)
+	h.keys, err = seal.New(seal.DevSecret)
+	require.NoError(t, err)
+	rl, err := ratelimit.NewConfigStore(h.redis.Client, h.redis.Prefix, zap.NewNop(), ratelimit.StoreConfig{RefreshEvery: time.Hour})
+	require.NoError(t, err)
+	rlCtx, rlCancel := context.WithCancel(context.Background())
+	rlDone := make(chan struct{})
+	go func() { _ = rl.Run(rlCtx); close(rlDone) }()
+	t.Cleanup(func() { rlCancel(); <-rlDone })
+	<-rl.Ready()
+	codes, err := verify.New(h.redis.Client, h.keys, verify.Config{Prefix: h.redis.Prefix})
+	require.NoError(t, err)
+	st, err := status.New(h.redis.Client, status.Config{Prefix: h.redis.Prefix})
+	require.NoError(t, err)
+	tpl, err := template.Load("", "en")
+	require.NoError(t, err)
+	core, logs := observer.New(zapcore.DebugLevel)
+	h.logs = logs
+	h.srv, err = New(Deps{
+		Log: zap.New(core), Model: m, Publisher: pub, Delayed: delayedChecker{delay.NewPublisher(pub, planner, m.Delay, nil)},
+		Limiter: ratelimit.New(h.redis.Client, h.redis.Prefix), RateLimits: rl, Codes: codes, Keys: h.keys, Status: st, Templates: tpl,
+		Registry: reg,
+		Inspect: func(ctx context.Context, names []string) ([]broker.QueueState, error) {
+			conn, err := s.Conn(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return broker.Inspect(conn, names)
+		},
+		Ready: func(context.Context) map[string]string { return map[string]string{"amqp": "ok", "redis": "ok"} },
+	}, Options{APIKeys: []config.APIKey{{Name: "tests", Key: testKey}}, BodyLimit: 4096, Limits: o.limits, PublishTimeout: 3 * time.Second})
+	require.NoError(t, err)
+	h.http = httptest.NewServer(h.srv.Handler())
+	t.Cleanup(h.http.Close)
+	return h
+}
+
+type response struct {
+	Status  int
+	Header  http.Header
+	Code    int             `json:"code"`
+	Msg     string          `json:"msg"`
+	RawData json.RawMessage `json:"data"`
+}
+
+func (r response) data(t *testing.T, v any) {
+	t.Helper()
+	require.NoError(t, json.Unmarshal(r.RawData, v), string(r.RawData))
+}
+
+func (h *harness) do(method, path string, body any, hdr ...string) response {
+	h.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		data, err := json.Marshal(b)
+		require.NoError(h.t, err)
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, h.http.URL+path, rd)
+	require.NoError(h.t, err)
+	req.Header.Set("X-API-Key", testKey)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i+1] == "" {
+			req.Header.Del(hdr[i])
+		} else {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(h.t, err)
+	defer func() { _ = resp.Body.Close() }()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(h.t, err)
+	out := response{Status: resp.StatusCode, Header: resp.Header}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		require.NoError(h.t, json.Unmarshal(raw, &out), string(raw))
+		require.Equal(h.t, resp.StatusCode, out.Code, "the envelope's code is the HTTP status")
+	}
+	return out
+}
+
+// get takes the next message from a queue, waiting for it.
+func (h *harness) get(queue string) amqp.Delivery {
+	h.t.Helper()
+	var d amqp.Delivery
+	testenv.WaitFor(h.t, 5*time.Second, "a message in "+queue, func() bool {
+		var ok bool
+		var err error
+		d, ok, err = h.ch.Get(queue, true)
+		require.NoError(h.t, err)
+		return ok
+	})
+	return d
+}
+
+func (h *harness) depth(queue string) int {
+	h.t.Helper()
+	q, err := h.ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	require.NoError(h.t, err)
+	return q.Messages
+}
+
+// code opens the code sealed in a queued verification message.
+func (h *harness) code(d amqp.Delivery) string {
+	h.t.Helper()
+	m, err := envelope.Decode(d.Body)
+	require.NoError(h.t, err)
+	c, err := h.keys.Open(m.SealedCode, m.TaskID)
+	require.NoError(h.t, err)
+	return c
+}
+
+// redisDump returns every key and value under the test's prefix.
+func (h *harness) redisDump() string {
+	h.t.Helper()
+	ctx := context.Background()
+	keys, err := h.redis.Client.Keys(ctx, h.redis.Prefix+"*").Result()
+	require.NoError(h.t, err)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k + "\n")
+		typ, _ := h.redis.Client.Type(ctx, k).Result()
+		switch typ {
+		case "string":
+			v, _ := h.redis.Client.Get(ctx, k).Result()
+			b.WriteString(v + "\n")
+		case "hash":
+			v, _ := h.redis.Client.HGetAll(ctx, k).Result()
+			for f, x := range v {
+				b.WriteString(f + "=" + x + "\n")
+			}
+		case "zset":
+			v, _ := h.redis.Client.ZRange(ctx, k, 0, -1).Result()
+			b.WriteString(strings.Join(v, ",") + "\n")
+		}
+	}
+	return b.String()
+}
+
+func (h *harness) keysMatching(pattern string) []string {
+	h.t.Helper()
+	keys, err := h.redis.Client.Keys(context.Background(), h.redis.Prefix+pattern).Result()
+	require.NoError(h.t, err)
+	return keys
+}
+
+func codeRequest(recipient, purpose string) map[string]any {
+	return map[string]any{"channel": "email", "recipient": recipient, "purpose": purpose}
+}

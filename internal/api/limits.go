@@ -1,0 +1,71 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/msgpulse/msgpulse/internal/ratelimit"
+)
+
+func window(d time.Duration, limit int) []ratelimit.Window {
+	if limit <= 0 {
+		return nil
+	}
+	return []ratelimit.Window{{Length: d, Limit: limit}}
+}
+
+// commonRules apply to every accepted message: per API key, the global
+// per-channel cap, and the enabled global rate-limit configs.
+func (s *Server) commonRules(apiKey, channel string) []ratelimit.Rule {
+	L := s.opts.Limits
+	perSecond := L.EmailPerSecond
+	if channel == chSMS {
+		perSecond = L.SMSPerSecond
+	}
+	rules := []ratelimit.Rule{
+		{Name: "per API key", Key: "apikey:" + apiKey, Windows: window(time.Minute, L.PerAPIKeyMinute)},
+		{Name: "global " + channel, Key: "global:" + channel, Windows: window(time.Second, perSecond)},
+	}
+	return append(rules, s.d.RateLimits.Rules("")...)
+}
+
+func (s *Server) verifyRequest(apiKey string, r *VerificationCodeRequest) ratelimit.Request {
+	L := s.opts.Limits
+	rules := []ratelimit.Rule{{Name: "per recipient", Key: "verify:recipient:" + r.Channel + ":" + r.Recipient,
+		Windows: append(window(time.Hour, L.PerRecipientHour), window(24*time.Hour, L.PerRecipientDay)...)}}
+	if ip, _ := clientKey(r.ClientIP); ip != "" {
+		rules = append(rules, ratelimit.Rule{Name: "per IP", Key: "verify:ip:" + ip, Windows: window(time.Minute, L.PerIPMinute)})
+	}
+	rules = append(rules, s.commonRules(apiKey, r.Channel)...)
+	return ratelimit.Request{
+		Rules: nonEmpty(rules),
+		// The cooldown also makes two identical requests at the same moment
+		// create one code: the second finds the first's cooldown.
+		Cooldown: &ratelimit.Cooldown{Name: "resend cooldown", Key: "verify:cooldown:" + r.Channel + ":" + r.Recipient + ":" + r.Purpose, For: L.ResendInterval},
+	}
+}
+
+func nonEmpty(rules []ratelimit.Rule) []ratelimit.Rule {
+	out := rules[:0]
+	for _, r := range rules {
+		if len(r.Windows) > 0 {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// limited turns a Take error into the answer: 429 naming the limit, or 503
+// when Redis cannot be asked (failing closed: no message goes out unchecked).
+func limited(err error) *apiError {
+	var le *ratelimit.LimitError
+	if errors.As(err, &le) {
+		label := le.Rule
+		if !le.Cooldown {
+			label += " " + ratelimit.WindowName(le.Window)
+		}
+		return &apiError{Status: http.StatusTooManyRequests, Msg: le.Error(), RetryAfter: le.RetryAfter, Limit: label, cause: err}
+	}
+	return unavailable(err, "frequency control is unavailable (Redis); nothing was sent, try again")
+}

@@ -1,0 +1,141 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v5"
+
+	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/logging"
+	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/template"
+)
+
+// SendResult is the 202 answer's data.
+type SendResult struct {
+	TaskID      string     `json:"taskId"`
+	Status      string     `json:"status"`
+	ScheduledAt *time.Time `json:"scheduledAt,omitempty"`
+}
+
+func (s *Server) templateError(code, channel string, err error) *apiError {
+	var mv *template.MissingVariableError
+	switch {
+	case errors.As(err, &mv):
+		return badRequest("template %s needs variable %q", code, mv.Name)
+	case errors.Is(err, template.ErrUnknownTemplate):
+		return badRequest("unknown template %q (available: %s)", code, strings.Join(s.d.Templates.Codes(), ", "))
+	case errors.Is(err, template.ErrUnsupportedChannel):
+		return badRequest("template %s has no %s version", code, channel)
+	case errors.Is(err, template.ErrUnsafeSubject):
+		return badRequest("variables of template %s put a line break or control character into the email subject", code)
+	}
+	return badRequest("template %s: %v", code, err)
+}
+
+func (s *Server) sendMessage(c *echo.Context) error {
+	if e := checkContentType(c.Request()); e != nil {
+		return e
+	}
+	var req SendRequest
+	if e := decodeJSON(c.Request().Body, s.opts.BodyLimit, &req); e != nil {
+		return e
+	}
+	now := s.now()
+	if e := req.validate(s.d.Templates.HasLocale, s.opts.CallbackHTTP, now); e != nil {
+		return e
+	}
+	if err := s.d.Templates.Validate(req.TemplateCode, template.Channel(req.channel), req.Variables); err != nil {
+		return s.templateError(req.TemplateCode, req.channel, err)
+	}
+	if req.delay > 0 {
+		if err := s.d.Delayed.Check(req.delay); err != nil {
+			return badRequest("delay of %s not accepted: %v (DELAY_MAX)", describeDelay(req.delay), err)
+		}
+	}
+	ctx := c.Request().Context()
+	res, err := s.d.Limiter.Take(ctx, rlRequest(s.commonRules(apiKeyName(c), req.channel)))
+	if err != nil {
+		return limited(err)
+	}
+	taskID := newTaskID()
+	msg := &envelope.Message{
+		Version: envelope.SchemaVersion, TaskID: taskID, Kind: envelope.Notification,
+		Channel: topologyChannel(req.channel), Recipient: req.Recipient, Template: req.TemplateCode, Locale: req.Locale,
+		Variables: req.Variables, CallbackURL: req.CallbackURL, CreatedAt: now,
+	}
+	if req.Priority != nil {
+		msg.Priority = uint8(*req.Priority)
+	}
+	rec := status.Record{TaskID: taskID, Status: status.Queued, Channel: req.channel, Recipient: logging.Mask(req.Recipient),
+		Kind: string(envelope.Notification), Template: req.TemplateCode, CreatedAt: now, UpdatedAt: now}
+	out := SendResult{TaskID: taskID, Status: string(status.Queued)}
+	if req.delay > 0 {
+		at := now.Add(req.delay).UTC()
+		rec.Status, rec.ScheduledAt = status.Scheduled, &at
+		out.Status, out.ScheduledAt = string(status.Scheduled), &at
+	}
+	if err := s.d.Status.Create(ctx, rec); err != nil {
+		s.rollback(ctx, undo{reservation: res})
+		return unavailable(err, "could not record the message status (Redis); nothing was sent, try again")
+	}
+	if err := s.publish(ctx, req.channel, msg, req.delay); err != nil {
+		s.rollback(ctx, undo{reservation: res, taskID: taskID})
+		return publishFailure(err)
+	}
+	text := "message queued"
+	if req.delay > 0 {
+		text = "message scheduled"
+	}
+	return reply(c, http.StatusAccepted, text, out)
+}
+
+var taskIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// MessageView is GET /api/messages' data.
+type MessageView struct {
+	TaskID      string     `json:"taskId"`
+	Status      string     `json:"status"`
+	Channel     string     `json:"channel"`
+	Recipient   string     `json:"recipient"`
+	Attempts    int        `json:"attempts"`
+	CreatedAt   time.Time  `json:"createdAt"`
+	UpdatedAt   time.Time  `json:"updatedAt"`
+	LastError   string     `json:"lastError"`
+	Kind        string     `json:"kind,omitempty"`
+	Template    string     `json:"template,omitempty"`
+	ScheduledAt *time.Time `json:"scheduledAt,omitempty"`
+	SentAt      *time.Time `json:"sentAt,omitempty"`
+	ErrorClass  string     `json:"errorClass,omitempty"`
+	Reason      string     `json:"reason,omitempty"`
+	Provider    string     `json:"provider,omitempty"`
+}
+
+func (s *Server) getMessage(c *echo.Context) error {
+	id := c.Param("taskId")
+	if id == "" {
+		id = c.QueryParam("taskId")
+	}
+	if id == "" {
+		return badRequest("taskId is required (GET /api/messages/{taskId} or ?taskId=)")
+	}
+	if !taskIDRE.MatchString(id) {
+		return badRequest("taskId %q is not a valid task id", truncate(id, 64))
+	}
+	r, err := s.d.Status.Get(c.Request().Context(), id)
+	if errors.Is(err, status.ErrNotFound) {
+		return notFound("no message with taskId %s (records are kept for STATUS_TTL)", id)
+	}
+	if err != nil {
+		return unavailable(err, "status is unavailable (Redis); try again")
+	}
+	return reply(c, http.StatusOK, "ok", MessageView{
+		TaskID: r.TaskID, Status: string(r.Status), Channel: r.Channel, Recipient: r.Recipient, Attempts: r.Attempts,
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, LastError: r.LastError, Kind: r.Kind, Template: r.Template,
+		ScheduledAt: r.ScheduledAt, SentAt: r.SentAt, ErrorClass: r.ErrorClass, Reason: r.Reason, Provider: r.Provider,
+	})
+}

@@ -1,0 +1,26 @@
+package api
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	requests   *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+	rejections *prometheus.CounterVec
+	publish    *prometheus.CounterVec
+	codes      *prometheus.CounterVec
+	checks     *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_http_requests_total", Help: "HTTP requests by route, method and status."}, []string{"route", "method", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "msgpulse_http_request_duration_seconds", Help: "HTTP request latency by route.",
+			Buckets: []float64{0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1, 2.5, 5}}, []string{"route"}),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_ratelimit_rejections_total", Help: "Requests refused by frequency control, by the limit hit."}, []string{"limit"}),
+		publish:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_publish_total", Help: "Publishes to RabbitMQ by result (confirmed, nacked, returned, timeout, unavailable, blocked, overflow)."}, []string{"result"}),
+		codes:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_verification_codes_issued_total", Help: "Verification codes issued and confirmed by the broker, by channel."}, []string{"channel"}),
+		checks:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_verification_checks_total", Help: "Verification checks by result (valid, invalid, burned)."}, []string{"result"}),
+	}
+	reg.MustRegister(m.requests, m.latency, m.rejections, m.publish, m.codes, m.checks)
+	return m
+}

@@ -1,0 +1,107 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/msgpulse/msgpulse/internal/broker"
+	"github.com/msgpulse/msgpulse/internal/delay"
+	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/verify"
+)
+
+func newTaskID() string {
+	id, err := uuid.NewV7() // time-ordered: status keys and logs sort by creation
+	if err != nil {
+		return uuid.NewString()
+	}
+	return id.String()
+}
+
+// publish sends m to its channel's exchange, now or after delay, and waits
+// for the broker's confirm.
+func (s *Server) publish(ctx context.Context, apiChannel string, m *envelope.Message, after time.Duration) error {
+	ct, err := s.d.Model.Channel(topologyChannel(apiChannel))
+	if err != nil {
+		return err
+	}
+	msg, err := envelope.Publishing(m)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.PublishTimeout)
+	defer cancel()
+	if after > 0 {
+		err = s.d.Delayed.PublishDelayed(ctx, broker.Outgoing{Exchange: ct.Exchange, RoutingKey: ct.RoutingKey, Msg: msg}, after)
+	} else {
+		err = s.d.Publisher.Publish(ctx, ct.Exchange, ct.RoutingKey, msg)
+	}
+	s.metrics.publish.WithLabelValues(publishResult(err)).Inc()
+	return err
+}
+
+func publishResult(err error) string {
+	switch {
+	case err == nil:
+		return "confirmed"
+	case errors.Is(err, broker.ErrReturned):
+		return "returned"
+	case errors.Is(err, delay.ErrOverflow):
+		return "overflow"
+	case errors.Is(err, broker.ErrNacked):
+		return "nacked"
+	case errors.Is(err, broker.ErrBlocked):
+		return "blocked"
+	case errors.Is(err, broker.ErrConfirmTimeout), errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	}
+	return "unavailable"
+}
+
+// publishFailure is the 503 a caller gets when the broker did not take the
+// message. It says why in words an on-call engineer can act on.
+func publishFailure(err error) *apiError {
+	why := map[string]string{
+		"returned":    "no queue is bound for it (run `topology declare`)",
+		"overflow":    "the delay queue is full",
+		"nacked":      "the broker refused it",
+		"blocked":     "the broker is blocking publishers (memory or disk alarm)",
+		"timeout":     "no confirm arrived within PUBLISH_TIMEOUT",
+		"unavailable": "there is no connection to RabbitMQ",
+	}[publishResult(err)]
+	return unavailable(err, "message not accepted: %s; nothing was kept (no code, no rate-limit count), so it is safe to retry", why)
+}
+
+// undo removes what a request wrote before its publish failed. It runs on a
+// context of its own: a caller that hung up must not leave a code or a
+// counted attempt behind.
+type undo struct {
+	reservation *ratelimit.Reservation
+	code        *verify.Issued
+	taskID      string // status record to delete
+}
+
+func (s *Server) rollback(ctx context.Context, u undo) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	var errs []error
+	if u.code != nil {
+		errs = append(errs, s.d.Codes.Rollback(ctx, u.code))
+	}
+	if u.taskID != "" {
+		errs = append(errs, s.d.Status.Delete(ctx, u.taskID))
+	}
+	if u.reservation != nil {
+		errs = append(errs, s.d.Limiter.Rollback(ctx, u.reservation))
+	}
+	if err := errors.Join(errs...); err != nil {
+		// What is left expires by itself (the code with CODE_TTL, the
+		// counts with their windows); say so loudly.
+		s.log.Error("rollback after a failed publish was incomplete; leftovers expire on their own", zap.String("task_id", u.taskID), zap.Error(err))
+	}
+}

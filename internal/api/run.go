@@ -1,0 +1,166 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+
+	"github.com/msgpulse/msgpulse/internal/broker"
+	"github.com/msgpulse/msgpulse/internal/config"
+	"github.com/msgpulse/msgpulse/internal/delay"
+	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/rdb"
+	"github.com/msgpulse/msgpulse/internal/seal"
+	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/template"
+	"github.com/msgpulse/msgpulse/internal/topology"
+	"github.com/msgpulse/msgpulse/internal/verify"
+)
+
+// Run serves the API until ctx ends, then shuts down gracefully: it stops
+// accepting connections, lets requests in flight finish (their publishes
+// confirm or roll back), and only then closes the broker and Redis.
+func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
+	keys, err := seal.New(cfg.CodeSecret)
+	if err != nil {
+		return fmt.Errorf("CODE_SECRET: %w", err)
+	}
+	if cfg.CodeSecretIsDev {
+		log.Warn("CODE_SECRET is the development default: set a secret of your own in production (the consumer and dlq need the same value)")
+	}
+	if cfg.AuthDisabled {
+		log.Warn("API_AUTH=disabled: /api/* accepts requests without an API key; use this for local development only")
+	}
+	model, err := topology.Build(cfg.Model, "")
+	if err != nil {
+		return err
+	}
+	tpl, err := template.Load(cfg.Templates.Dir, cfg.Templates.DefaultLocale)
+	if err != nil {
+		return fmt.Errorf("TEMPLATES_DIR: %w", err)
+	}
+	redisClient, err := rdb.New(cfg.RedisURL)
+	if err != nil {
+		return fmt.Errorf("REDIS_URL: %w", err)
+	}
+	defer func() { _ = redisClient.Close() }()
+
+	// Background services outlive ctx until the HTTP server has drained.
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	defer func() { stopBG(); wg.Wait() }()
+
+	session, err := broker.NewSession(broker.Config{URL: cfg.AMQPURL, ConnectionName: "msgpulse-api", Logger: log.Named("broker")})
+	if err != nil {
+		return err
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); session.Run(bg) }()
+	pub, err := broker.NewPublisher(broker.PublisherConfig{Session: session, Channels: cfg.PublishChannels, ConfirmTimeout: cfg.PublishTimeout, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	planner, err := delay.NewPlanner(model.Delay, cfg.Delay.Margin, cfg.Delay.Tolerance)
+	if err != nil {
+		return err
+	}
+	delayed := delay.NewPublisher(pub, planner, model.Delay, delay.NewMetrics(reg))
+
+	rateLimits, err := ratelimit.NewConfigStore(redisClient, cfg.RedisPrefix, log.Named("ratelimit"), ratelimit.StoreConfig{RefreshEvery: cfg.Limits.ConfigRefreshEvery})
+	if err != nil {
+		return err
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := rateLimits.Run(bg); err != nil && bg.Err() == nil {
+			log.Error("rate-limit config cache stopped", zap.Error(err))
+		}
+	}()
+	codes, err := verify.New(redisClient, keys, verify.Config{Prefix: cfg.RedisPrefix, CodeLength: cfg.CodeLength, TTL: cfg.CodeTTL, MaxAttempts: cfg.VerifyAttempts})
+	if err != nil {
+		return err
+	}
+	statuses, err := status.New(redisClient, status.Config{Prefix: cfg.RedisPrefix, TTL: cfg.StatusTTL})
+	if err != nil {
+		return err
+	}
+	srv, err := New(Deps{
+		Log: log, Model: model, Publisher: pub, Delayed: delayedChecker{delayed}, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix),
+		RateLimits: rateLimits, Codes: codes, Keys: keys, Status: statuses, Templates: tpl, Registry: reg,
+		Inspect: func(ctx context.Context, names []string) ([]broker.QueueState, error) {
+			conn, err := session.Conn(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return broker.Inspect(conn, names)
+		},
+		Ready: func(ctx context.Context) map[string]string {
+			out := map[string]string{"amqp": "ok", "redis": "ok"}
+			if _, ok := session.Current(); !ok {
+				out["amqp"] = "not connected"
+			} else if session.Blocked() {
+				out["amqp"] = "connected, but the broker blocks publishing"
+			}
+			if err := redisClient.Ping(ctx).Err(); err != nil {
+				out["redis"] = err.Error()
+			}
+			return out
+		},
+	}, Options{APIKeys: cfg.APIKeys, AuthDisabled: cfg.AuthDisabled, TrustedProxies: cfg.TrustedProxies, BodyLimit: cfg.BodyLimit,
+		Limits: cfg.Limits, CallbackHTTP: cfg.CallbackHTTP, PublishTimeout: cfg.PublishTimeout})
+	if err != nil {
+		return err
+	}
+	// Serving before the rate-limit configs are loaded would admit traffic
+	// that an enabled global limit should refuse.
+	select {
+	case <-rateLimits.Ready():
+	case <-time.After(10 * time.Second):
+		return errors.New("rate-limit configs did not load from Redis within 10s")
+	case <-ctx.Done():
+		return nil
+	}
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("HTTP_ADDR: %w", err)
+	}
+	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 15 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: zap.NewStdLog(log.Named("http"))}
+	served := make(chan error, 1)
+	go func() { served <- httpSrv.Serve(ln) }()
+	log.Info("api listening", zap.String("addr", ln.Addr().String()), zap.Int("api_keys", len(cfg.APIKeys)))
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: draining requests", zap.Duration("timeout", cfg.ShutdownTimeout))
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := httpSrv.Shutdown(sctx); err != nil {
+		log.Warn("shutdown did not finish in time", zap.Error(err))
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// delayedChecker adapts the delay publisher to the API's interface.
+type delayedChecker struct{ *delay.Publisher }
+
+func (d delayedChecker) Check(after time.Duration) error { return d.Planner().Check(after) }

@@ -1,0 +1,266 @@
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/zap"
+
+	apidoc "github.com/msgpulse/msgpulse/api"
+	"github.com/msgpulse/msgpulse/internal/broker"
+	"github.com/msgpulse/msgpulse/internal/config"
+	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/seal"
+	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/template"
+	"github.com/msgpulse/msgpulse/internal/topology"
+	"github.com/msgpulse/msgpulse/internal/verify"
+)
+
+// Publisher publishes one message and waits for the broker's confirm.
+type Publisher interface {
+	Publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error
+}
+
+// DelayedPublisher publishes a message to be delivered after a delay.
+type DelayedPublisher interface {
+	PublishDelayed(ctx context.Context, out broker.Outgoing, delay time.Duration) error
+	Check(delay time.Duration) error
+}
+
+// QueueInspector reads queue depths and consumer counts.
+type QueueInspector func(ctx context.Context, names []string) ([]broker.QueueState, error)
+
+// DLQStats summarises the dead-letter queues.
+type DLQStats func(ctx context.Context) (any, error)
+
+// Deps are the services the API uses. All are required except DLQ.
+type Deps struct {
+	Log        *zap.Logger
+	Model      *topology.Model
+	Publisher  Publisher
+	Delayed    DelayedPublisher
+	Limiter    *ratelimit.Limiter
+	RateLimits *ratelimit.ConfigStore
+	Codes      *verify.Store
+	Keys       *seal.Keys
+	Status     *status.Store
+	Templates  *template.Store
+	Inspect    QueueInspector
+	DLQ        DLQStats
+	// Ready reports each dependency's health ("ok" or the error text).
+	Ready    func(ctx context.Context) map[string]string
+	Registry *prometheus.Registry
+}
+
+// Options are the API's behaviour settings.
+type Options struct {
+	APIKeys        []config.APIKey
+	AuthDisabled   bool
+	TrustedProxies []*net.IPNet
+	BodyLimit      int64
+	Limits         config.Limits
+	CallbackHTTP   bool
+	PublishTimeout time.Duration
+}
+
+// Server is the HTTP API.
+type Server struct {
+	d       Deps
+	opts    Options
+	log     *zap.Logger
+	e       *echo.Echo
+	metrics *metrics
+	now     func() time.Time
+}
+
+// New builds the server and its routes.
+func New(d Deps, opts Options) (*Server, error) {
+	if d.Log == nil {
+		d.Log = zap.NewNop()
+	}
+	if d.Model == nil || d.Publisher == nil || d.Delayed == nil || d.Limiter == nil || d.RateLimits == nil || d.Codes == nil ||
+		d.Keys == nil || d.Status == nil || d.Templates == nil || d.Inspect == nil || d.Ready == nil || d.Registry == nil {
+		return nil, errors.New("api: missing dependency")
+	}
+	if len(opts.APIKeys) == 0 && !opts.AuthDisabled {
+		return nil, errors.New("api: no API keys and authentication not disabled")
+	}
+	if opts.BodyLimit == 0 {
+		opts.BodyLimit = 64 << 10
+	}
+	if opts.PublishTimeout == 0 {
+		opts.PublishTimeout = 3 * time.Second
+	}
+	s := &Server{d: d, opts: opts, log: d.Log, metrics: newMetrics(d.Registry), now: time.Now}
+	// Without automatic group 404 routes, a known path with the wrong
+	// method answers 405 rather than 404.
+	e := echo.NewWithConfig(echo.Config{NoGroupAutoRegister404Routes: true})
+	e.HTTPErrorHandler = s.handleError
+	if len(opts.TrustedProxies) > 0 {
+		var trust []echo.TrustOption
+		for _, n := range opts.TrustedProxies {
+			trust = append(trust, echo.TrustIPRange(n))
+		}
+		trust = append(trust, echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false))
+		e.IPExtractor = echo.ExtractIPFromXFFHeader(trust...)
+	} else {
+		e.IPExtractor = echo.ExtractIPDirect()
+	}
+	e.Use(s.recoverer, s.observe)
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{Registry: d.Registry})))
+	e.GET("/openapi.yaml", func(c *echo.Context) error { return c.Blob(http.StatusOK, "application/yaml", apidoc.OpenAPI) })
+
+	g := e.Group("/api", s.authenticate)
+	g.POST("/verification-codes", s.requestCode)
+	g.POST("/verification-codes/verify", s.verifyCode)
+	g.POST("/messages/send", s.sendMessage)
+	g.GET("/messages/:taskId", s.getMessage)
+	g.GET("/messages", s.getMessage)
+	g.GET("/rate-limits", s.listRateLimits)
+	g.POST("/rate-limits", s.createRateLimit)
+	g.GET("/rate-limits/:id", s.getRateLimit)
+	g.PUT("/rate-limits/:id", s.updateRateLimit)
+	g.DELETE("/rate-limits/:id", s.deleteRateLimit)
+	g.GET("/queues/stats", s.queueStats)
+	g.GET("/dlq/stats", s.dlqStats)
+	s.e = e
+	return s, nil
+}
+
+// Handler returns the HTTP handler.
+func (s *Server) Handler() http.Handler { return s.e }
+
+// Routes lists the registered routes (method, path), for the OpenAPI check.
+func (s *Server) Routes() [][2]string {
+	var out [][2]string
+	for _, r := range s.e.Router().Routes() {
+		out = append(out, [2]string{r.Method, r.Path})
+	}
+	return out
+}
+
+const ctxAPIKey = "msgpulse.apiKey"
+
+func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		if s.opts.AuthDisabled {
+			c.Set(ctxAPIKey, "anonymous")
+			return next(c)
+		}
+		got := c.Request().Header.Get("X-API-Key")
+		if got == "" {
+			return &apiError{Status: http.StatusUnauthorized, Msg: "missing X-API-Key header"}
+		}
+		// Compare against every key, always, so timing says nothing about
+		// which key (or how much of one) matched.
+		name := ""
+		for _, k := range s.opts.APIKeys {
+			if subtle.ConstantTimeCompare([]byte(got), []byte(k.Key)) == 1 {
+				name = k.Name
+			}
+		}
+		if name == "" {
+			return &apiError{Status: http.StatusUnauthorized, Msg: "unknown API key"}
+		}
+		c.Set(ctxAPIKey, name)
+		return next(c)
+	}
+}
+
+func apiKeyName(c *echo.Context) string {
+	if v, ok := c.Get(ctxAPIKey).(string); ok {
+		return v
+	}
+	return ""
+}
+
+func (s *Server) recoverer(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c *echo.Context) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				s.log.Error("panic in handler", zap.Any("panic", r), zap.String("route", c.Path()), zap.ByteString("stack", debug.Stack()))
+				err = internal(fmt.Errorf("panic: %v", r))
+			}
+		}()
+		return next(c)
+	}
+}
+
+// observe records metrics and one log line per request. Recipients and
+// bodies are never logged here.
+func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c *echo.Context) error {
+		start := time.Now()
+		err := next(c)
+		if err != nil {
+			s.handleError(c, err)
+		}
+		code := http.StatusOK
+		if r, uerr := echo.UnwrapResponse(c.Response()); uerr == nil {
+			code = r.Status
+		}
+		route := c.Path()
+		if route == "" {
+			route = "unmatched"
+		}
+		elapsed := time.Since(start)
+		s.metrics.requests.WithLabelValues(route, c.Request().Method, strconv.Itoa(code)).Inc()
+		s.metrics.latency.WithLabelValues(route).Observe(elapsed.Seconds())
+		var ae *apiError
+		if errors.As(err, &ae) && ae.Limit != "" {
+			s.metrics.rejections.WithLabelValues(ae.Limit).Inc()
+		}
+		fields := []zap.Field{zap.String("method", c.Request().Method), zap.String("route", route), zap.Int("status", code),
+			zap.Duration("took", elapsed), zap.String("caller", apiKeyName(c)), zap.String("ip", c.RealIP())}
+		switch {
+		case code >= 500:
+			s.log.Warn("request", fields...)
+		case code >= 400:
+			s.log.Info("request", append(fields, zap.String("error", errText(err)))...)
+		default:
+			s.log.Debug("request", fields...)
+		}
+		return nil
+	}
+}
+
+func errText(err error) string {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae.Msg
+	}
+	if err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+func (s *Server) healthz(c *echo.Context) error {
+	return reply(c, http.StatusOK, "ok", map[string]string{"status": "alive"})
+}
+
+func (s *Server) readyz(c *echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+	defer cancel()
+	checks := s.d.Ready(ctx)
+	for _, v := range checks {
+		if v != "ok" {
+			return reply(c, http.StatusServiceUnavailable, "not ready", checks)
+		}
+	}
+	return reply(c, http.StatusOK, "ready", checks)
+}

@@ -1,0 +1,285 @@
+package api
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"net/mail"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/msgpulse/msgpulse/internal/topology"
+)
+
+// API channel names and their topology channels.
+const (
+	chEmail = "email"
+	chSMS   = "sms"
+)
+
+func topologyChannel(apiChannel string) string {
+	if apiChannel == chEmail {
+		return topology.Mail
+	}
+	return topology.SMS
+}
+
+var (
+	e164     = regexp.MustCompile(`^\+[1-9][0-9]{7,14}$`)
+	slug     = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
+	varName  = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,63}$`)
+	codeRE   = regexp.MustCompile(`^[0-9]{4,10}$`)
+	hostname = regexp.MustCompile(`^(?i)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$`)
+)
+
+// noControl rejects CR, LF and other control characters, which could
+// split a mail header or a log line.
+func noControl(field, v string) *apiError {
+	if !utf8.ValidString(v) {
+		return badRequest("%s is not valid UTF-8", field)
+	}
+	for _, r := range v {
+		if r < 0x20 || r == 0x7f {
+			if r == '\r' || r == '\n' {
+				return badRequest("%s must not contain CR or LF", field)
+			}
+			return badRequest("%s must not contain control characters", field)
+		}
+	}
+	return nil
+}
+
+func checkChannel(ch string) *apiError {
+	if ch != chEmail && ch != chSMS {
+		return badRequest("channel must be \"email\" or \"sms\"")
+	}
+	return nil
+}
+
+// normalizeRecipient validates a recipient for its channel and returns the
+// form used for keys and sending: email lower-cased, phone as E.164.
+func normalizeRecipient(channel, r string) (string, *apiError) {
+	if r == "" {
+		return "", badRequest("recipient is required")
+	}
+	if e := noControl("recipient", r); e != nil {
+		return "", e
+	}
+	if channel == chSMS {
+		if !e164.MatchString(r) {
+			return "", badRequest("recipient must be an E.164 phone number such as +8613900001234")
+		}
+		return r, nil
+	}
+	if len(r) > 254 {
+		return "", badRequest("recipient is longer than 254 characters")
+	}
+	addr, err := mail.ParseAddress(r)
+	if err != nil || addr.Name != "" || addr.Address != r {
+		return "", badRequest("recipient must be a bare email address such as alice@example.com")
+	}
+	local, domain, _ := strings.Cut(r, "@")
+	if len(local) > 64 || strings.ContainsAny(local, "\" ") || !hostname.MatchString(domain) {
+		return "", badRequest("recipient must be a bare email address such as alice@example.com")
+	}
+	return strings.ToLower(r), nil
+}
+
+func checkPurpose(p string) *apiError {
+	if !slug.MatchString(p) {
+		return badRequest("purpose must be a lower-case slug of at most 32 characters, such as register, login or reset_password")
+	}
+	return nil
+}
+
+// clientKey turns the end user's IP into its rate-limit key: the address
+// for IPv4, the /64 for IPv6 (one subscriber usually holds a whole /64).
+func clientKey(ip string) (string, *apiError) {
+	if ip == "" {
+		return "", nil
+	}
+	parsed := net.ParseIP(ip)
+	if parsed == nil {
+		return "", badRequest("clientIp %q is not an IP address", truncate(ip, 64))
+	}
+	if v4 := parsed.To4(); v4 != nil {
+		return v4.String(), nil
+	}
+	return parsed.Mask(net.CIDRMask(64, 128)).String() + "/64", nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// VerificationCodeRequest is the body of POST /api/verification-codes.
+type VerificationCodeRequest struct {
+	Channel   string `json:"channel"`
+	Recipient string `json:"recipient"`
+	Purpose   string `json:"purpose"`
+	Locale    string `json:"locale,omitempty"`
+	ClientIP  string `json:"clientIp,omitempty"`
+}
+
+// validate checks and normalises the request in place.
+func (r *VerificationCodeRequest) validate(locales func(string) bool) *apiError {
+	if e := checkChannel(r.Channel); e != nil {
+		return e
+	}
+	rec, e := normalizeRecipient(r.Channel, r.Recipient)
+	if e != nil {
+		return e
+	}
+	r.Recipient = rec
+	if e := checkPurpose(r.Purpose); e != nil {
+		return e
+	}
+	if r.Locale != "" && !locales(r.Locale) {
+		return badRequest("locale %q is not available", truncate(r.Locale, 16))
+	}
+	if _, e := clientKey(r.ClientIP); e != nil {
+		return e
+	}
+	return nil
+}
+
+// VerifyRequest is the body of POST /api/verification-codes/verify.
+type VerifyRequest struct {
+	Channel   string `json:"channel"`
+	Recipient string `json:"recipient"`
+	Purpose   string `json:"purpose"`
+	Code      string `json:"code"`
+}
+
+func (r *VerifyRequest) validate() *apiError {
+	if e := checkChannel(r.Channel); e != nil {
+		return e
+	}
+	rec, e := normalizeRecipient(r.Channel, r.Recipient)
+	if e != nil {
+		return e
+	}
+	r.Recipient = rec
+	if e := checkPurpose(r.Purpose); e != nil {
+		return e
+	}
+	if !codeRE.MatchString(r.Code) {
+		return badRequest("code must be 4 to 10 digits")
+	}
+	return nil
+}
+
+// SendRequest is the body of POST /api/messages/send.
+type SendRequest struct {
+	MessageType  string            `json:"messageType"`
+	TemplateCode string            `json:"templateCode"`
+	Recipient    string            `json:"recipient"`
+	Variables    map[string]string `json:"variables"`
+	Locale       string            `json:"locale,omitempty"`
+	Priority     *int              `json:"priority,omitempty"`
+	CallbackURL  string            `json:"callbackUrl,omitempty"`
+	DelaySeconds *float64          `json:"delaySeconds,omitempty"`
+	SendAt       *string           `json:"sendAt,omitempty"`
+
+	channel string        // email or sms, from MessageType
+	delay   time.Duration // 0 = now
+}
+
+const (
+	maxVariables     = 32
+	maxVariableBytes = 4096
+)
+
+func (r *SendRequest) validate(locales func(string) bool, allowHTTP bool, now time.Time) *apiError {
+	switch r.MessageType {
+	case "EMAIL":
+		r.channel = chEmail
+	case "SMS":
+		r.channel = chSMS
+	default:
+		return badRequest("messageType must be \"EMAIL\" or \"SMS\"")
+	}
+	if !slug.MatchString(r.TemplateCode) {
+		return badRequest("templateCode must be a template name such as notice or verify_code")
+	}
+	rec, e := normalizeRecipient(r.channel, r.Recipient)
+	if e != nil {
+		return e
+	}
+	r.Recipient = rec
+	if len(r.Variables) > maxVariables {
+		return badRequest("at most %d variables", maxVariables)
+	}
+	for k, v := range r.Variables {
+		if !varName.MatchString(k) {
+			return badRequest("variable name %q must be letters, digits and _, starting with a letter", truncate(k, 64))
+		}
+		if len(v) > maxVariableBytes {
+			return badRequest("variable %s is longer than %d bytes", k, maxVariableBytes)
+		}
+		if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+			return badRequest("variable %s must be valid UTF-8 text", k)
+		}
+	}
+	if r.Locale != "" && !locales(r.Locale) {
+		return badRequest("locale %q is not available", truncate(r.Locale, 16))
+	}
+	if r.Priority != nil && (*r.Priority < 0 || *r.Priority > 9) {
+		return badRequest("priority must be between 0 and 9")
+	}
+	if r.CallbackURL != "" {
+		if e := checkCallback(r.CallbackURL, allowHTTP); e != nil {
+			return e
+		}
+	}
+	switch {
+	case r.DelaySeconds != nil && r.SendAt != nil:
+		return badRequest("give delaySeconds or sendAt, not both")
+	case r.DelaySeconds != nil:
+		d := *r.DelaySeconds
+		if math.IsNaN(d) || math.IsInf(d, 0) || d <= 0 {
+			return badRequest("delaySeconds must be a positive number")
+		}
+		if d > float64(math.MaxInt64/int64(time.Second)) {
+			return badRequest("delaySeconds %g is too large", d)
+		}
+		r.delay = time.Duration(d * float64(time.Second))
+		if r.delay < time.Millisecond {
+			return badRequest("delaySeconds must be at least 0.001")
+		}
+	case r.SendAt != nil:
+		at, err := time.Parse(time.RFC3339Nano, *r.SendAt)
+		if err != nil {
+			return badRequest("sendAt must be an RFC 3339 time such as 2026-11-21T08:00:00Z")
+		}
+		if !at.After(now) {
+			return badRequest("sendAt %s is not in the future", *r.SendAt)
+		}
+		r.delay = at.Sub(now)
+	}
+	return nil
+}
+
+func checkCallback(raw string, allowHTTP bool) *apiError {
+	if len(raw) > 2048 {
+		return badRequest("callbackUrl is longer than 2048 characters")
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && !(allowHTTP && u.Scheme == "http")) {
+		if allowHTTP {
+			return badRequest("callbackUrl must be an absolute http(s) URL")
+		}
+		return badRequest("callbackUrl must be an absolute https URL")
+	}
+	return nil
+}
+
+func describeDelay(d time.Duration) string {
+	return fmt.Sprintf("%gs", d.Seconds())
+}

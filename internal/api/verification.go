@@ -1,0 +1,107 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v5"
+
+	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/logging"
+	"github.com/msgpulse/msgpulse/internal/status"
+)
+
+// VerificationCode is the 202 answer's data.
+type VerificationCode struct {
+	TaskID      string    `json:"taskId"`
+	Status      string    `json:"status"`
+	ExpiresAt   time.Time `json:"expiresAt"`
+	ResendAfter time.Time `json:"resendAfter"`
+}
+
+func (s *Server) requestCode(c *echo.Context) error {
+	if e := checkContentType(c.Request()); e != nil {
+		return e
+	}
+	var req VerificationCodeRequest
+	if e := decodeJSON(c.Request().Body, s.opts.BodyLimit, &req); e != nil {
+		return e
+	}
+	if e := req.validate(s.d.Templates.HasLocale); e != nil {
+		return e
+	}
+	ctx := c.Request().Context()
+	res, err := s.d.Limiter.Take(ctx, s.verifyRequest(apiKeyName(c), &req))
+	if err != nil {
+		return limited(err)
+	}
+	taskID := newTaskID()
+	iss, err := s.d.Codes.Issue(ctx, req.Channel, req.Recipient, req.Purpose, taskID)
+	if err != nil {
+		s.rollback(ctx, undo{reservation: res})
+		return unavailable(err, "could not store the code (Redis); nothing was sent, try again")
+	}
+	now := s.now()
+	sealed, err := s.d.Keys.Seal(iss.Code, taskID)
+	if err != nil {
+		s.rollback(ctx, undo{reservation: res, code: iss})
+		return internal(err)
+	}
+	ttlMinutes := int((s.d.Codes.TTL() + time.Minute - 1) / time.Minute)
+	msg := &envelope.Message{
+		Version: envelope.SchemaVersion, TaskID: taskID, Kind: envelope.Verification,
+		Channel: topologyChannel(req.Channel), Recipient: req.Recipient, Template: "verify_code", Locale: req.Locale,
+		Variables: map[string]string{"ttlMinutes": strconv.Itoa(ttlMinutes)},
+		Purpose:   req.Purpose, SealedCode: sealed, CodeDigest: iss.Digest, Deadline: &iss.ExpiresAt, CreatedAt: now,
+	}
+	rec := status.Record{TaskID: taskID, Status: status.Queued, Channel: req.Channel, Recipient: logging.Mask(req.Recipient),
+		Kind: string(envelope.Verification), Template: "verify_code", CreatedAt: now, UpdatedAt: now}
+	if err := s.d.Status.Create(ctx, rec); err != nil {
+		s.rollback(ctx, undo{reservation: res, code: iss})
+		return unavailable(err, "could not record the message status (Redis); nothing was sent, try again")
+	}
+	if err := s.publish(ctx, req.Channel, msg, 0); err != nil {
+		s.rollback(ctx, undo{reservation: res, code: iss, taskID: taskID})
+		return publishFailure(err)
+	}
+	s.metrics.codes.WithLabelValues(req.Channel).Inc()
+	return reply(c, http.StatusAccepted, "verification code queued", VerificationCode{
+		TaskID: taskID, Status: string(status.Queued),
+		ExpiresAt: iss.ExpiresAt.UTC().Truncate(time.Second), ResendAfter: now.Add(s.opts.Limits.ResendInterval).UTC().Truncate(time.Second),
+	})
+}
+
+// VerifyResult is the verify answer's data.
+type VerifyResult struct {
+	Valid        bool `json:"valid"`
+	AttemptsLeft int  `json:"attemptsLeft"`
+}
+
+func (s *Server) verifyCode(c *echo.Context) error {
+	if e := checkContentType(c.Request()); e != nil {
+		return e
+	}
+	var req VerifyRequest
+	if e := decodeJSON(c.Request().Body, s.opts.BodyLimit, &req); e != nil {
+		return e
+	}
+	if e := req.validate(); e != nil {
+		return e
+	}
+	res, err := s.d.Codes.Check(c.Request().Context(), req.Channel, req.Recipient, req.Purpose, req.Code)
+	if err != nil {
+		return unavailable(err, "verification is unavailable (Redis); try again")
+	}
+	data := VerifyResult{Valid: res.Valid, AttemptsLeft: res.AttemptsLeft}
+	switch {
+	case res.Valid:
+		s.metrics.checks.WithLabelValues("valid").Inc()
+		return reply(c, http.StatusOK, "code is valid", data)
+	case res.Burned:
+		s.metrics.checks.WithLabelValues("burned").Inc()
+		return &apiError{Status: http.StatusTooManyRequests, Msg: "too many wrong attempts: the code is no longer valid, request a new one", Data: data, Limit: "verify attempts"}
+	}
+	s.metrics.checks.WithLabelValues("invalid").Inc()
+	return reply(c, http.StatusOK, "code is not valid", data)
+}

@@ -1,0 +1,122 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/msgpulse/msgpulse/internal/envconf"
+	"github.com/msgpulse/msgpulse/internal/seal"
+	"github.com/msgpulse/msgpulse/internal/topology"
+)
+
+// APIKey is one caller's key.
+type APIKey struct {
+	Name string // shown in logs and metrics; defaults to key-<n>
+	Key  string
+}
+
+// Limits are the API's frequency-control settings (0 = unlimited).
+type Limits struct {
+	ResendInterval     time.Duration
+	PerRecipientHour   int
+	PerRecipientDay    int
+	PerIPMinute        int
+	PerAPIKeyMinute    int
+	EmailPerSecond     int
+	SMSPerSecond       int
+	ConfigRefreshEvery time.Duration
+}
+
+// API configures cmd/api.
+type API struct {
+	Common
+	Model           topology.Config
+	HTTPAddr        string
+	APIKeys         []APIKey
+	AuthDisabled    bool
+	TrustedProxies  []*net.IPNet
+	BodyLimit       int64
+	CodeSecret      string
+	CodeSecretIsDev bool
+	CodeLength      int
+	CodeTTL         time.Duration
+	VerifyAttempts  int
+	Limits          Limits
+	StatusTTL       time.Duration
+	PublishTimeout  time.Duration
+	PublishChannels int
+	ShutdownTimeout time.Duration
+	CallbackHTTP    bool
+	Templates       Templates
+	Delay           Delay
+}
+
+func loadCodeSecret(l *envconf.Loader) (string, bool) {
+	s := l.Secret("CODE_SECRET", seal.DevSecret, fmt.Sprintf("secret (≥%d bytes) that keys code digests and seals codes in messages; the same value on api, consumer and dlq", seal.MinSecretLen))
+	if len(s) < seal.MinSecretLen {
+		l.Fail("CODE_SECRET", "", "must be at least %d bytes (it is %d)", seal.MinSecretLen, len(s))
+	}
+	return s, s == seal.DevSecret
+}
+
+// LoadAPI reads cmd/api's settings; check l.Err().
+func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
+	l := envconf.New(lookup)
+	c := API{Common: loadCommon(l), Model: loadTopology(l)}
+	c.HTTPAddr = l.String("HTTP_ADDR", ":8080", "address the HTTP API listens on")
+	keys := l.List("API_KEYS", "", "comma-separated API keys; `name:key` names a caller (required unless API_AUTH=disabled)")
+	for i, k := range keys {
+		name, key, named := strings.Cut(k, ":")
+		if !named {
+			name, key = fmt.Sprintf("key-%d", i+1), k
+		}
+		if len(key) < 8 {
+			l.Fail("API_KEYS", "", "key %d (%s) is shorter than 8 characters", i+1, name)
+		}
+		c.APIKeys = append(c.APIKeys, APIKey{Name: name, Key: key})
+	}
+	c.AuthDisabled = l.Enum("API_AUTH", "enabled", []string{"enabled", "disabled"}, "`disabled` turns off X-API-Key checks (local development only)") == "disabled"
+	if len(c.APIKeys) == 0 && !c.AuthDisabled {
+		l.Fail("API_KEYS", "", "no API keys: set API_KEYS (e.g. backend:$(openssl rand -hex 16)), or API_AUTH=disabled to run without authentication")
+	}
+	for _, p := range l.List("TRUSTED_PROXIES", "", "CIDRs whose X-Forwarded-For is believed for the caller's address (logs only; the end user's IP comes from clientIp)") {
+		if !strings.Contains(p, "/") {
+			if strings.Contains(p, ":") {
+				p += "/128"
+			} else {
+				p += "/32"
+			}
+		}
+		_, n, err := net.ParseCIDR(p)
+		if err != nil {
+			l.Fail("TRUSTED_PROXIES", p, "not a CIDR")
+			continue
+		}
+		c.TrustedProxies = append(c.TrustedProxies, n)
+	}
+	c.BodyLimit = int64(l.Int("BODY_LIMIT", 64<<10, 1<<10, 16<<20, "largest request body in bytes"))
+	c.CodeSecret, c.CodeSecretIsDev = loadCodeSecret(l)
+	c.CodeLength = l.Int("CODE_LENGTH", 6, 4, 10, "digits in a verification code")
+	c.CodeTTL = l.Duration("CODE_TTL", 10*time.Minute, 10*time.Second, 24*time.Hour, "how long a verification code is valid")
+	c.VerifyAttempts = l.Int("VERIFY_MAX_ATTEMPTS", 5, 1, 100, "wrong guesses before a code is burned")
+	c.Limits = Limits{
+		ResendInterval:     l.Duration("VERIFY_RESEND_INTERVAL", 60*time.Second, time.Second, 24*time.Hour, "cooldown between codes for one channel+recipient+purpose"),
+		PerRecipientHour:   l.Int("VERIFY_MAX_PER_HOUR", 5, 0, 1_000_000, "codes per recipient per sliding hour (0 = unlimited)"),
+		PerRecipientDay:    l.Int("VERIFY_MAX_PER_DAY", 10, 0, 1_000_000, "codes per recipient per sliding day (0 = unlimited)"),
+		PerIPMinute:        l.Int("VERIFY_MAX_PER_IP_PER_MINUTE", 20, 0, 1_000_000, "codes per end-user IP (clientIp) per sliding minute (0 = unlimited)"),
+		PerAPIKeyMinute:    l.Int("LIMIT_PER_API_KEY_PER_MINUTE", 6000, 0, 100_000_000, "requests (codes and messages) per API key per sliding minute (0 = unlimited)"),
+		EmailPerSecond:     l.Int("LIMIT_EMAIL_PER_SECOND", 500, 0, 1_000_000, "global cap on accepted email per sliding second (0 = unlimited)"),
+		SMSPerSecond:       l.Int("LIMIT_SMS_PER_SECOND", 200, 0, 1_000_000, "global cap on accepted SMS per sliding second (0 = unlimited)"),
+		ConfigRefreshEvery: l.Duration("RATE_LIMIT_REFRESH", 30*time.Second, time.Second, time.Hour, "full reload of rate-limit configs (changes also arrive at once by pub/sub)"),
+	}
+	c.StatusTTL = l.Duration("STATUS_TTL", 7*24*time.Hour, time.Minute, 365*24*time.Hour, "how long message status records are kept")
+	c.PublishTimeout = l.Duration("PUBLISH_TIMEOUT", 3*time.Second, 10*time.Millisecond, time.Minute, "longest wait for a broker confirm before answering 503")
+	c.PublishChannels = l.Int("PUBLISH_CHANNELS", 32, 1, 2000, "publishes in flight at once (one confirm channel each)")
+	c.ShutdownTimeout = l.Duration("SHUTDOWN_TIMEOUT", 15*time.Second, time.Second, 10*time.Minute, "how long in-flight requests may finish on SIGTERM")
+	c.CallbackHTTP = l.Bool("CALLBACK_ALLOW_HTTP", false, "accept http:// callbackUrl (otherwise https only)")
+	c.Templates = loadTemplates(l)
+	c.Delay = loadDelay(l)
+	return c, l
+}

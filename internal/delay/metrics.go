@@ -26,7 +26,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Overflow: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rabbitmq_delay_queue_overflow_total", Help: "Publishes refused because a delay queue was full (reject-publish)."}, []string{"queue"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Published, m.Requested, m.Depth, m.Hops, m.Accuracy, m.Overflow)
+		reg.MustRegister(m.collectors()...)
 	}
 	return m
+}
+
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.Published, m.Requested, m.Depth, m.Hops, m.Accuracy, m.Overflow}
+}
+
+// Describe sends every metric's descriptor (the alert rules' test checks
+// the names they read against these).
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.collectors() {
+		c.Describe(ch)
+	}
 }

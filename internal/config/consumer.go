@@ -1,0 +1,91 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/msgpulse/msgpulse/internal/envconf"
+	"github.com/msgpulse/msgpulse/internal/provider/mail"
+	"github.com/msgpulse/msgpulse/internal/provider/sms"
+	"github.com/msgpulse/msgpulse/internal/topology"
+)
+
+// Consumer configures cmd/consumer.
+type Consumer struct {
+	Common
+	Model            topology.Config
+	Channels         []string
+	Concurrency      int
+	Prefetch         int
+	ShutdownTimeout  time.Duration
+	MaxRetries       int
+	RetryBackoff     []time.Duration
+	ThrottledBackoff []time.Duration
+	ClaimLease       time.Duration
+	SentTTL          time.Duration
+	StatusTTL        time.Duration
+	SendTimeout      time.Duration
+	MetricsAddr      string
+	Relay            bool
+	RelayConcurrency int
+	ConsumerID       string
+	CodeSecret       string
+	CodeSecretIsDev  bool
+	CallbackSecret   string
+	CallbackTimeout  time.Duration
+	CallbackAttempts int
+	RateLimitRefresh time.Duration
+	SMTP             mail.Config
+	SMS              sms.Config
+	Templates        Templates
+	Delay            Delay
+}
+
+// LoadConsumer reads cmd/consumer's settings; check l.Err().
+func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader) {
+	l := envconf.New(lookup)
+	c := Consumer{Common: loadCommon(l), Model: loadTopology(l)}
+	c.Channels = l.List("CHANNELS", "mail,sms", "main queues to consume: mail, sms or both")
+	if len(c.Channels) == 0 {
+		l.Fail("CHANNELS", "", "name at least one channel (mail, sms)")
+	}
+	seen := map[string]bool{}
+	for _, ch := range c.Channels {
+		if ch != topology.Mail && ch != topology.SMS {
+			l.Fail("CHANNELS", ch, "unknown channel (want mail and/or sms)")
+		}
+		if seen[ch] {
+			l.Fail("CHANNELS", ch, "listed twice")
+		}
+		seen[ch] = true
+	}
+	c.Concurrency = l.Int("CONCURRENCY", 8, 1, 10_000, "messages processed at once, per channel")
+	c.Prefetch = l.Int("PREFETCH", 0, 0, 65_535, "unacked deliveries held per channel (0 = 2×CONCURRENCY)")
+	c.ShutdownTimeout = l.Duration("SHUTDOWN_TIMEOUT", 30*time.Second, time.Second, time.Hour, "on SIGTERM, how long in-flight sends may finish before the process exits (their messages are then redelivered)")
+	c.MaxRetries = l.Int("MAX_RETRIES", 3, 0, 100, "retries after a transient failure before the message is dead-lettered")
+	c.RetryBackoff = l.Durations("RETRY_BACKOFF", []time.Duration{5 * time.Second, 30 * time.Second, 5 * time.Minute}, time.Millisecond, 24*time.Hour, "wait before retry 1, 2, 3... (the last repeats)")
+	c.ThrottledBackoff = l.Durations("RETRY_THROTTLED_BACKOFF", []time.Duration{time.Minute, 5 * time.Minute, 15 * time.Minute}, time.Millisecond, 24*time.Hour, "wait before a retry when the provider throttled us")
+	c.ClaimLease = l.Duration("CLAIM_LEASE", 15*time.Second, 100*time.Millisecond, 10*time.Minute, "idempotency lease while sending (renewed every third of it)")
+	c.SentTTL = l.Duration("SENT_TTL", 7*24*time.Hour, time.Minute, 365*24*time.Hour, "how long a sent mark blocks a resend")
+	c.StatusTTL = l.Duration("STATUS_TTL", 7*24*time.Hour, time.Minute, 365*24*time.Hour, "how long message status records are kept")
+	c.SendTimeout = l.Duration("SEND_TIMEOUT", 30*time.Second, 100*time.Millisecond, 10*time.Minute, "longest provider call")
+	c.MetricsAddr = l.String("METRICS_ADDR", ":9090", "address of /metrics and /healthz (empty = off)")
+	c.Relay = l.Enum("RELAY", "on", []string{"on", "off"}, "run the delay relay in this process (exact delay mode)") == "on"
+	c.RelayConcurrency = l.Int("RELAY_CONCURRENCY", 16, 1, 10_000, "relay steps processed at once")
+	host, _ := os.Hostname()
+	c.ConsumerID = l.String("CONSUMER_ID", fmt.Sprintf("%s-%d", host, os.Getpid()), "this consumer's name in idempotency claims and logs")
+	c.CodeSecret, c.CodeSecretIsDev = loadCodeSecret(l)
+	c.CallbackSecret = l.Secret("CALLBACK_SECRET", "", "HMAC-SHA256 key for callback signatures (X-Msgpulse-Signature); empty = CODE_SECRET")
+	if c.CallbackSecret == "" {
+		c.CallbackSecret = c.CodeSecret
+	}
+	c.CallbackTimeout = l.Duration("CALLBACK_TIMEOUT", 5*time.Second, 100*time.Millisecond, time.Minute, "timeout of one callback POST")
+	c.CallbackAttempts = l.Int("CALLBACK_ATTEMPTS", 3, 1, 20, "callback attempts before giving up")
+	c.RateLimitRefresh = l.Duration("RATE_LIMIT_REFRESH", 30*time.Second, time.Second, time.Hour, "full reload of per-provider rate-limit configs (changes also arrive at once by pub/sub)")
+	c.SMTP = loadSMTP(l)
+	c.SMS = loadSMS(l)
+	c.Templates = loadTemplates(l)
+	c.Delay = loadDelay(l)
+	return c, l
+}

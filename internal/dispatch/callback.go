@@ -1,0 +1,219 @@
+package dispatch
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/msgpulse/msgpulse/internal/status"
+)
+
+// CallbackConfig configures status callbacks (seed 000).
+type CallbackConfig struct {
+	Secret   string        // HMAC-SHA256 key for X-Msgpulse-Signature; required
+	Timeout  time.Duration // per POST; default 5s
+	Attempts int           // default 3
+	Backoff  time.Duration // first wait between attempts, doubling; default 1s
+	Workers  int           // default 4
+	Queue    int           // callbacks waiting at most; default 1000
+	Logger   *zap.Logger
+	Metrics  *Metrics
+}
+
+// Validate fills defaults.
+func (c *CallbackConfig) Validate() error {
+	if c.Secret == "" {
+		return errors.New("callbacks: Secret is required")
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 5 * time.Second
+	}
+	if c.Attempts == 0 {
+		c.Attempts = 3
+	}
+	if c.Backoff == 0 {
+		c.Backoff = time.Second
+	}
+	if c.Workers == 0 {
+		c.Workers = 4
+	}
+	if c.Queue == 0 {
+		c.Queue = 1000
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics(nil)
+	}
+	return nil
+}
+
+// Callback is the JSON a callbackUrl receives when a message reaches a
+// final status.
+type Callback struct {
+	Event      string     `json:"event"` // "message.status"
+	TaskID     string     `json:"taskId"`
+	Status     string     `json:"status"`
+	Channel    string     `json:"channel"`
+	Recipient  string     `json:"recipient"` // masked
+	Attempts   int        `json:"attempts"`
+	Provider   string     `json:"provider,omitempty"`
+	SentAt     *time.Time `json:"sentAt,omitempty"`
+	LastError  string     `json:"lastError,omitempty"`
+	ErrorClass string     `json:"errorClass,omitempty"`
+	Reason     string     `json:"reason,omitempty"`
+	UpdatedAt  time.Time  `json:"updatedAt"`
+}
+
+type callbackJob struct {
+	url  string
+	body []byte
+	task string
+}
+
+// Callbacks POSTs final statuses, signed, with a few retries. They are best
+// effort: a callback still queued when the process dies is not sent (the
+// status stays readable through GET /api/messages/{taskId}).
+type Callbacks struct {
+	cfg    CallbackConfig
+	client *http.Client
+	jobs   chan callbackJob
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+	stop   chan struct{}
+}
+
+// NewCallbacks starts the workers; Close stops them.
+func NewCallbacks(cfg CallbackConfig) (*Callbacks, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Callbacks{cfg: cfg, client: &http.Client{Timeout: cfg.Timeout}, jobs: make(chan callbackJob, cfg.Queue), stop: make(chan struct{})}
+	for range cfg.Workers {
+		c.wg.Add(1)
+		go c.work()
+	}
+	return c, nil
+}
+
+// Send queues a callback for rec. It never blocks the pipeline: when the
+// queue is full the callback is dropped and counted.
+func (c *Callbacks) Send(url string, rec status.Record) {
+	body, err := json.Marshal(Callback{Event: "message.status", TaskID: rec.TaskID, Status: string(rec.Status), Channel: rec.Channel,
+		Recipient: rec.Recipient, Attempts: rec.Attempts, Provider: rec.Provider, SentAt: rec.SentAt, LastError: rec.LastError,
+		ErrorClass: rec.ErrorClass, Reason: rec.Reason, UpdatedAt: rec.UpdatedAt})
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	select {
+	case c.jobs <- callbackJob{url: url, body: body, task: rec.TaskID}:
+	default:
+		c.cfg.Metrics.Callbacks.WithLabelValues("dropped").Inc()
+		c.cfg.Logger.Warn("callback queue full; dropping callback", zap.String("task_id", rec.TaskID))
+	}
+}
+
+// Sign returns the X-Msgpulse-Signature value for body sent at ts.
+func Sign(secret string, ts int64, body []byte) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	fmt.Fprintf(m, "%d.", ts)
+	m.Write(body)
+	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}
+
+func (c *Callbacks) work() {
+	defer c.wg.Done()
+	for j := range c.jobs {
+		c.deliver(j)
+	}
+}
+
+func (c *Callbacks) deliver(j callbackJob) {
+	wait := c.cfg.Backoff
+	var last error
+	for attempt := 1; attempt <= c.cfg.Attempts; attempt++ {
+		retry, err := c.post(j)
+		if err == nil {
+			c.cfg.Metrics.Callbacks.WithLabelValues("delivered").Inc()
+			return
+		}
+		last = err
+		if !retry || attempt == c.cfg.Attempts {
+			break
+		}
+		select {
+		case <-c.stop: // shutting down: one attempt each for what is left
+			attempt = c.cfg.Attempts
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
+	c.cfg.Metrics.Callbacks.WithLabelValues("failed").Inc()
+	c.cfg.Logger.Warn("callback failed", zap.String("task_id", j.task), zap.Error(last))
+}
+
+func (c *Callbacks) post(j callbackJob) (retry bool, err error) {
+	ts := time.Now().Unix()
+	req, err := http.NewRequest(http.MethodPost, j.url, bytes.NewReader(j.body))
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "msgpulse-callback/1")
+	req.Header.Set("X-Msgpulse-Event", "message.status")
+	req.Header.Set("X-Msgpulse-Timestamp", strconv.FormatInt(ts, 10))
+	req.Header.Set("X-Msgpulse-Signature", Sign(c.cfg.Secret, ts, j.body))
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return true, err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	switch {
+	case resp.StatusCode < 300:
+		return false, nil
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+		return true, fmt.Errorf("callback answered %d", resp.StatusCode)
+	}
+	return false, fmt.Errorf("callback answered %d (not retried)", resp.StatusCode)
+}
+
+// Close stops taking callbacks and waits for the queued ones, until ctx
+// ends.
+func (c *Callbacks) Close(ctx context.Context) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	close(c.jobs)
+	c.mu.Unlock()
+	done := make(chan struct{})
+	go func() { c.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		close(c.stop)
+		<-done
+	}
+}

@@ -1,0 +1,477 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/msgpulse/msgpulse/internal/broker"
+	"github.com/msgpulse/msgpulse/internal/claim"
+	"github.com/msgpulse/msgpulse/internal/delay"
+	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/logging"
+	"github.com/msgpulse/msgpulse/internal/provider"
+	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/seal"
+	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/template"
+	"github.com/msgpulse/msgpulse/internal/topology"
+)
+
+// RetryPolicy says when a failed send is tried again (seed 000: 5s, 30s,
+// 5m; seed 004: throttling waits longer).
+type RetryPolicy struct {
+	MaxRetries int             // retries after the first attempt (0 = none)
+	Backoff    []time.Duration // wait before retry n (the last repeats); default 5s, 30s, 5m
+	Throttled  []time.Duration // same, when the provider throttled us; default 1m, 5m, 15m
+	Jitter     float64         // ± fraction; default 0.1
+}
+
+func (p *RetryPolicy) setDefaults() {
+	if len(p.Backoff) == 0 {
+		p.Backoff = []time.Duration{5 * time.Second, 30 * time.Second, 5 * time.Minute}
+	}
+	if len(p.Throttled) == 0 {
+		p.Throttled = []time.Duration{time.Minute, 5 * time.Minute, 15 * time.Minute}
+	}
+	if p.Jitter == 0 {
+		p.Jitter = 0.1
+	}
+}
+
+// Wait returns the wait before retry n (1-based), at least the provider's
+// hint.
+func (p RetryPolicy) Wait(n int, throttled bool, hint time.Duration) time.Duration {
+	steps := p.Backoff
+	if throttled {
+		steps = p.Throttled
+	}
+	w := steps[min(n, len(steps))-1]
+	if p.Jitter > 0 {
+		w += time.Duration((rand.Float64()*2 - 1) * p.Jitter * float64(w))
+	}
+	return max(w, hint, time.Millisecond)
+}
+
+// Config wires a Dispatcher.
+type Config struct {
+	Model      *topology.Model
+	Claims     *claim.Claimer
+	Status     *status.Store
+	Templates  *template.Store
+	Keys       *seal.Keys
+	Mail       provider.Mailer
+	SMS        provider.SMSSender
+	Delayed    *delay.Publisher
+	Limiter    *ratelimit.Limiter
+	RateLimits *ratelimit.ConfigStore // per-provider limits; nil = none
+	Callbacks  *Callbacks             // nil = no callbacks
+	Redis      redis.UniversalClient  // pinged while paused
+	Retry      RetryPolicy
+	// SendTimeout bounds one provider call; default 30s.
+	SendTimeout  time.Duration
+	Owner        string // this consumer's name in claims
+	Metrics      *Metrics
+	DelayMetrics *delay.Metrics
+	Logger       *zap.Logger
+}
+
+// Validate fills defaults and checks the wiring.
+func (c *Config) Validate() error {
+	if c.Model == nil || c.Claims == nil || c.Status == nil || c.Templates == nil || c.Keys == nil || c.Delayed == nil || c.Limiter == nil || c.Redis == nil {
+		return errors.New("dispatch: missing dependency")
+	}
+	if c.Mail == nil && c.SMS == nil {
+		return errors.New("dispatch: no provider")
+	}
+	c.Retry.setDefaults()
+	if c.Retry.MaxRetries < 0 {
+		return errors.New("dispatch: MaxRetries must not be negative")
+	}
+	if c.SendTimeout == 0 {
+		c.SendTimeout = 30 * time.Second
+	}
+	if c.Owner == "" {
+		return errors.New("dispatch: Owner is required")
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics(nil)
+	}
+	if c.DelayMetrics == nil {
+		c.DelayMetrics = delay.NewMetrics(nil)
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return nil
+}
+
+// Dispatcher processes deliveries.
+type Dispatcher struct {
+	cfg Config
+	log *zap.Logger
+	now func() time.Time
+}
+
+// New validates cfg and returns a Dispatcher.
+func New(cfg Config) (*Dispatcher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Dispatcher{cfg: cfg, log: cfg.Logger, now: time.Now}, nil
+}
+
+// job is one delivery on its way through the pipeline.
+type job struct {
+	channel  string
+	del      *amqp.Delivery
+	msg      *envelope.Message // nil when the body is malformed
+	provider string            // the provider that sent or failed
+}
+
+// Handler returns the broker handler for one channel's main queue.
+func (d *Dispatcher) Handler(channel string) broker.Handler {
+	return func(ctx context.Context, del *amqp.Delivery) broker.Action {
+		d.cfg.Metrics.InFlight.Inc()
+		defer d.cfg.Metrics.InFlight.Dec()
+		d.cfg.Metrics.Consumed.WithLabelValues(channel).Inc()
+		if due, ok := envelope.HeaderTime(del.Headers, envelope.HeaderDueAt); ok {
+			d.cfg.DelayMetrics.Accuracy.Observe(d.now().Sub(due).Seconds())
+		}
+		j := &job{channel: channel, del: del, provider: d.providerName(channel)}
+		for {
+			err := d.process(ctx, j)
+			if !errors.Is(err, errRedis) {
+				return d.decide(ctx, j, err)
+			}
+			if !d.pause(ctx, err) {
+				return broker.Requeue
+			}
+		}
+	}
+}
+
+// OnPanic records a handler panic; the consumer then rejects the delivery.
+func (d *Dispatcher) OnPanic(channel string) func(*amqp.Delivery, any) {
+	return func(del *amqp.Delivery, recovered any) {
+		d.log.Error("panic while processing; dead-lettering", zap.String("task_id", del.MessageId), zap.Any("panic", recovered))
+		d.cfg.Metrics.DeadLettered.WithLabelValues(channel, d.providerName(channel), ReasonPanic).Inc()
+		d.record(context.Background(), del.MessageId, status.Update{Status: status.Failed, Reason: ptr(ReasonPanic), ErrorClass: ptr("panic"), LastError: ptr(fmt.Sprint("panic: ", recovered))})
+	}
+}
+
+func (d *Dispatcher) providerName(channel string) string {
+	if channel == topology.Mail && d.cfg.Mail != nil {
+		return d.cfg.Mail.Name()
+	}
+	if channel == topology.SMS && d.cfg.SMS != nil {
+		return d.cfg.SMS.Name()
+	}
+	return "none"
+}
+
+// process runs the pipeline up to and including the send. It returns nil
+// when the provider accepted the message, or an error whose kind tells
+// decide what to do.
+func (d *Dispatcher) process(ctx context.Context, j *job) error {
+	msg, err := envelope.Decode(j.del.Body)
+	if err != nil {
+		return err
+	}
+	if msg.Channel != j.channel {
+		return fmt.Errorf("%w: a %s message in the %s queue", envelope.ErrMalformed, msg.Channel, j.channel)
+	}
+	j.msg = msg
+	if msg.Expired(d.now()) {
+		return ErrDeadline
+	}
+	key := d.cfg.Claims.TaskKey(j.channel, msg.TaskID)
+	if msg.Kind == envelope.Verification {
+		key = d.cfg.Claims.VerificationKey(j.channel, msg.Recipient, msg.CodeDigest, msg.Purpose)
+	}
+	res, err := d.cfg.Claims.Acquire(ctx, key, d.cfg.Owner)
+	if err != nil {
+		return fmt.Errorf("%w: claim: %v", errRedis, err)
+	}
+	switch res.Outcome {
+	case claim.AlreadySent:
+		return ErrAlreadySent
+	case claim.Held:
+		// Another consumer is sending it now. Come back once its lease
+		// can have expired: by then it is either marked sent or free.
+		return Snooze(res.HeldFor+time.Second, "claimed by "+res.HeldBy)
+	}
+	cl := res.Claim
+	if d.cfg.RateLimits != nil {
+		if rules := d.cfg.RateLimits.Rules(j.provider); len(rules) > 0 {
+			if _, err := d.cfg.Limiter.Take(ctx, ratelimit.Request{Rules: rules}); err != nil {
+				d.release(ctx, cl)
+				var le *ratelimit.LimitError
+				if errors.As(err, &le) {
+					return Snooze(le.RetryAfter, "provider "+j.provider+" "+le.Error())
+				}
+				return fmt.Errorf("%w: provider limit: %v", errRedis, err)
+			}
+		}
+	}
+	stop := cl.KeepAlive(ctx)
+	err = d.send(ctx, j)
+	stop()
+	if err != nil {
+		d.release(ctx, cl)
+		return err
+	}
+	// Mark at once: the gap between the provider's yes and this write is
+	// the only window in which a crash leads to a duplicate.
+	if err := cl.MarkSent(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, claim.ErrLost) {
+		d.log.Error("sent, but could not mark the claim sent; a redelivery within the lease could send again",
+			zap.String("task_id", msg.TaskID), zap.Error(err))
+	}
+	return nil
+}
+
+func (d *Dispatcher) release(ctx context.Context, cl *claim.Claim) {
+	if err := cl.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, claim.ErrLost) {
+		d.log.Warn("could not release the claim; it expires with its lease", zap.String("key", cl.Key()), zap.Error(err))
+	}
+}
+
+// send renders and sends. Status moves to sending, with one more attempt.
+func (d *Dispatcher) send(ctx context.Context, j *job) error {
+	msg := j.msg
+	vars := maps.Clone(msg.Variables)
+	if vars == nil {
+		vars = map[string]string{}
+	}
+	if msg.Kind == envelope.Verification {
+		code, err := d.cfg.Keys.Open(msg.SealedCode, msg.TaskID)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrTemplate, err)
+		}
+		vars["code"] = code
+	}
+	d.record(ctx, msg.TaskID, status.Update{Status: status.Sending, IncAttempts: true, Provider: ptr(j.provider)})
+	sctx, cancel := context.WithTimeout(ctx, d.cfg.SendTimeout)
+	defer cancel()
+	start := d.now()
+	var rcpt provider.Receipt
+	var err error
+	switch j.channel {
+	case topology.Mail:
+		if d.cfg.Mail == nil {
+			return fmt.Errorf("%w: this consumer has no mail provider", ErrTemplate)
+		}
+		var e template.RenderedEmail
+		if e, err = d.cfg.Templates.RenderEmail(msg.Template, msg.Locale, vars); err != nil {
+			return fmt.Errorf("%w: %v", ErrTemplate, err)
+		}
+		rcpt, err = d.cfg.Mail.SendMail(sctx, provider.Mail{To: msg.Recipient, Subject: e.Subject, HTML: e.HTML, Text: e.Text, TaskID: msg.TaskID})
+	case topology.SMS:
+		if d.cfg.SMS == nil {
+			return fmt.Errorf("%w: this consumer has no SMS provider", ErrTemplate)
+		}
+		var text string
+		if text, err = d.cfg.Templates.RenderSMS(msg.Template, msg.Locale, vars); err != nil {
+			return fmt.Errorf("%w: %v", ErrTemplate, err)
+		}
+		rcpt, err = d.cfg.SMS.SendSMS(sctx, provider.SMS{To: msg.Recipient, Text: text, TaskID: msg.TaskID, Template: msg.Template, Params: vars})
+	}
+	var pe *provider.Error
+	switch {
+	case err == nil && rcpt.Provider != "":
+		j.provider = rcpt.Provider
+	case errors.As(err, &pe) && pe.Provider != "":
+		j.provider = pe.Provider
+	}
+	d.cfg.Metrics.SendDuration.WithLabelValues(j.channel, j.provider).Observe(d.now().Sub(start).Seconds())
+	return err
+}
+
+// decide is the one place that turns a step's outcome into ack, retry or
+// dead-letter.
+func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Action {
+	var snooze *SnoozeError
+	taskID := j.del.MessageId
+	if j.msg != nil {
+		taskID = j.msg.TaskID
+	}
+	log := d.log.With(zap.String("task_id", taskID), zap.String("channel", j.channel), zap.String("provider", j.provider))
+	if j.msg != nil {
+		log = log.With(zap.String("recipient", logging.Mask(j.msg.Recipient)), zap.Int("attempt", j.msg.Attempt+1))
+	}
+	switch {
+	case err == nil:
+		now := d.now()
+		d.cfg.Metrics.Sent.WithLabelValues(j.channel, j.provider).Inc()
+		d.final(ctx, j, status.Update{Status: status.Sent, SentAt: &now, Provider: ptr(j.provider), LastError: ptr("")})
+		log.Info("sent")
+		return broker.Ack
+
+	case errors.Is(err, ErrAlreadySent):
+		d.cfg.Metrics.Skipped.WithLabelValues(j.channel, "duplicate").Inc()
+		log.Info("already sent; acking the duplicate delivery")
+		return broker.Ack
+
+	case errors.As(err, &snooze):
+		if !d.later(ctx, j, snooze.For, false) {
+			return broker.Requeue
+		}
+		d.cfg.Metrics.Skipped.WithLabelValues(j.channel, "snoozed").Inc()
+		log.Info("snoozed", zap.Duration("for", snooze.For), zap.String("why", snooze.Reason))
+		return broker.Ack
+
+	case errors.Is(err, envelope.ErrMalformed):
+		return d.deadLetter(ctx, j, log, ReasonMalformed, "malformed", err)
+
+	case errors.Is(err, ErrDeadline):
+		d.cfg.Metrics.DeadLettered.WithLabelValues(j.channel, j.provider, ReasonDeadline).Inc()
+		d.final(ctx, j, status.Update{Status: status.Expired, Reason: ptr(ReasonDeadline), ErrorClass: ptr("deadline"),
+			LastError: ptr("not sent: its deadline " + j.msg.Deadline.UTC().Format(time.RFC3339) + " had passed")})
+		log.Warn("past its deadline; dead-lettering without sending")
+		return broker.Reject
+
+	case errors.Is(err, ErrTemplate), errors.Is(err, provider.ErrPermanent):
+		return d.deadLetter(ctx, j, log, ReasonPermanent, classOf(err), err)
+	}
+
+	// Transient (timeouts, 4xx SMTP, throttling, vendor 5xx) and anything
+	// unclassified: retry through the delay queues, up to MaxRetries.
+	class := classOf(err)
+	retry := j.msg.Attempt + 1
+	if retry > d.cfg.Retry.MaxRetries {
+		return d.deadLetter(ctx, j, log, ReasonExhausted, class, fmt.Errorf("after %d attempts: %w", retry, err))
+	}
+	var pe *provider.Error
+	var hint time.Duration
+	if errors.As(err, &pe) {
+		hint = pe.RetryAfter
+	}
+	wait := d.cfg.Retry.Wait(retry, errors.Is(err, provider.ErrThrottled), hint)
+	if !d.later(ctx, j, wait, true) {
+		return broker.Requeue
+	}
+	d.cfg.Metrics.Retried.WithLabelValues(j.channel, j.provider, class).Inc()
+	d.record(ctx, taskID, status.Update{Status: status.Retrying, ErrorClass: ptr(class), LastError: ptr(err.Error())})
+	log.Warn("send failed; retry scheduled", zap.String("class", class), zap.Duration("in", wait), zap.Error(err))
+	return broker.Ack
+}
+
+func (d *Dispatcher) deadLetter(ctx context.Context, j *job, log *zap.Logger, reason, class string, err error) broker.Action {
+	d.cfg.Metrics.DeadLettered.WithLabelValues(j.channel, j.provider, reason).Inc()
+	u := status.Update{Status: status.Failed, Reason: ptr(reason), ErrorClass: ptr(class), LastError: ptr(err.Error())}
+	if j.msg == nil {
+		d.record(ctx, j.del.MessageId, u)
+	} else {
+		d.final(ctx, j, u)
+	}
+	log.Warn("dead-lettering", zap.String("reason", reason), zap.String("class", class), zap.Error(err))
+	return broker.Reject
+}
+
+func classOf(err error) string {
+	switch {
+	case errors.Is(err, ErrTemplate):
+		return "template"
+	case errors.Is(err, envelope.ErrMalformed):
+		return "malformed"
+	}
+	return string(provider.Classify(err))
+}
+
+// later publishes the message again, to arrive after wait, and reports
+// whether the broker confirmed it. A retry counts the attempt it follows.
+func (d *Dispatcher) later(ctx context.Context, j *job, wait time.Duration, isRetry bool) bool {
+	m := *j.msg
+	if isRetry {
+		m.Attempt++
+	}
+	pub, err := envelope.Publishing(&m)
+	if err == nil {
+		if isRetry {
+			pub.Headers[envelope.HeaderRetryOf] = int32(j.msg.Attempt + 1)
+		}
+		if r, ok := j.del.Headers[envelope.HeaderReplays]; ok {
+			pub.Headers[envelope.HeaderReplays] = r
+		}
+		ct, cerr := d.cfg.Model.Channel(j.channel)
+		if cerr != nil {
+			err = cerr
+		} else {
+			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			wait = max(wait, time.Millisecond)
+			if mx := d.cfg.Model.Delay.Max; wait > mx {
+				wait = mx
+			}
+			err = d.cfg.Delayed.PublishDelayed(pctx, broker.Outgoing{Exchange: ct.Exchange, RoutingKey: ct.RoutingKey, Msg: pub}, wait)
+			cancel()
+		}
+	}
+	if err != nil {
+		// Keep the delivery: hand it back after a pause rather than ack a
+		// message whose next attempt exists nowhere.
+		d.log.Error("could not schedule the message for later; handing it back", zap.String("task_id", j.msg.TaskID), zap.Error(err))
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+		return false
+	}
+	return true
+}
+
+// final records a final status and fires the callback, if any.
+func (d *Dispatcher) final(ctx context.Context, j *job, u status.Update) {
+	rec := d.record(ctx, j.msg.TaskID, u)
+	if d.cfg.Callbacks != nil && j.msg.CallbackURL != "" && rec != nil {
+		d.cfg.Callbacks.Send(j.msg.CallbackURL, *rec)
+	}
+}
+
+// record updates a status record. A status write never decides a
+// message's fate: a failure is logged and the message goes on.
+func (d *Dispatcher) record(ctx context.Context, taskID string, u status.Update) *status.Record {
+	if taskID == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	rec, err := d.cfg.Status.Update(ctx, taskID, u)
+	if err != nil && !errors.Is(err, status.ErrFinal) {
+		d.log.Warn("could not update the status record", zap.String("task_id", taskID), zap.String("status", string(u.Status)), zap.Error(err))
+		return nil
+	}
+	return &rec
+}
+
+// pause waits until Redis answers again. It returns false when ctx ended
+// first; the delivery then goes back to the queue untouched.
+func (d *Dispatcher) pause(ctx context.Context, cause error) bool {
+	d.cfg.Metrics.Paused.Set(1)
+	defer d.cfg.Metrics.Paused.Set(0)
+	d.log.Warn("Redis unavailable: pausing (nothing is sent or acked without the idempotency check)", zap.Error(cause))
+	wait := 100 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(wait):
+		}
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := d.cfg.Redis.Ping(pctx).Err()
+		cancel()
+		if err == nil {
+			d.log.Info("Redis is back: resuming")
+			return true
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,398 @@
+package dispatch_test
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/msgpulse/msgpulse/internal/dispatch"
+	"github.com/msgpulse/msgpulse/internal/dispatch/dispatchtest"
+	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/mailcatcher"
+	"github.com/msgpulse/msgpulse/internal/provider"
+	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/testenv"
+	"github.com/msgpulse/msgpulse/internal/topology"
+)
+
+func setup(t *testing.T, opts dispatchtest.Options) *dispatchtest.Stack {
+	t.Helper()
+	t.Parallel()
+	return dispatchtest.New(t, opts)
+}
+
+func waitStatus(t *testing.T, s *dispatchtest.Stack, taskID string, want status.State) status.Record {
+	t.Helper()
+	var rec status.Record
+	testenv.WaitFor(t, 15*time.Second, "status "+string(want)+" for "+taskID, func() bool {
+		r, err := s.Status.Get(context.Background(), taskID)
+		rec = r
+		return err == nil && r.Status == want
+	})
+	return rec
+}
+
+func TestVerificationCodeIsMailedOnce(t *testing.T) {
+	s := setup(t, dispatchtest.Options{})
+	s.StartConsumer("c1", 4)
+	taskID, code := s.Verification("alice@example.com", "login", nil)
+	rec := waitStatus(t, s, taskID, status.Sent)
+	require.Equal(t, 1, rec.Attempts)
+	require.Equal(t, "smtp", rec.Provider)
+	require.NotNil(t, rec.SentAt)
+	msgs := s.Mail.Messages()
+	require.Len(t, msgs, 1)
+	require.Equal(t, []string{"alice@example.com"}, msgs[0].To)
+	require.Contains(t, msgs[0].Text, code)
+	require.Contains(t, msgs[0].HTML, code)
+	require.Contains(t, msgs[0].Headers["X-Msgpulse-Task-Id"], taskID)
+	testenv.WaitFor(t, 5*time.Second, "queue drained", func() bool { return s.Depth("queue.mail") == 0 })
+	// The seed's idempotency key, with the code's digest in place of the code.
+	keys, err := s.Redis.Client.Keys(context.Background(), s.Redis.Prefix+"mail:sent:mq:alice@example.com:*:login").Result()
+	require.NoError(t, err)
+	require.Len(t, keys, 1)
+	require.NotContains(t, keys[0], code)
+	v, err := s.Redis.Client.Get(context.Background(), keys[0]).Result()
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(v, "sent:c1:"), v)
+}
+
+func TestSameMessageDeliveredTwiceIsMailedOnce(t *testing.T) {
+	s := setup(t, dispatchtest.Options{})
+	// Publish one notice twice (a redelivery, or a replay) before any
+	// consumer runs, and a verification code twice.
+	id := testenv.ID()
+	for range 2 {
+		s.Notice(topology.Mail, "bob@example.com", "hello", func(m *envelope.Message) { m.TaskID = id })
+	}
+	_, code := s.Verification("carol@example.com", "register", nil)
+	_, code2 := s.Verification("carol@example.com", "register", func(m *envelope.Message) {
+		// same code, new task id: the seed's key {email}:{code}:{purpose} still matches
+	})
+	_ = code2
+	s.StartConsumer("c1", 4)
+	s.StartConsumer("c2", 4)
+	testenv.WaitFor(t, 15*time.Second, "both queues drained", func() bool { return s.Depth("queue.mail") == 0 && s.Mail.Count() >= 2 })
+	testenv.WaitFor(t, 5*time.Second, "duplicates acked", func() bool {
+		return testutil.ToFloat64(s.Metrics.Skipped.WithLabelValues("mail", "duplicate")) >= 1
+	})
+	require.Equal(t, 1, s.MailsTo("bob@example.com"))
+	if code == code2 {
+		require.Equal(t, 1, s.MailsTo("carol@example.com"), "same code, recipient and purpose: one mail")
+	}
+}
+
+func TestSMTP4xxIsRetriedThenMailedOnce(t *testing.T) {
+	s := setup(t, dispatchtest.Options{})
+	s.Mail.FailNext(2, 451, "4.3.0 try again later")
+	s.StartConsumer("c1", 2)
+	taskID := s.Notice(topology.Mail, "dave@example.com", "retry me", nil)
+	rec := waitStatus(t, s, taskID, status.Sent)
+	require.Equal(t, 3, rec.Attempts)
+	require.Equal(t, 1, s.MailsTo("dave@example.com"))
+	require.Equal(t, 2, s.Mail.Rejected())
+	require.Equal(t, 2.0, testutil.ToFloat64(s.Metrics.Retried.WithLabelValues("mail", "smtp", "transient")))
+	require.Zero(t, s.Depth("queue.mail.dlq"))
+}
+
+func TestSMTP5xxDeadLettersWithReason(t *testing.T) {
+	s := setup(t, dispatchtest.Options{})
+	s.Mail.FailAlways(550, "5.1.1 no such user")
+	s.StartConsumer("c1", 2)
+	taskID := s.Notice(topology.Mail, "nobody@example.com", "bounce", nil)
+	rec := waitStatus(t, s, taskID, status.Failed)
+	require.Equal(t, status.ReasonPermanent, rec.Reason)
+	require.Equal(t, "permanent", rec.ErrorClass)
+	require.Contains(t, rec.LastError, "550")
+	require.Equal(t, 1, rec.Attempts, "a permanent failure is not retried")
+	testenv.WaitFor(t, 5*time.Second, "message in queue.mail.dlq", func() bool { return s.Depth("queue.mail.dlq") == 1 })
+	d, ok, err := s.Ch.Get("queue.mail.dlq", false)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, taskID, d.MessageId)
+	require.Equal(t, "rejected", d.Headers["x-first-death-reason"])
+	require.Equal(t, "queue.mail", d.Headers["x-first-death-queue"])
+	require.NoError(t, d.Nack(false, true))
+	require.Zero(t, s.MailsTo("nobody@example.com"))
+}
+
+func TestRetriesExhaustedDeadLetter(t *testing.T) {
+	s := setup(t, dispatchtest.Options{})
+	s.Mail.FailAlways(421, "4.7.0 service not available")
+	s.StartConsumer("c1", 2)
+	taskID := s.Notice(topology.Mail, "erin@example.com", "never", nil)
+	rec := waitStatus(t, s, taskID, status.Failed)
+	require.Equal(t, status.ReasonExhausted, rec.Reason)
+	require.Equal(t, 4, rec.Attempts, "the first attempt and MAX_RETRIES=3 retries")
+	testenv.WaitFor(t, 5*time.Second, "message in the DLQ", func() bool { return s.Depth("queue.mail.dlq") == 1 })
+}
+
+func TestExpiredMessageIsNotMailed(t *testing.T) {
+	s := setup(t, dispatchtest.Options{})
+	taskID, _ := s.Verification("frank@example.com", "login", func(m *envelope.Message) {
+		past := time.Now().Add(-time.Second)
+		m.Deadline = &past
+	})
+	s.StartConsumer("c1", 2)
+	rec := waitStatus(t, s, taskID, status.Expired)
+	require.Equal(t, status.ReasonDeadline, rec.Reason)
+	require.Contains(t, rec.LastError, "deadline")
+	testenv.WaitFor(t, 5*time.Second, "expired message in the DLQ", func() bool { return s.Depth("queue.mail.dlq") == 1 })
+	require.Zero(t, s.Mail.Count())
+}
+
+func TestMalformedMessagesAreDeadLettered(t *testing.T) {
+	s := setup(t, dispatchtest.Options{})
+	s.StartConsumer("c1", 2)
+	for i, body := range []string{
+		`not json`,
+		`{"v":99,"taskId":"x","kind":"notification","channel":"mail","recipient":"a@b.c","template":"notice","createdAt":"2026-01-01T00:00:00Z","attempt":0}`,
+		`{"v":1,"taskId":"y","kind":"notification","channel":"sms","recipient":"+8613900001234","template":"notice","createdAt":"2026-01-01T00:00:00Z","attempt":0}`,
+	} {
+		s.PublishRaw(topology.Mail, "bad-"+strconv.Itoa(i), []byte(body))
+	}
+	testenv.WaitFor(t, 10*time.Second, "three malformed messages dead-lettered", func() bool { return s.Depth("queue.mail.dlq") == 3 })
+	rec, err := s.Status.Get(context.Background(), "bad-1")
+	require.NoError(t, err)
+	require.Equal(t, status.ReasonMalformed, rec.Reason)
+	require.Contains(t, rec.LastError, "schema version 99")
+	require.Equal(t, 3.0, testutil.ToFloat64(s.Metrics.DeadLettered.WithLabelValues("mail", "smtp", "malformed")))
+	// The worker lives on.
+	taskID := s.Notice(topology.Mail, "gina@example.com", "still here", nil)
+	waitStatus(t, s, taskID, status.Sent)
+}
+
+type panicky struct {
+	provider.Mailer
+	target string
+}
+
+func (p panicky) SendMail(ctx context.Context, m provider.Mail) (provider.Receipt, error) {
+	if m.To == p.target {
+		panic("provider bug")
+	}
+	return p.Mailer.SendMail(ctx, m)
+}
+
+func TestPanicIsRecoveredAndDeadLettered(t *testing.T) {
+	s := setup(t, dispatchtest.Options{Mailer: func(m provider.Mailer) provider.Mailer { return panicky{m, "boom@example.com"} }})
+	s.StartConsumer("c1", 1)
+	bad := s.Notice(topology.Mail, "boom@example.com", "panic", nil)
+	good := s.Notice(topology.Mail, "fine@example.com", "after", nil)
+	waitStatus(t, s, good, status.Sent)
+	rec := waitStatus(t, s, bad, status.Failed)
+	require.Equal(t, status.ReasonPanic, rec.Reason)
+	testenv.WaitFor(t, 5*time.Second, "panicked message in the DLQ", func() bool { return s.Depth("queue.mail.dlq") == 1 })
+}
+
+// A claim held by another (crashed) consumer is not sent now: it comes back
+// after the lease can have expired, and is then sent once.
+func TestHeldClaimIsSnoozedUntilTheLeaseExpires(t *testing.T) {
+	s := setup(t, dispatchtest.Options{})
+	id := testenv.ID()
+	res, err := s.Claims.Acquire(context.Background(), s.Claims.TaskKey("mail", id), "ghost")
+	require.NoError(t, err)
+	require.NotNil(t, res.Claim)
+	s.StartConsumer("c1", 2)
+	s.Notice(topology.Mail, "held@example.com", "held", func(m *envelope.Message) { m.TaskID = id })
+	testenv.WaitFor(t, 5*time.Second, "snoozed", func() bool {
+		return testutil.ToFloat64(s.Metrics.Skipped.WithLabelValues("mail", "snoozed")) >= 1
+	})
+	require.Zero(t, s.MailsTo("held@example.com"), "not sent while another consumer holds the lease")
+	rec := waitStatus(t, s, id, status.Sent)
+	require.Equal(t, 1, rec.Attempts)
+	require.Equal(t, 1, s.MailsTo("held@example.com"))
+}
+
+// A retry lives in RabbitMQ, not in the consumer: stopping the consumer
+// right after a failure loses nothing, and another consumer sends it.
+func TestRetrySurvivesConsumerRestart(t *testing.T) {
+	s := setup(t, dispatchtest.Options{Retry: dispatch.RetryPolicy{MaxRetries: 3, Backoff: []time.Duration{1500 * time.Millisecond}, Throttled: []time.Duration{time.Second}}})
+	s.Mail.FailNext(1, 451, "later")
+	c1 := s.StartConsumer("c1", 1)
+	taskID := s.Notice(topology.Mail, "henry@example.com", "retry", nil)
+	waitStatus(t, s, taskID, status.Retrying)
+	c1.Stop()
+	s.StartConsumer("c2", 1)
+	rec := waitStatus(t, s, taskID, status.Sent)
+	require.Equal(t, 2, rec.Attempts)
+	require.Equal(t, 1, s.MailsTo("henry@example.com"))
+}
+
+// blockingMailer holds sends to one recipient until released.
+type blockingMailer struct {
+	provider.Mailer
+	target  string
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingMailer) SendMail(ctx context.Context, m provider.Mail) (provider.Receipt, error) {
+	if m.To == b.target {
+		b.entered <- struct{}{}
+		<-b.release
+	}
+	return b.Mailer.SendMail(ctx, m)
+}
+
+// SIGTERM: the consumer stops taking work, the send in flight finishes and
+// is acked, nothing is redelivered or sent twice.
+func TestGracefulStopFinishesInFlightSend(t *testing.T) {
+	bm := &blockingMailer{target: "slow@example.com", entered: make(chan struct{}, 1), release: make(chan struct{})}
+	s := setup(t, dispatchtest.Options{Mailer: func(m provider.Mailer) provider.Mailer { bm.Mailer = m; return bm }})
+	c1 := s.StartConsumer("c1", 1)
+	taskID := s.Notice(topology.Mail, "slow@example.com", "slow", nil)
+	<-bm.entered
+	stopped := make(chan struct{})
+	go func() { c1.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+		t.Fatal("the consumer stopped before its in-flight send finished")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(bm.release)
+	<-stopped
+	require.Equal(t, status.Sent, s.StatusOf(taskID).Status)
+	require.Equal(t, 1, s.MailsTo("slow@example.com"))
+	require.Zero(t, s.Depth("queue.mail"), "acked before the channel closed")
+}
+
+// A Redis outage pauses work: the message is neither sent nor acked, and
+// it is sent once Redis is back.
+func TestRedisOutagePausesAndResumes(t *testing.T) {
+	s := setup(t, dispatchtest.Options{})
+	proxy := testenv.NewProxy(t, "127.0.0.1:6379")
+	opt, err := redis.ParseURL(testenv.RedisURL)
+	require.NoError(t, err)
+	opt.Addr = proxy.Addr()
+	opt.MaxRetries = -1
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	s.StartConsumerWith("c1", 2, rdb)
+	proxy.Cut()
+	taskID := s.Notice(topology.Mail, "ivy@example.com", "during outage", nil)
+	testenv.WaitFor(t, 10*time.Second, "consumer paused", func() bool { return testutil.ToFloat64(s.Metrics.Paused) == 1 })
+	require.Zero(t, s.Mail.Count(), "nothing sent without the idempotency check")
+	q, err := s.Ch.QueueDeclarePassive("queue.mail", true, false, false, false, nil)
+	require.NoError(t, err)
+	require.Zero(t, q.Messages, "the delivery is held, unacked, not dropped")
+	proxy.Restore()
+	waitStatus(t, s, taskID, status.Sent)
+	require.Equal(t, 1, s.MailsTo("ivy@example.com"))
+}
+
+// Per-provider limits, shared through Redis: over the limit, a message
+// waits instead of failing.
+func TestProviderLimitDelaysInsteadOfFailing(t *testing.T) {
+	s := setup(t, dispatchtest.Options{})
+	store, err := ratelimit.NewConfigStore(s.Redis.Client, s.Redis.Prefix, nil, ratelimit.StoreConfig{})
+	require.NoError(t, err)
+	smtp := "smtp"
+	_, err = store.Create(context.Background(), ratelimit.Config{ID: "smtp-slow", Provider: &smtp, RequestsPerSecond: 2, IsEnabled: true})
+	require.NoError(t, err)
+	s.StartConsumer("c1", 4)
+	var ids []string
+	for i := range 6 {
+		ids = append(ids, s.Notice(topology.Mail, fmt.Sprintf("limited%d@example.com", i), "limited", nil))
+	}
+	for _, id := range ids {
+		waitStatus(t, s, id, status.Sent)
+	}
+	require.Equal(t, 6, s.Mail.Count())
+	require.GreaterOrEqual(t, testutil.ToFloat64(s.Metrics.Skipped.WithLabelValues("mail", "snoozed")), 1.0, "some waited")
+	require.Zero(t, s.Depth("queue.mail.dlq"))
+}
+
+func TestSMSIsRenderedAndSent(t *testing.T) {
+	rec := &dispatchtest.RecordingSMS{}
+	s := setup(t, dispatchtest.Options{SMS: rec})
+	s.StartConsumer("c1", 2)
+	taskID := s.Notice(topology.SMS, "+8613900001234", "Maintenance", func(m *envelope.Message) { m.Locale = "zh-CN" })
+	st := waitStatus(t, s, taskID, status.Sent)
+	require.Equal(t, "recording", st.Provider)
+	require.Equal(t, 1, rec.Count())
+	require.Equal(t, "+8613900001234", rec.Sent[0].To)
+	require.Contains(t, rec.Sent[0].Text, "Maintenance")
+	require.Equal(t, "notice", rec.Sent[0].Template)
+}
+
+// The final status is POSTed to callbackUrl, signed with HMAC-SHA256.
+func TestCallbackIsSignedAndDelivered(t *testing.T) {
+	const secret = "callback-secret"
+	got := make(chan dispatch.Callback, 1)
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable) // retried
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		m := hmac.New(sha256.New, []byte(secret))
+		m.Write([]byte(r.Header.Get("X-Msgpulse-Timestamp") + "."))
+		m.Write(body)
+		if r.Header.Get("X-Msgpulse-Signature") != "sha256="+hex.EncodeToString(m.Sum(nil)) {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		var cb dispatch.Callback
+		if err := json.Unmarshal(body, &cb); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		got <- cb
+	}))
+	t.Cleanup(srv.Close)
+	cbs, err := dispatch.NewCallbacks(dispatch.CallbackConfig{Secret: secret, Backoff: 50 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { cbs.Close(context.Background()) })
+	cbs.Send(srv.URL, status.Record{TaskID: "t1", Status: status.Sent, Channel: "email", Recipient: "a***e@example.com", Attempts: 1, UpdatedAt: time.Now()})
+	select {
+	case cb := <-got:
+		require.Equal(t, "message.status", cb.Event)
+		require.Equal(t, "t1", cb.TaskID)
+		require.Equal(t, "sent", cb.Status)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no callback")
+	}
+	require.EqualValues(t, 2, calls.Load())
+}
+
+func TestRetryPolicyWait(t *testing.T) {
+	t.Parallel()
+	p := dispatch.RetryPolicy{MaxRetries: 3, Backoff: []time.Duration{5 * time.Second, 30 * time.Second, 5 * time.Minute}, Throttled: []time.Duration{time.Minute}}
+	for _, tc := range []struct {
+		n         int
+		throttled bool
+		hint      time.Duration
+		want      time.Duration
+	}{
+		{1, false, 0, 5 * time.Second},
+		{2, false, 0, 30 * time.Second},
+		{3, false, 0, 5 * time.Minute},
+		{4, false, 0, 5 * time.Minute},
+		{1, true, 0, time.Minute},
+		{1, false, 2 * time.Minute, 2 * time.Minute},
+	} {
+		require.Equal(t, tc.want, p.Wait(tc.n, tc.throttled, tc.hint), "%+v", tc)
+	}
+}
+
+var _ = sync.Mutex{}
+var _ = mailcatcher.Message{}

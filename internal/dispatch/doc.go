@@ -1,0 +1,20 @@
+// Package dispatch is the consumer pipeline (cmd/consumer): it takes a
+// delivery, checks it, claims it in Redis so that no two consumers send the
+// same message, renders it, sends it through a provider, and decides what
+// happens next: ack, a retry through the delay queues, or a reject that the
+// broker dead-letters to the channel's DLQ.
+//
+// That decision is made in one place, decide, with one errors.Is/errors.As
+// switch over control errors that carry the step's intent (Snooze, the
+// deadline, a malformed body, a provider failure's class).
+//
+// It never sends without a claim, never acks a message it did not either
+// send, find already sent, or hand on (a confirmed retry or snooze), and
+// never keeps the only copy of a retry in memory: retries are published to
+// RabbitMQ with a confirm before the original is acked.
+//
+// The one window no design closes: a crash after the provider accepted a
+// message and before the claim is marked sent. The lease then expires and a
+// redelivery sends again. That is msgpulse's only source of a duplicate,
+// and it is kept to the provider call's return plus one Redis write.
+package dispatch

@@ -1,0 +1,39 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+
+	"github.com/msgpulse/msgpulse/internal/breaker"
+	"github.com/msgpulse/msgpulse/internal/provider"
+)
+
+// guardedMailer puts a circuit breaker in front of a mailer (seed 000): when
+// the SMTP server keeps failing, sends stop for a while and messages wait in
+// the retry path instead of piling onto a dead server.
+type guardedMailer struct {
+	provider.Mailer
+	b *breaker.Breaker
+}
+
+func (g guardedMailer) SendMail(ctx context.Context, m provider.Mail) (provider.Receipt, error) {
+	ok, retryIn := g.b.Allow()
+	if !ok {
+		return provider.Receipt{}, &provider.Error{Provider: g.Name(), Class: provider.Transient, Code: "circuit_open",
+			Message: "circuit breaker open after repeated failures", RetryAfter: retryIn}
+	}
+	r, err := g.Mailer.SendMail(ctx, m)
+	var pe *provider.Error
+	switch {
+	case ctx.Err() != nil:
+		// We gave up (shutdown, send timeout): says nothing about the server.
+	case err == nil:
+		g.b.Success()
+	case errors.As(err, &pe) && pe.Class != provider.Transient:
+		// A rejected recipient or a throttle says the server is alive.
+		g.b.Success()
+	default:
+		g.b.Failure()
+	}
+	return r, err
+}

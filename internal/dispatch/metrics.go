@@ -1,0 +1,47 @@
+package dispatch
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics of the consumer.
+type Metrics struct {
+	Consumed     *prometheus.CounterVec
+	Sent         *prometheus.CounterVec
+	Retried      *prometheus.CounterVec
+	DeadLettered *prometheus.CounterVec
+	Skipped      *prometheus.CounterVec
+	SendDuration *prometheus.HistogramVec
+	InFlight     prometheus.Gauge
+	Paused       prometheus.Gauge
+	Callbacks    *prometheus.CounterVec
+}
+
+// NewMetrics registers the consumer's metrics on reg (nil: unregistered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Consumed:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_consumed_total", Help: "Deliveries taken from the main queues, by channel."}, []string{"channel"}),
+		Sent:         prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_sent_total", Help: "Messages a provider accepted, by channel and provider."}, []string{"channel", "provider"}),
+		Retried:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_retried_total", Help: "Retries scheduled through the delay queues, by channel, provider and error class."}, []string{"channel", "provider", "class"}),
+		DeadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_deadlettered_total", Help: "Messages rejected to the DLQ, by channel, provider and reason."}, []string{"channel", "provider", "reason"}),
+		Skipped:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_skipped_total", Help: "Deliveries not sent now: duplicates of sent messages and snoozes, by channel and reason."}, []string{"channel", "reason"}),
+		SendDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "msgpulse_send_duration_seconds", Help: "Provider call duration, by channel and provider.",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}}, []string{"channel", "provider"}),
+		InFlight:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "msgpulse_inflight", Help: "Messages being processed now."}),
+		Paused:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "msgpulse_redis_paused", Help: "1 while work is paused because Redis is unreachable."}),
+		Callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_callbacks_total", Help: "Status callbacks by result (delivered, failed)."}, []string{"result"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.collectors()...)
+	}
+	return m
+}
+
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.Consumed, m.Sent, m.Retried, m.DeadLettered, m.Skipped, m.SendDuration, m.InFlight, m.Paused, m.Callbacks}
+}
+
+// Describe sends every metric's descriptor.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.collectors() {
+		c.Describe(ch)
+	}
+}

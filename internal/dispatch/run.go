@@ -1,0 +1,210 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"github.com/msgpulse/msgpulse/internal/breaker"
+	"github.com/msgpulse/msgpulse/internal/broker"
+	"github.com/msgpulse/msgpulse/internal/claim"
+	"github.com/msgpulse/msgpulse/internal/config"
+	"github.com/msgpulse/msgpulse/internal/delay"
+	"github.com/msgpulse/msgpulse/internal/provider"
+	"github.com/msgpulse/msgpulse/internal/provider/mail"
+	"github.com/msgpulse/msgpulse/internal/provider/sms"
+	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/rdb"
+	"github.com/msgpulse/msgpulse/internal/seal"
+	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/template"
+	"github.com/msgpulse/msgpulse/internal/topology"
+)
+
+// Run consumes until ctx ends, then stops gracefully: consumers stop taking
+// work, in-flight sends finish (up to SHUTDOWN_TIMEOUT) and are acked, the
+// relay hands back what it holds, queued callbacks are flushed, and only
+// then are the broker connection and Redis closed.
+func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger) error {
+	keys, err := seal.New(cfg.CodeSecret)
+	if err != nil {
+		return fmt.Errorf("CODE_SECRET: %w", err)
+	}
+	if cfg.CodeSecretIsDev {
+		log.Warn("CODE_SECRET is the development default: set the same secret as the API's in production")
+	}
+	model, err := topology.Build(cfg.Model, "")
+	if err != nil {
+		return err
+	}
+	tpl, err := template.Load(cfg.Templates.Dir, cfg.Templates.DefaultLocale)
+	if err != nil {
+		return fmt.Errorf("TEMPLATES_DIR: %w", err)
+	}
+	redisClient, err := rdb.New(cfg.RedisURL)
+	if err != nil {
+		return fmt.Errorf("REDIS_URL: %w", err)
+	}
+	defer func() { _ = redisClient.Close() }()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := NewMetrics(reg)
+	delayMetrics := delay.NewMetrics(reg)
+
+	var mailer provider.Mailer
+	var smsSender provider.SMSSender
+	for _, ch := range cfg.Channels {
+		switch ch {
+		case topology.Mail:
+			m, err := mail.New(cfg.SMTP, log.Named("smtp"))
+			if err != nil {
+				return fmt.Errorf("SMTP: %w", err)
+			}
+			defer func() { _ = m.Close() }()
+			mailer = guardedMailer{Mailer: m, b: breaker.New(cfg.SMS.Breaker, nil)}
+		case topology.SMS:
+			r, err := sms.FromConfig(cfg.SMS, log.Named("sms"), os.Stdout)
+			if err != nil {
+				return fmt.Errorf("SMS: %w", err)
+			}
+			defer func() { _ = r.Close() }()
+			smsSender = r
+		}
+	}
+
+	// Background services outlive the consumers until they have drained.
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	var bgWG sync.WaitGroup
+	defer func() { stopBG(); bgWG.Wait() }()
+
+	session, err := broker.NewSession(broker.Config{URL: cfg.AMQPURL, ConnectionName: "msgpulse-consumer-" + cfg.ConsumerID, Logger: log.Named("broker")})
+	if err != nil {
+		return err
+	}
+	bgWG.Add(1)
+	go func() { defer bgWG.Done(); session.Run(bg) }()
+	pub, err := broker.NewPublisher(broker.PublisherConfig{Session: session, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	planner, err := delay.NewPlanner(model.Delay, cfg.Delay.Margin, cfg.Delay.Tolerance)
+	if err != nil {
+		return err
+	}
+	delayed := delay.NewPublisher(pub, planner, model.Delay, delayMetrics)
+
+	rateLimits, err := ratelimit.NewConfigStore(redisClient, cfg.RedisPrefix, log.Named("ratelimit"), ratelimit.StoreConfig{RefreshEvery: cfg.RateLimitRefresh})
+	if err != nil {
+		return err
+	}
+	bgWG.Add(1)
+	go func() {
+		defer bgWG.Done()
+		if err := rateLimits.Run(bg); err != nil && bg.Err() == nil {
+			log.Error("rate-limit config cache stopped", zap.Error(err))
+		}
+	}()
+	claims, err := claim.New(redisClient, claim.Config{Prefix: cfg.RedisPrefix, Lease: cfg.ClaimLease, SentTTL: cfg.SentTTL})
+	if err != nil {
+		return err
+	}
+	statuses, err := status.New(redisClient, status.Config{Prefix: cfg.RedisPrefix, TTL: cfg.StatusTTL})
+	if err != nil {
+		return err
+	}
+	callbacks, err := NewCallbacks(CallbackConfig{Secret: cfg.CallbackSecret, Timeout: cfg.CallbackTimeout, Attempts: cfg.CallbackAttempts, Logger: log.Named("callback"), Metrics: metrics})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		callbacks.Close(cctx)
+	}()
+	d, err := New(Config{
+		Model: model, Claims: claims, Status: statuses, Templates: tpl, Keys: keys, Mail: mailer, SMS: smsSender,
+		Delayed: delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix), RateLimits: rateLimits, Callbacks: callbacks,
+		Redis: redisClient, SendTimeout: cfg.SendTimeout, Owner: cfg.ConsumerID, Metrics: metrics, DelayMetrics: delayMetrics,
+		Logger: log, Retry: RetryPolicy{MaxRetries: cfg.MaxRetries, Backoff: cfg.RetryBackoff, Throttled: cfg.ThrottledBackoff},
+	})
+	if err != nil {
+		return err
+	}
+
+	if cfg.MetricsAddr != "" {
+		ln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("METRICS_ADDR: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"code":200,"msg":"ok","data":{"status":"alive"}}`))
+		})
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		bgWG.Add(1)
+		go func() { defer bgWG.Done(); _ = srv.Serve(ln) }()
+		defer func() { _ = srv.Close() }()
+		log.Info("metrics listening", zap.String("addr", ln.Addr().String()))
+	}
+
+	// The consumers and the relay run on ctx: cancelling it starts the
+	// graceful stop. They are the last to start and the first to stop.
+	var wg sync.WaitGroup
+	errs := make(chan error, len(cfg.Channels)+1)
+	for _, ch := range cfg.Channels {
+		ct, err := model.Channel(ch)
+		if err != nil {
+			return err
+		}
+		c, err := broker.NewConsumer(broker.ConsumerConfig{
+			Session: session, Queue: ct.Queue, Handler: d.Handler(ch), OnPanic: d.OnPanic(ch),
+			Concurrency: cfg.Concurrency, Prefetch: cfg.Prefetch, Grace: cfg.ShutdownTimeout,
+			Tag: "msgpulse-consumer-" + cfg.ConsumerID, Logger: log.Named(ch),
+		})
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); errs <- c.Run(ctx) }()
+	}
+	if cfg.Relay && model.Delay.RelayQueue != "" {
+		relay, err := delay.NewRelay(delay.RelayConfig{Session: session, Publisher: pub, Planner: planner, Topology: model.Delay,
+			Metrics: delayMetrics, Logger: log, Concurrency: cfg.RelayConcurrency, Grace: cfg.ShutdownTimeout})
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); errs <- relay.Run(ctx) }()
+		bgWG.Add(1)
+		go func() {
+			defer bgWG.Done()
+			delay.WatchDepth(bg, session, model.Delay, delayMetrics, 15*time.Second, log)
+		}()
+	}
+	log.Info("consumer started", zap.Strings("channels", cfg.Channels), zap.String("id", cfg.ConsumerID),
+		zap.Bool("relay", cfg.Relay && model.Delay.RelayQueue != ""), zap.Int("concurrency", cfg.Concurrency))
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		if err != nil {
+			all = append(all, err)
+		}
+	}
+	log.Info("consumer stopped")
+	return errors.Join(all...)
+}

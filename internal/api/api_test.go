@@ -139,7 +139,7 @@ func TestFrequencyControlAnswers429WithRetryAfter(t *testing.T) {
 // behind: no code, no counted attempt, no status record.
 func TestFailedPublishRollsBackEverything(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
+		name   string
 		break_ func(h *harness)
 	}{
 		{"exchange removed", func(h *harness) { require.NoError(t, h.ch.ExchangeDelete("exchange.direct.mail", false, false)) }},
@@ -288,7 +288,9 @@ func TestSendValidation(t *testing.T) {
 		{"bad email", base(func(m map[string]any) { m["recipient"] = "not-an-email" }), 400, "email address"},
 		{"display name", base(func(m map[string]any) { m["recipient"] = "Bob <bob@example.com>" }), 400, "bare email"},
 		{"header injection", base(func(m map[string]any) { m["recipient"] = "d@example.com\r\nBcc: x@evil.com" }), 400, "CR or LF"},
-		{"subject injection", base(func(m map[string]any) { m["variables"] = map[string]string{"title": "hi\r\nBcc: x@evil.com", "content": "c"} }), 400, "subject"},
+		{"subject injection", base(func(m map[string]any) {
+			m["variables"] = map[string]string{"title": "hi\r\nBcc: x@evil.com", "content": "c"}
+		}), 400, "subject"},
 		{"bad phone", base(func(m map[string]any) { m["messageType"] = "SMS"; m["recipient"] = "13900001234" }), 400, "E.164"},
 		{"priority", base(func(m map[string]any) { m["priority"] = 10 }), 400, "priority"},
 		{"http callback", base(func(m map[string]any) { m["callbackUrl"] = "http://example.com/cb" }), 400, "https"},
@@ -302,7 +304,9 @@ func TestSendValidation(t *testing.T) {
 		{"empty", "", 400, "empty body"},
 		{"array", "[]", 400, "JSON object"},
 		{"trailing", `{"messageType":"EMAIL"} {}`, 400, "after the JSON object"},
-		{"too large", base(func(m map[string]any) { m["variables"] = map[string]string{"title": strings.Repeat("x", 5000), "content": "c"} }), 413, "larger than 4096"},
+		{"too large", base(func(m map[string]any) {
+			m["variables"] = map[string]string{"title": strings.Repeat("x", 5000), "content": "c"}
+		}), 413, "larger than 4096"},
 	} {
 		r := h.do("POST", "/api/messages/send", tc.body)
 		require.Equal(t, tc.want, r.Status, "%s: %s", tc.name, r.Msg)
@@ -365,7 +369,9 @@ func TestAuthAndEnvelopeEverywhere(t *testing.T) {
 }
 
 func TestQueueStatsWarnsAbove80Percent(t *testing.T) {
-	h := setup(t, options{model: func(c *topology.Config) { c.Channels[topology.SMS] = topology.ChannelConfig{QueueTTL: time.Minute, MaxLength: 10} }})
+	h := setup(t, options{model: func(c *topology.Config) {
+		c.Channels[topology.SMS] = topology.ChannelConfig{QueueTTL: time.Minute, MaxLength: 10}
+	}})
 	for i := range 9 {
 		require.NoError(t, h.ch.Publish("exchange.direct.sms", "sms", false, false, amqp.Publishing{Body: []byte(strconv.Itoa(i))}))
 	}

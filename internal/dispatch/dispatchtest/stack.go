@@ -240,7 +240,7 @@ func port(t testing.TB, addr string) int {
 func (s *Stack) Verification(recipient, purpose string, mod func(*envelope.Message)) (taskID, code string) {
 	t := s.T
 	t.Helper()
-	code = "4" + strconv.Itoa(100000+int(time.Now().UnixNano()%89999))[1:]
+	code = "4" + strconv.Itoa(100000 + int(time.Now().UnixNano()%89999))[1:]
 	taskID = testenv.ID() + testenv.ID()
 	sealed, err := s.Keys.Seal(code, taskID)
 	require.NoError(t, err)

@@ -34,7 +34,9 @@ func New(level, format string) (*zap.Logger, error) {
 	}
 	cfg.Level = zap.NewAtomicLevelAt(lvl)
 	cfg.Sampling = nil // every failure line matters more than log volume here
-	return cfg.Build()
+	// Stack traces only for errors: a warning (a retry, a pause) is an
+	// expected event, not a bug to locate.
+	return cfg.Build(zap.AddStacktrace(zapcore.ErrorLevel))
 }
 
 // Mask hides most of a recipient: "alice@example.com" -> "a***e@example.com",

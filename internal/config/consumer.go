@@ -70,7 +70,10 @@ func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader
 	c.SentTTL = l.Duration("SENT_TTL", 7*24*time.Hour, time.Minute, 365*24*time.Hour, "how long a sent mark blocks a resend")
 	c.StatusTTL = l.Duration("STATUS_TTL", 7*24*time.Hour, time.Minute, 365*24*time.Hour, "how long message status records are kept")
 	c.SendTimeout = l.Duration("SEND_TIMEOUT", 30*time.Second, 100*time.Millisecond, 10*time.Minute, "longest provider call")
-	c.MetricsAddr = l.String("METRICS_ADDR", ":9090", "address of /metrics and /healthz (empty = off)")
+	c.MetricsAddr = l.String("METRICS_ADDR", ":9090", "address of /metrics and /healthz (`off` disables them)")
+	if c.MetricsAddr == "off" {
+		c.MetricsAddr = ""
+	}
 	c.Relay = l.Enum("RELAY", "on", []string{"on", "off"}, "run the delay relay in this process (exact delay mode)") == "on"
 	c.RelayConcurrency = l.Int("RELAY_CONCURRENCY", 16, 1, 10_000, "relay steps processed at once")
 	host, _ := os.Hostname()

@@ -16,8 +16,10 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/mailcatcher"
 	"github.com/msgpulse/msgpulse/internal/testenv"
 	"github.com/msgpulse/msgpulse/pkg/client"
@@ -226,3 +228,25 @@ func (s *system) sentBy() map[string]int {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// queued counts messages in every queue of the model, ready or unacked.
+func (s *system) queued() int {
+	s.t.Helper()
+	ctx := context.Background()
+	qs, err := s.broker.Mgmt.Queues(ctx, s.broker.VHost)
+	require.NoError(s.t, err)
+	conn, err := amqp.Dial(s.broker.URL)
+	require.NoError(s.t, err)
+	defer func() { _ = conn.Close() }()
+	var names []string
+	for _, q := range qs {
+		names = append(names, q.Name)
+	}
+	states, err := broker.Inspect(conn, names)
+	require.NoError(s.t, err)
+	n := 0
+	for _, st := range states {
+		n += st.Messages
+	}
+	return n
+}

@@ -411,3 +411,37 @@ func TestMetricsEndpoint(t *testing.T) {
 		require.Contains(t, buf.String(), want)
 	}
 }
+
+func TestDLQStats(t *testing.T) {
+	h := setup(t, options{})
+	// Two dead letters: one rejected, one malformed body.
+	require.NoError(t, h.ch.Publish("exchange.dead-letter.sms", "sms", false, false, amqp.Publishing{MessageId: "m1", Body: []byte("garbage")}))
+	body := `{"v":1,"taskId":"m2","kind":"notification","channel":"sms","recipient":"+8613900001234","template":"notice","createdAt":"2026-01-01T00:00:00Z","attempt":0}`
+	require.NoError(t, h.ch.Publish("exchange.direct.sms", "sms", false, false, amqp.Publishing{MessageId: "m2", Body: []byte(body)}))
+	var got amqp.Delivery
+	testenv.WaitFor(t, 5*time.Second, "m2 in queue.sms", func() bool {
+		var ok bool
+		var err error
+		got, ok, err = h.ch.Get("queue.sms", false)
+		require.NoError(t, err)
+		return ok
+	})
+	require.NoError(t, got.Reject(false)) // the broker dead-letters it: reason rejected
+	testenv.WaitFor(t, 5*time.Second, "two dead letters", func() bool { return h.depth("queue.sms.dlq") == 2 })
+	r := h.do("GET", "/api/dlq/stats", nil)
+	require.Equal(t, http.StatusOK, r.Status, r.Msg)
+	var data struct{ Queues []DLQStat }
+	r.data(t, &data)
+	var sms *DLQStat
+	for i := range data.Queues {
+		if data.Queues[i].Queue == "queue.sms.dlq" {
+			sms = &data.Queues[i]
+		}
+	}
+	require.NotNil(t, sms)
+	require.Equal(t, "sms", sms.Channel)
+	require.Equal(t, 2, sms.Total)
+	require.Equal(t, 1, sms.ByReason["malformed"], "%v", sms.ByReason)
+	require.Equal(t, 1, sms.ByReason["rejected"], "%v", sms.ByReason)
+	require.Equal(t, 2, h.depth("queue.sms.dlq"), "reading for stats keeps every message")
+}

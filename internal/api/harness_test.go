@@ -124,7 +124,7 @@ func setup(t *testing.T, o options) *harness {
 	h.srv, err = New(Deps{
 		Log: zap.New(core), Model: m, Publisher: pub, Delayed: delayedChecker{delay.NewPublisher(pub, planner, m.Delay, nil)},
 		Limiter: ratelimit.New(h.redis.Client, h.redis.Prefix), RateLimits: rl, Codes: codes, Keys: h.keys, Status: st, Templates: tpl,
-		Registry: reg,
+		Registry: reg, DLQ: CachedDLQStats(s, m, st, 0),
 		Inspect: func(ctx context.Context, names []string) ([]broker.QueueState, error) {
 			conn, err := s.Conn(ctx)
 			if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -283,4 +284,48 @@ func TestInspect(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []QueueState{{Name: "missing"}, {Name: "q", Exists: true, Messages: 1}}, st)
 	require.False(t, errors.Is(err, ErrUnavailable))
+}
+
+func TestConsumerBatchHandler(t *testing.T) {
+	e := setup(t)
+	require.NoError(t, e.ch.ExchangeDeclare("dlx", "fanout", false, false, false, false, nil))
+	_, err := e.ch.QueueDeclare("dlq", false, false, false, false, nil)
+	require.NoError(t, err)
+	require.NoError(t, e.ch.QueueBind("dlq", "", "dlx", false, nil))
+	e.queue(t, "work", amqp.Table{"x-dead-letter-exchange": "dlx"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var seen atomic.Int64
+	var biggest atomic.Int64
+	c, err := NewConsumer(ConsumerConfig{Session: e.s, Queue: "work", Concurrency: 1, Prefetch: 50, MaxBatch: 10,
+		BatchHandler: func(_ context.Context, ds []*amqp.Delivery) []Action {
+			if int64(len(ds)) > biggest.Load() {
+				biggest.Store(int64(len(ds)))
+			}
+			out := make([]Action, len(ds))
+			for i, d := range ds {
+				if string(d.Body) == "panic" {
+					panic("boom")
+				}
+				seen.Add(1)
+				out[i] = Ack
+			}
+			return out
+		}})
+	require.NoError(t, err)
+	for i := range 30 {
+		require.NoError(t, e.pub.Publish(ctx, "x", "work", amqp.Publishing{Body: []byte(strconv.Itoa(i))}))
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	testenv.WaitFor(t, 10*time.Second, "30 handled", func() bool { return seen.Load() == 30 && e.depth(t, "work") == 0 })
+	require.LessOrEqual(t, biggest.Load(), int64(10), "batches stay within MaxBatch")
+	require.Greater(t, biggest.Load(), int64(1), "prefetched deliveries are handled together")
+	// A panic dead-letters the batch it happened in, and the worker lives on.
+	require.NoError(t, e.pub.Publish(ctx, "x", "work", amqp.Publishing{Body: []byte("panic")}))
+	testenv.WaitFor(t, 10*time.Second, "panicking batch dead-lettered", func() bool { return e.depth(t, "dlq") >= 1 })
+	require.NoError(t, e.pub.Publish(ctx, "x", "work", amqp.Publishing{Body: []byte("after")}))
+	testenv.WaitFor(t, 10*time.Second, "worker alive", func() bool { return seen.Load() == 31 })
+	cancel()
+	require.NoError(t, <-done)
 }

@@ -44,11 +44,21 @@ func (a Action) String() string {
 // work can finish.
 type Handler func(ctx context.Context, d *amqp.Delivery) Action
 
-// ConsumerConfig configures a Consumer.
+// BatchHandler processes the deliveries that were waiting together and
+// returns one Action per delivery, in order. It lets a handler pipeline
+// its own publishes (one confirm wait for the lot).
+type BatchHandler func(ctx context.Context, ds []*amqp.Delivery) []Action
+
+// ConsumerConfig configures a Consumer. Set exactly one of Handler and
+// BatchHandler.
 type ConsumerConfig struct {
-	Session     *Session
-	Queue       string
-	Handler     Handler
+	Session      *Session
+	Queue        string
+	Handler      Handler
+	BatchHandler BatchHandler
+	// MaxBatch caps a batch (BatchHandler only); default 100. A worker
+	// takes what is already prefetched, never waits to fill a batch.
+	MaxBatch    int
 	Concurrency int           // handlers running at once; default 8
 	Prefetch    int           // unacked deliveries held; default 2×Concurrency
 	Grace       time.Duration // how long in-flight handlers may finish on stop; default 30s
@@ -61,8 +71,11 @@ type ConsumerConfig struct {
 
 // Validate fills defaults and checks the configuration.
 func (c *ConsumerConfig) Validate() error {
-	if c.Session == nil || c.Handler == nil || c.Queue == "" {
-		return errors.New("consumer: Session, Queue and Handler are required")
+	if c.Session == nil || (c.Handler == nil) == (c.BatchHandler == nil) || c.Queue == "" {
+		return errors.New("consumer: Session, Queue and one of Handler or BatchHandler are required")
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = 100
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 8
@@ -178,6 +191,10 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 					_ = d.Nack(false, true)
 					continue
 				}
+				if c.cfg.BatchHandler != nil {
+					c.handleBatch(hctx, c.gather(d, deliveries), log)
+					continue
+				}
 				c.handle(hctx, &d, log)
 			}
 		}()
@@ -220,10 +237,64 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 	return lost
 }
 
+// gather takes first and whatever else is already waiting, up to MaxBatch.
+func (c *Consumer) gather(first amqp.Delivery, deliveries <-chan amqp.Delivery) []*amqp.Delivery {
+	batch := []*amqp.Delivery{&first}
+	for len(batch) < c.cfg.MaxBatch {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, &d)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+func (c *Consumer) handleBatch(ctx context.Context, ds []*amqp.Delivery, log *zap.Logger) {
+	c.inFlight.Add(int64(len(ds)))
+	defer c.inFlight.Add(-int64(len(ds)))
+	actions := c.safeHandleBatch(ctx, ds)
+	for i, d := range ds {
+		c.settle(d, actions[i], log)
+	}
+}
+
+func (c *Consumer) safeHandleBatch(ctx context.Context, ds []*amqp.Delivery) (actions []Action) {
+	defer func() {
+		if r := recover(); r != nil {
+			// Which delivery caused it is unknown: dead-letter the batch,
+			// as a single handler's panic would, rather than requeue a
+			// poison message for ever.
+			actions = make([]Action, len(ds))
+			for i, d := range ds {
+				if c.cfg.OnPanic != nil {
+					c.cfg.OnPanic(d, r)
+				}
+				actions[i] = Reject
+			}
+			return
+		}
+		if len(actions) != len(ds) { // a broken handler: hand everything back
+			actions = make([]Action, len(ds))
+			for i := range actions {
+				actions[i] = Requeue
+			}
+		}
+	}()
+	return c.cfg.BatchHandler(ctx, ds)
+}
+
 func (c *Consumer) handle(ctx context.Context, d *amqp.Delivery, log *zap.Logger) {
 	c.inFlight.Add(1)
 	defer c.inFlight.Add(-1)
-	action := c.safeHandle(ctx, d)
+	c.settle(d, c.safeHandle(ctx, d), log)
+}
+
+func (c *Consumer) settle(d *amqp.Delivery, action Action, log *zap.Logger) {
 	var err error
 	switch action {
 	case Ack:

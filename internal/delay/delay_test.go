@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
@@ -246,4 +246,26 @@ func TestBatchIsConfirmedAndDelivered(t *testing.T) {
 	sort.Slice(late, func(i, j int) bool { return late[i] < late[j] })
 	t.Logf("batch of 300: p50 %s, p99 %s, max %s", late[150], late[296], late[299])
 	require.Less(t, late[150], 100*ms)
+}
+
+// The last hop is delivered by the broker itself when it expires: a delay
+// of exactly one tier arrives with no relay running at all, and an
+// intermediate hop waits in the relay queue until a relay takes it.
+func TestFinalHopNeedsNoRelay(t *testing.T) {
+	h := setup(t, nil)
+	ctx := testenv.Context(t, 20*time.Second)
+	require.NoError(t, h.delayed.PublishDelayed(ctx, h.out("one-tier"), time.Second))
+	require.NoError(t, h.delayed.PublishDelayed(ctx, h.out("two-hops"), 1300*ms))
+	testenv.WaitFor(t, 10*time.Second, "the one-tier message, without a relay", func() bool { _, ok := h.lateness("one-tier"); return ok })
+	l, _ := h.lateness("one-tier")
+	require.Less(t, l[0], 250*ms)
+	testenv.WaitFor(t, 10*time.Second, "the two-hop message waiting for a relay", func() bool {
+		st, err := broker.Inspect(h.conn, []string{h.model.Delay.RelayQueue})
+		require.NoError(t, err)
+		return st[0].Messages == 1
+	})
+	_, ok := h.lateness("two-hops")
+	require.False(t, ok)
+	h.relay(t)
+	testenv.WaitFor(t, 10*time.Second, "the two-hop message once a relay runs", func() bool { _, ok := h.lateness("two-hops"); return ok })
 }

@@ -58,27 +58,30 @@ func (p *Planner) Check(delay time.Duration) error {
 	return nil
 }
 
-// tierMargin bounds the margin by 1/64 of the tier. The margin is there to
-// absorb relay lag (a few ms) on the big tiers, where falling through
-// would cost many hops; on the small tiers that finish a delay it would
-// only make messages late (512ms may overshoot by 8ms, 16ms by 0.25ms).
-func (p *Planner) tierMargin(t time.Duration) time.Duration {
-	return min(p.margin, t/64)
+// tierMargin is how much longer than the time left a tier may be and
+// still be taken. The margin exists to absorb relay lag: a message that
+// should have 5 s left but has 4.997 s because the last hop was 3 ms late
+// takes the 5 s tier (3 ms late) instead of falling through ten smaller
+// hops. So it is bounded by the lag actually measured on this message
+// (plus the tolerance), by DELAY_MARGIN, and by 1/64 of the tier; a
+// remainder that is naturally just under a tier (0.99 s of a 7.99 s delay)
+// falls through and arrives on time.
+func (p *Planner) tierMargin(t, lag time.Duration) time.Duration {
+	return min(p.margin, t/64, max(lag, 0)+p.tolerance)
 }
 
 // Next is the relay's step in exact mode: given the time left until a
-// message is due, it says whether to deliver now, or which hop comes next.
-// The next hop is the largest tier not longer than the time left plus a
-// small margin (so "tier − a few ms" still takes the tier instead of
-// falling through many smaller ones); below the smallest tier, the precise
-// queue with exactly the time left.
-func (p *Planner) Next(left time.Duration) (hop Hop, due bool) {
+// message is due and how late its last hop ended (lag), it says whether to
+// deliver now, or which hop comes next: the largest tier not longer than
+// the time left (plus the margin above); below the smallest tier, the
+// precise queue with exactly the time left.
+func (p *Planner) Next(left, lag time.Duration) (hop Hop, due bool) {
 	if left <= p.tolerance {
 		return Hop{}, true
 	}
 	for i := len(p.d.Tiers) - 1; i >= 0; i-- {
 		t := p.d.Tiers[i]
-		if t.TTL <= left+p.tierMargin(t.TTL) {
+		if t.TTL <= left+p.tierMargin(t.TTL, lag) {
 			return Hop{Queue: t.Queue, RoutingKey: t.RoutingKey, TTL: t.TTL}, false
 		}
 	}
@@ -109,7 +112,7 @@ func (p *Planner) Plan(delay time.Duration) ([]Hop, error) {
 	var hops []Hop
 	left := delay
 	for {
-		h, due := p.Next(left)
+		h, due := p.Next(left, 0)
 		if due {
 			return hops, nil
 		}
@@ -126,7 +129,7 @@ func (p *Planner) First(delay time.Duration) (Hop, error) {
 	if p.d.Mode == topology.DelayRoundUp {
 		return p.roundUp(delay)
 	}
-	h, due := p.Next(delay)
+	h, due := p.Next(delay, 0)
 	if due { // below the tolerance: still honour "later" with the precise queue
 		return Hop{Queue: p.d.PreciseQueue, RoutingKey: p.d.PreciseKey, TTL: roundUpMs(delay), Precise: true}, nil
 	}
@@ -146,4 +149,21 @@ func (p *Planner) roundUp(delay time.Duration) (Hop, error) {
 		}
 	}
 	return Hop{}, fmt.Errorf("%w: %s exceeds the largest tier", ErrTooLong, delay)
+}
+
+// Final reports whether hop, leaving left after it, is the last one: in
+// round-up mode always; in exact mode when what is left after it is within
+// the tolerance.
+func (p *Planner) Final(hop Hop, left time.Duration) bool {
+	return p.d.Mode == topology.DelayRoundUp || left <= p.tolerance
+}
+
+// After returns the CC routing key a hop is published with: the target's
+// routing key for the final hop (the broker delivers it at expiry), the
+// relay's key otherwise.
+func (p *Planner) After(hop Hop, left time.Duration, targetKey, relayKey string) string {
+	if p.Final(hop, left) {
+		return targetKey
+	}
+	return relayKey
 }

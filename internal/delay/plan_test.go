@@ -50,7 +50,8 @@ func TestPlanExact(t *testing.T) {
 		{5 * ms, []string{"queue.delay.precise(5ms)"}},
 		{16 * ms, []string{"queue.delay.16ms"}},
 		{15 * ms, []string{"queue.delay.precise(15ms)"}}, // the 16ms tier's margin is 0.25ms
-		{4990 * ms, []string{"queue.delay.5s"}},          // "tier − a few ms" takes the tier
+		{4999 * ms, []string{"queue.delay.5s"}},          // within the tolerance, the tier
+		{4990 * ms, []string{"queue.delay.1s", "queue.delay.1s", "queue.delay.1s", "queue.delay.1s", "queue.delay.512ms", "queue.delay.256ms", "queue.delay.128ms", "queue.delay.64ms", "queue.delay.16ms", "queue.delay.precise(14ms)"}}, // no lag: exact
 		{4900 * ms, []string{"queue.delay.1s", "queue.delay.1s", "queue.delay.1s", "queue.delay.1s", "queue.delay.512ms", "queue.delay.256ms", "queue.delay.128ms", "queue.delay.precise(4ms)"}},
 		{1010 * ms, []string{"queue.delay.1s", "queue.delay.precise(10ms)"}},
 		{24 * time.Hour, []string{"queue.delay.24h"}},
@@ -140,15 +141,39 @@ func TestNextDeliversWithinTolerance(t *testing.T) {
 	t.Parallel()
 	p := planner(t, nil)
 	for _, left := range []time.Duration{-time.Second, 0, ms, 2 * ms} {
-		_, due := p.Next(left)
+		_, due := p.Next(left, 0)
 		require.True(t, due, left)
 	}
-	h, due := p.Next(3 * ms)
+	h, due := p.Next(3*ms, 0)
 	require.False(t, due)
 	require.True(t, h.Precise)
 	require.Equal(t, 3*ms, h.TTL)
-	h, _ = p.Next(2500*time.Microsecond + ms)
+	h, _ = p.Next(2500*time.Microsecond+ms, 0)
 	require.Equal(t, 4*ms, h.TTL, "per-message TTL rounds up to whole ms, never early")
+}
+
+// The margin absorbs measured lag only: 4.997 s left after a hop that was
+// 3 ms late takes the 5 s tier; 4.997 s left with no lag falls through.
+func TestNextMarginFollowsMeasuredLag(t *testing.T) {
+	t.Parallel()
+	p := planner(t, nil)
+	for _, tc := range []struct {
+		left, lag time.Duration
+		want      string
+	}{
+		{4997 * ms, 3 * ms, "queue.delay.5s"},
+		{4997 * ms, 0, "queue.delay.1s"},
+		{4985 * ms, 15 * ms, "queue.delay.5s"},
+		{4970 * ms, 30 * ms, "queue.delay.1s"}, // beyond DELAY_MARGIN (20ms)
+		{990 * ms, 10 * ms, "queue.delay.1s"},
+		{505 * ms, 12 * ms, "queue.delay.512ms"}, // 7ms short: within 1/64 of 512ms
+		{500 * ms, 12 * ms, "queue.delay.256ms"}, // 12ms short: beyond it
+		{505 * ms, 3 * ms, "queue.delay.256ms"},  // 3ms lag + 2ms tolerance < 7ms short
+	} {
+		h, due := p.Next(tc.left, tc.lag)
+		require.False(t, due)
+		require.Equal(t, tc.want, h.Queue, "left %s lag %s", tc.left, tc.lag)
+	}
 }
 
 func TestDelayConfigValidation(t *testing.T) {

@@ -59,11 +59,8 @@ func (p *Publisher) prepare(m DelayedMessage, now time.Time) (broker.Outgoing, H
 	h[envelope.HeaderTargetExchange] = m.Exchange
 	h[envelope.HeaderTargetKey] = m.RoutingKey
 	h[envelope.HeaderHops] = int32(1)
-	if p.d.Mode == topology.DelayRoundUp {
-		// Dead-lettering keeps a message's CC routing keys; the target
-		// exchange routes on this one (see topology.addDelay).
-		h[envelope.HeaderCC] = []any{m.RoutingKey}
-	}
+	h[envelope.HeaderPlanLeft] = (m.Delay - hop.TTL).Milliseconds()
+	h[envelope.HeaderCC] = []any{p.plan.After(hop, m.Delay-hop.TTL, m.RoutingKey, p.d.RelayKey)}
 	msg.Headers = h
 	msg.Expiration = ""
 	if hop.Precise {
@@ -76,7 +73,7 @@ func (p *Publisher) record(hop Hop, delay time.Duration, err error) error {
 	if err == nil {
 		p.metrics.Published.WithLabelValues(hop.Queue).Inc()
 		p.metrics.Requested.Observe(delay.Seconds())
-		if p.d.Mode == topology.DelayRoundUp {
+		if p.plan.Final(hop, delay-hop.TTL) {
 			p.metrics.Hops.Observe(1)
 		}
 		return nil
@@ -123,8 +120,8 @@ func (p *Publisher) PublishDelayedBatch(ctx context.Context, msgs []DelayedMessa
 }
 
 // forward strips what RabbitMQ added when the message died in a delay
-// queue, so the next hop (or the target queue, or later the DLQ tool)
-// sees only its own history.
+// queue (and the previous hop's CC key), so the next hop, the target queue
+// and later the DLQ tool see only what matters.
 func forward(h amqp.Table) amqp.Table {
 	out := amqp.Table{}
 	for k, v := range h {

@@ -74,7 +74,7 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 // Run relays until ctx ends, then stops gracefully.
 func (r *Relay) Run(ctx context.Context) error {
 	c, err := broker.NewConsumer(broker.ConsumerConfig{
-		Session: r.cfg.Session, Queue: r.cfg.Topology.RelayQueue, Handler: r.Handle,
+		Session: r.cfg.Session, Queue: r.cfg.Topology.RelayQueue, BatchHandler: r.HandleBatch,
 		Concurrency: r.cfg.Concurrency, Prefetch: r.cfg.Prefetch, Grace: r.cfg.Grace,
 		Tag: "msgpulse-relay", Logger: r.cfg.Logger.Named("relay"),
 	})
@@ -84,16 +84,24 @@ func (r *Relay) Run(ctx context.Context) error {
 	return c.Run(ctx)
 }
 
-// Handle forwards one message.
-func (r *Relay) Handle(ctx context.Context, d *amqp.Delivery) broker.Action {
-	log := r.cfg.Logger
+// step is where one relayed message goes next.
+type step struct {
+	out    broker.Outgoing
+	due    bool // published to the target now
+	final  bool // the last hop: the broker delivers it at expiry
+	hops   int64
+	hop    Hop
+	reject bool
+}
+
+func (r *Relay) plan(d *amqp.Delivery) step {
 	due, okDue := envelope.HeaderTime(d.Headers, envelope.HeaderDueAt)
 	exchange, okEx := d.Headers[envelope.HeaderTargetExchange].(string)
 	key, okKey := d.Headers[envelope.HeaderTargetKey].(string)
 	if !okDue || !okEx || !okKey {
 		// Not ours to guess: the relay's dead-letter queue keeps it.
-		log.Error("relay: message without due time or target; dead-lettering", zap.String("message_id", d.MessageId))
-		return broker.Reject
+		r.cfg.Logger.Error("relay: message without due time or target; dead-lettering", zap.String("message_id", d.MessageId))
+		return step{reject: true}
 	}
 	h := forward(d.Headers)
 	hops, _ := envelope.HeaderInt(h, envelope.HeaderHops)
@@ -102,32 +110,88 @@ func (r *Relay) Handle(ctx context.Context, d *amqp.Delivery) broker.Action {
 		Priority: d.Priority, CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo, MessageId: d.MessageId,
 		Timestamp: d.Timestamp, Type: d.Type, UserId: d.UserId, AppId: d.AppId, Body: d.Body,
 	}
-	hop, isDue := r.cfg.Planner.Next(due.Sub(r.now()))
-	var err error
+	left := due.Sub(r.now())
+	var lag time.Duration
+	if planned, ok := envelope.HeaderInt(d.Headers, envelope.HeaderPlanLeft); ok {
+		lag = time.Duration(planned)*time.Millisecond - left
+	}
+	hop, isDue := r.cfg.Planner.Next(left, lag)
 	if isDue {
-		err = r.cfg.Publisher.Publish(ctx, exchange, key, msg)
-		if err == nil {
-			r.cfg.Metrics.Hops.Observe(float64(hops))
-		}
-	} else {
-		h[envelope.HeaderHops] = int32(hops + 1)
-		if hop.Precise {
-			msg.Expiration = strconv.FormatInt(hop.TTL.Milliseconds(), 10)
-		}
-		err = r.cfg.Publisher.Publish(ctx, r.cfg.Topology.Exchange, hop.RoutingKey, msg)
-		if errors.Is(err, broker.ErrNacked) {
-			r.cfg.Metrics.Overflow.WithLabelValues(hop.Queue).Inc()
-		}
+		return step{out: broker.Outgoing{Exchange: exchange, RoutingKey: key, Msg: msg}, due: true, hops: hops}
 	}
-	if err != nil {
-		log.Warn("relay: forward failed; handing the message back", zap.String("message_id", d.MessageId), zap.Bool("due", isDue), zap.String("next", hop.Queue), zap.Error(err))
-		select { // keep a failing broker from turning the relay into a hot loop
-		case <-ctx.Done():
-		case <-time.After(r.cfg.RetryWait):
-		}
-		return broker.Requeue
+	h[envelope.HeaderHops] = int32(hops + 1)
+	h[envelope.HeaderPlanLeft] = (left - hop.TTL).Milliseconds()
+	h[envelope.HeaderCC] = []any{r.cfg.Planner.After(hop, left-hop.TTL, key, r.cfg.Topology.RelayKey)}
+	if hop.Precise {
+		msg.Expiration = strconv.FormatInt(hop.TTL.Milliseconds(), 10)
 	}
-	return broker.Ack
+	return step{out: broker.Outgoing{Exchange: r.cfg.Topology.Exchange, RoutingKey: hop.RoutingKey, Msg: msg}, hops: hops + 1, hop: hop,
+		final: r.cfg.Planner.Final(hop, left-hop.TTL)}
+}
+
+// settled records a step's outcome and says what to do with its delivery.
+func (r *Relay) settled(s step, id string, err error) broker.Action {
+	if err == nil {
+		if s.due || s.final {
+			r.cfg.Metrics.Hops.Observe(float64(s.hops))
+		}
+		return broker.Ack
+	}
+	if errors.Is(err, broker.ErrNacked) && !s.due {
+		r.cfg.Metrics.Overflow.WithLabelValues(s.hop.Queue).Inc()
+	}
+	r.cfg.Logger.Warn("relay: forward failed; handing the message back", zap.String("message_id", id), zap.Bool("due", s.due), zap.String("next", s.hop.Queue), zap.Error(err))
+	return broker.Requeue
+}
+
+// pause keeps a failing broker from turning the relay into a hot loop.
+func (r *Relay) pause(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(r.cfg.RetryWait):
+	}
+}
+
+// Handle forwards one message.
+func (r *Relay) Handle(ctx context.Context, d *amqp.Delivery) broker.Action {
+	s := r.plan(d)
+	if s.reject {
+		return broker.Reject
+	}
+	a := r.settled(s, d.MessageId, r.cfg.Publisher.Publish(ctx, s.out.Exchange, s.out.RoutingKey, s.out.Msg))
+	if a == broker.Requeue {
+		r.pause(ctx)
+	}
+	return a
+}
+
+// HandleBatch forwards the messages that arrived together, publishing them
+// pipelined with one confirm wait: when a tier expires many messages at
+// once, the relay's round trips, not the broker, would otherwise decide
+// how late the last of them is.
+func (r *Relay) HandleBatch(ctx context.Context, ds []*amqp.Delivery) []broker.Action {
+	actions := make([]broker.Action, len(ds))
+	steps := make([]step, len(ds))
+	var outs []broker.Outgoing
+	var idx []int
+	for i, d := range ds {
+		steps[i] = r.plan(d)
+		if steps[i].reject {
+			actions[i] = broker.Reject
+			continue
+		}
+		outs, idx = append(outs, steps[i].out), append(idx, i)
+	}
+	failed := false
+	for j, err := range r.cfg.Publisher.PublishBatch(ctx, outs) {
+		i := idx[j]
+		actions[i] = r.settled(steps[i], ds[i].MessageId, err)
+		failed = failed || err != nil
+	}
+	if failed {
+		r.pause(ctx)
+	}
+	return actions
 }
 
 // WatchDepth sets the depth gauge of every delay and relay queue every

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -31,11 +32,38 @@ import (
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
+// Option changes how Run builds the consumer, for tools that embed it.
+type Option func(*runOptions)
+
+type runOptions struct {
+	sms   provider.SMSSender
+	out   io.Writer
+	ready func()
+	reg   *prometheus.Registry
+}
+
+// WithSMS replaces the configured SMS provider (loadgen's no-op provider).
+func WithSMS(s provider.SMSSender) Option { return func(o *runOptions) { o.sms = s } }
+
+// WithOutput is where the development "log" SMS provider prints; default
+// stdout.
+func WithOutput(w io.Writer) Option { return func(o *runOptions) { o.out = w } }
+
+// WithReady is called once the consumers are started.
+func WithReady(f func()) Option { return func(o *runOptions) { o.ready = f } }
+
+// WithRegistry collects the metrics into reg instead of a fresh registry.
+func WithRegistry(reg *prometheus.Registry) Option { return func(o *runOptions) { o.reg = reg } }
+
 // Run consumes until ctx ends, then stops gracefully: consumers stop taking
 // work, in-flight sends finish (up to SHUTDOWN_TIMEOUT) and are acked, the
 // relay hands back what it holds, queued callbacks are flushed, and only
 // then are the broker connection and Redis closed.
-func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger) error {
+func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Option) error {
+	o := runOptions{out: os.Stdout}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	keys, err := seal.New(cfg.CodeSecret)
 	if err != nil {
 		return fmt.Errorf("CODE_SECRET: %w", err)
@@ -57,8 +85,11 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger) error {
 	}
 	defer func() { _ = redisClient.Close() }()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := o.reg
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
 	metrics := NewMetrics(reg)
 	delayMetrics := delay.NewMetrics(reg)
 
@@ -74,7 +105,11 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger) error {
 			defer func() { _ = m.Close() }()
 			mailer = guardedMailer{Mailer: m, b: breaker.New(cfg.SMS.Breaker, nil)}
 		case topology.SMS:
-			r, err := sms.FromConfig(cfg.SMS, log.Named("sms"), os.Stdout)
+			if o.sms != nil {
+				smsSender = o.sms
+				continue
+			}
+			r, err := sms.FromConfig(cfg.SMS, log.Named("sms"), o.out)
 			if err != nil {
 				return fmt.Errorf("SMS: %w", err)
 			}
@@ -197,6 +232,9 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger) error {
 	}
 	log.Info("consumer started", zap.Strings("channels", cfg.Channels), zap.String("id", cfg.ConsumerID),
 		zap.Bool("relay", cfg.Relay && model.Delay.RelayQueue != ""), zap.Int("concurrency", cfg.Concurrency))
+	if o.ready != nil {
+		o.ready()
+	}
 	wg.Wait()
 	close(errs)
 	var all []error

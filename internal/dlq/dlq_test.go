@@ -485,7 +485,7 @@ func TestReplayRelayDeadLetter(t *testing.T) {
 	pub, err := envelope.Publishing(m)
 	require.NoError(t, err)
 	// No x-due-at or target: the relay dead-letters it.
-	require.NoError(t, e.Pub.Publish(testenv.Context(t, 10*time.Second), e.Model.Delay.Exchange, e.Model.Delay.RelayKey, pub))
+	require.NoError(t, e.Pub.Publish(testenv.Context(t, 10*time.Second), e.Model.Delay.RouteExchange, e.Model.Delay.RelayKey, pub))
 	e.StartConsumer("c", 2)
 	testenv.WaitFor(t, 10*time.Second, "in the relay DLQ", func() bool { return e.Depth(relayDLQ) == 1 })
 

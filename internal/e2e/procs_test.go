@@ -2,8 +2,8 @@ package e2e
 
 import (
 	"bytes"
-	"flag"
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"os"

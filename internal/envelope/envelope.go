@@ -35,6 +35,7 @@ const (
 	HeaderDueAt          = "x-due-at"               // unix ms; when a delayed message is due
 	HeaderDelay          = "x-delay-ms"             // the delay originally asked for, ms
 	HeaderHops           = "x-delay-hops"           // delay queues this message went through
+	HeaderPlanLeft       = "x-delay-plan-left"      // ms the hop expects to be left when it ends
 	HeaderTargetExchange = "x-target-exchange"      // where a delayed message goes when due
 	HeaderTargetKey      = "x-target-routing-key"   // with this routing key
 	HeaderReplays        = "x-replay-count"         // times the DLQ tool replayed it

@@ -119,16 +119,16 @@ type DelayTopology struct {
 	Mode             DelayMode
 	Exchange         string
 	Tiers            []DelayTier // ascending
-	PreciseQueue     string
+	PreciseQueue     string      // "" when round-up mode disables it
 	PreciseKey       string
 	RelayQueue       string // exact mode only
-	RelayKey         string
+	RelayKey         string // the CC key that sends an expired hop to the relay
 	RelayDeadLetterQ string // exact mode only: relay messages it cannot route
 	RelayDeadKey     string
-	// TargetExchange (round-up mode) receives what the delay queues
-	// dead-letter and routes it by the CC routing key to the channel
-	// exchanges; see addDelay.
-	TargetExchange   string
+	// RouteExchange receives everything the delay queues dead-letter and
+	// routes it by the CC key the hop was published with: RelayKey to the
+	// relay, a channel's routing key to that channel's exchange.
+	RouteExchange    string
 	PreciseThreshold time.Duration
 	Max              time.Duration
 	MaxLength        int
@@ -136,56 +136,54 @@ type DelayTopology struct {
 
 // addDelay adds the delay exchange and queues to the model.
 //
-// Publishers send to the delay exchange with routing key delay.<tier> (or
-// delay.precise with a per-message expiration). What a delay queue does
-// with an expired message depends on the mode:
-//   - exact: it dead-letters to the delay exchange with routing key
-//     delay.relay; the relay re-plans from x-due-at and either publishes the
-//     next hop or the message's target.
-//   - round-up: it dead-letters to the target exchange keeping the
-//     message's routing keys; the publisher added the target routing key as
-//     a CC key, so the target exchange's exchange-to-exchange bindings route
-//     it to the channel exchange and on to the channel's queue.
+// A hop is published to the delay exchange with routing key delay.<tier>
+// (or delay.precise and a per-message expiration) and one CC key that says
+// where it goes when it expires. Delay queues dead-letter to the route
+// exchange keeping the message's routing keys (no dead-letter routing key),
+// so the CC key decides:
+//   - "relay" (an intermediate hop, exact mode): to the relay queue, where
+//     the relay re-plans from x-due-at and publishes the next hop;
+//   - the channel's routing key (the final hop, and every hop in round-up
+//     mode): through an exchange-to-exchange binding to the channel's
+//     exchange and queue. The broker delivers it at expiry, without the
+//     relay on the path: a burst due at once costs no relay round trips at
+//     its due time.
 func (m *Model) addDelay(d DelayConfig, qt QueueType) {
 	dt := DelayTopology{
 		Mode: d.Mode, Exchange: d.Exchange, PreciseQueue: "queue.delay.precise", PreciseKey: "delay.precise",
-		PreciseThreshold: d.PreciseThreshold, Max: d.Max, MaxLength: d.MaxLength,
+		RouteExchange: d.Exchange + ".route", PreciseThreshold: d.PreciseThreshold, Max: d.Max, MaxLength: d.MaxLength,
 	}
-	m.Exchanges = append(m.Exchanges, Exchange{Name: d.Exchange, Kind: "direct", Durable: true})
-	dlArgs := func() (map[string]any, map[string]string) {
-		args := map[string]any{ArgMaxLength: int64(d.MaxLength), ArgOverflow: "reject-publish"}
-		src := map[string]string{ArgMaxLength: "DELAY_QUEUE_MAX_LENGTH"}
-		if d.Mode == DelayExact {
-			args[ArgDeadLetterExchange] = d.Exchange
-			args[ArgDeadLetterRK] = "delay.relay"
-		} else {
-			args[ArgDeadLetterExchange] = d.Exchange + ".target"
+	m.Exchanges = append(m.Exchanges,
+		Exchange{Name: d.Exchange, Kind: "direct", Durable: true},
+		Exchange{Name: dt.RouteExchange, Kind: "direct", Durable: true},
+	)
+	addQueue := func(name, key string, ttl time.Duration) {
+		args := map[string]any{ArgMaxLength: int64(d.MaxLength), ArgOverflow: "reject-publish", ArgDeadLetterExchange: dt.RouteExchange}
+		if ttl > 0 {
+			args[ArgMessageTTL] = ttl.Milliseconds()
 		}
 		if qt == Quorum {
 			args[ArgDeadLetterStrategy] = "at-least-once"
 		}
-		return args, src
-	}
-	addQueue := func(name, key string, role Role, ttl time.Duration) {
-		args, src := dlArgs()
-		if ttl > 0 {
-			args[ArgMessageTTL] = ttl.Milliseconds()
-		}
-		m.Queues = append(m.Queues, Queue{Name: name, Type: qt, Durable: true, Role: role, Args: args, Sources: src})
+		m.Queues = append(m.Queues, Queue{Name: name, Type: qt, Durable: true, Role: RoleDelay, Args: args,
+			Sources: map[string]string{ArgMaxLength: "DELAY_QUEUE_MAX_LENGTH"}})
 		m.Bindings = append(m.Bindings, Binding{Source: d.Exchange, Destination: name, DestinationType: "queue", RoutingKey: key})
 	}
 	for _, t := range d.Tiers {
 		tier := DelayTier{TTL: t, Queue: "queue.delay." + TierName(t), RoutingKey: "delay." + TierName(t)}
 		dt.Tiers = append(dt.Tiers, tier)
-		addQueue(tier.Queue, tier.RoutingKey, RoleDelay, t)
+		addQueue(tier.Queue, tier.RoutingKey, t)
 	}
 	if d.Mode == DelayExact || d.PreciseThreshold > 0 {
-		addQueue(dt.PreciseQueue, dt.PreciseKey, RoleDelay, 0)
+		addQueue(dt.PreciseQueue, dt.PreciseKey, 0)
 	} else {
 		dt.PreciseQueue, dt.PreciseKey = "", ""
 	}
+	for _, c := range m.Channels {
+		m.Bindings = append(m.Bindings, Binding{Source: dt.RouteExchange, Destination: c.Exchange, DestinationType: "exchange", RoutingKey: c.RoutingKey})
+	}
 	if d.Mode == DelayExact {
-		dt.RelayQueue, dt.RelayKey = "queue.delay.relay", "delay.relay"
+		dt.RelayQueue, dt.RelayKey = "queue.delay.relay", "relay"
 		dt.RelayDeadLetterQ, dt.RelayDeadKey = "queue.delay.relay.dlq", "delay.relay.dead"
 		// The relay queue is unbounded on purpose: delay queues dead-letter
 		// into it, and a classic queue silently drops dead letters that a
@@ -197,15 +195,9 @@ func (m *Model) addDelay(d DelayConfig, qt QueueType) {
 			Queue{Name: dt.RelayDeadLetterQ, Type: qt, Durable: true, Role: RoleRelayDeadLetter, Args: map[string]any{}, Sources: map[string]string{}},
 		)
 		m.Bindings = append(m.Bindings,
-			Binding{Source: d.Exchange, Destination: dt.RelayQueue, DestinationType: "queue", RoutingKey: dt.RelayKey},
+			Binding{Source: dt.RouteExchange, Destination: dt.RelayQueue, DestinationType: "queue", RoutingKey: dt.RelayKey},
 			Binding{Source: d.Exchange, Destination: dt.RelayDeadLetterQ, DestinationType: "queue", RoutingKey: dt.RelayDeadKey},
 		)
-	} else {
-		dt.TargetExchange = d.Exchange + ".target"
-		m.Exchanges = append(m.Exchanges, Exchange{Name: dt.TargetExchange, Kind: "direct", Durable: true})
-		for _, c := range m.Channels {
-			m.Bindings = append(m.Bindings, Binding{Source: dt.TargetExchange, Destination: c.Exchange, DestinationType: "exchange", RoutingKey: c.RoutingKey})
-		}
 	}
 	m.Delay = dt
 }

@@ -1,0 +1,92 @@
+package loadgen
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/msgpulse/msgpulse/internal/mgmt"
+	"github.com/msgpulse/msgpulse/internal/rdb"
+	"github.com/msgpulse/msgpulse/internal/topology"
+)
+
+// Env is where a run happens: a throwaway vhost and Redis prefix.
+type Env struct {
+	AMQPURL       string // of the vhost
+	ManagementURL string
+	RedisURL      string
+	Prefix        string
+	VHost         string
+	Redis         *redis.Client
+	mc            *mgmt.Client
+}
+
+// Options locate the broker and Redis.
+type Options struct {
+	AMQPURL       string // base URL; the vhost is replaced
+	ManagementURL string
+	RedisURL      string
+}
+
+func randomID() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// NewEnv creates the vhost and returns the environment; Close removes it.
+func NewEnv(ctx context.Context, o Options, name string) (*Env, error) {
+	mc, err := mgmt.New(o.ManagementURL, 0)
+	if err != nil {
+		return nil, err
+	}
+	id := randomID()
+	vhost := "loadgen-" + name + "-" + id
+	if err := mc.CreateVHost(ctx, vhost, mc.User()); err != nil {
+		return nil, fmt.Errorf("create vhost (management API %s): %w", o.ManagementURL, err)
+	}
+	u, err := url.Parse(o.AMQPURL)
+	if err != nil {
+		return nil, err
+	}
+	u.Path = "/" + vhost
+	rc, err := rdb.New(o.RedisURL)
+	if err != nil {
+		return nil, err
+	}
+	return &Env{AMQPURL: u.String(), ManagementURL: o.ManagementURL, RedisURL: o.RedisURL, Prefix: "loadgen:" + id + ":", VHost: vhost, Redis: rc, mc: mc}, nil
+}
+
+// Close deletes the vhost and the Redis keys.
+func (e *Env) Close() {
+	ctx := context.Background()
+	_ = e.mc.DeleteVHost(ctx, e.VHost)
+	iter := e.Redis.Scan(ctx, 0, e.Prefix+"*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+		if len(keys) == 1000 {
+			_ = e.Redis.Del(ctx, keys...).Err()
+			keys = keys[:0]
+		}
+	}
+	if len(keys) > 0 {
+		_ = e.Redis.Del(ctx, keys...).Err()
+	}
+	_ = e.Redis.Close()
+}
+
+// benchTopology is the default model with unbounded, TTL-free main queues:
+// a throughput run fills them faster than it drains them, and the
+// production drop-head bound would measure the DLQ instead.
+func benchTopology() topology.Config {
+	c := topology.DefaultConfig()
+	for _, ch := range topology.Channels {
+		c.Channels[ch] = topology.ChannelConfig{}
+	}
+	return c
+}

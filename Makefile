@@ -3,7 +3,7 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin
 GOLANGCI_VERSION := v2.15.0
-GOLANGCI := $(shell command -v golangci-lint 2>/dev/null || echo $(CURDIR)/$(BIN)/golangci-lint)
+GOLANGCI := $(shell command -v golangci-lint 2>/dev/null || ls $$(go env GOPATH)/bin/golangci-lint 2>/dev/null || echo $(CURDIR)/$(BIN)/golangci-lint)
 TEST_TIMEOUT ?= 30m
 
 .DEFAULT_GOAL := help

@@ -18,7 +18,7 @@ func run() int {
 		return 2
 	}
 	c := &http.Client{Timeout: 3 * time.Second}
-	resp, err := c.Get(os.Args[1])
+	resp, err := c.Get(os.Args[1]) //nolint:gosec,noctx // the URL to probe is this tool's only input; the client has a timeout
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "healthcheck:", err)
 		return 1

@@ -139,8 +139,8 @@ func TestFrequencyControlAnswers429WithRetryAfter(t *testing.T) {
 // behind: no code, no counted attempt, no status record.
 func TestFailedPublishRollsBackEverything(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		break_ func(h *harness)
+		name    string
+		breakIt func(h *harness)
 	}{
 		{"exchange removed", func(h *harness) { require.NoError(t, h.ch.ExchangeDelete("exchange.direct.mail", false, false)) }},
 		{"queue unbound: returned as unroutable", func(h *harness) {
@@ -155,7 +155,7 @@ func TestFailedPublishRollsBackEverything(t *testing.T) {
 			before := h.code(h.get("queue.mail"))
 			limiterBefore := h.keysMatching("ratelimit:*")
 
-			tc.break_(h)
+			tc.breakIt(h)
 			r := h.do("POST", "/api/verification-codes", codeRequest("b@example.com", "login"))
 			require.Equal(t, http.StatusServiceUnavailable, r.Status)
 			require.Contains(t, r.Msg, "message not accepted")

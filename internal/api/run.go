@@ -134,7 +134,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	case <-ctx.Done():
 		return nil
 	}
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("HTTP_ADDR: %w", err)
 	}

@@ -153,7 +153,7 @@ func (s *Server) Routes() [][2]string {
 	return out
 }
 
-const ctxAPIKey = "msgpulse.apiKey"
+const ctxAPIKey = "msgpulse.apiKey" //nolint:gosec // a context key name, not a credential
 
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c *echo.Context) error {

@@ -271,7 +271,8 @@ func checkCallback(raw string, allowHTTP bool) *apiError {
 		return badRequest("callbackUrl is longer than 2048 characters")
 	}
 	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" || (u.Scheme != "https" && !(allowHTTP && u.Scheme == "http")) {
+	secure := u != nil && (u.Scheme == "https" || (allowHTTP && u.Scheme == "http"))
+	if err != nil || u.Host == "" || !secure {
 		if allowHTTP {
 			return badRequest("callbackUrl must be an absolute http(s) URL")
 		}

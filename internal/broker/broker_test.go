@@ -239,8 +239,8 @@ func TestConsumerGracefulStop(t *testing.T) {
 	<-started
 	cancel() // SIGTERM while one message is in flight
 	select {
-	case <-done:
-		t.Fatal("Run returned while a handler was still running")
+	case err := <-done:
+		t.Fatalf("Run returned (%v) while a handler was still running", err)
 	case <-time.After(50 * time.Millisecond): // give Run the chance to misbehave
 	}
 	close(release)

@@ -87,7 +87,7 @@ func dial(ctx context.Context, cfg Config) (*amqp.Connection, error) {
 	select {
 	case r := <-res:
 		if r.err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrUnavailable, r.err)
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, r.err)
 		}
 		return r.c, nil
 	case <-ctx.Done():
@@ -231,7 +231,7 @@ func (s *Session) Conn(ctx context.Context) (*amqp.Connection, error) {
 		case <-s.done:
 			return nil, ErrUnavailable
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: %v", ErrUnavailable, ctx.Err())
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
 		}
 	}
 }
@@ -254,5 +254,5 @@ func (s *Session) Done() <-chan struct{} { return s.done }
 
 func jitter(d time.Duration) time.Duration {
 	// ±25% so that many replicas do not reconnect in lockstep.
-	return d*3/4 + time.Duration(rand.Int64N(int64(d)/2+1))
+	return d*3/4 + time.Duration(rand.Int64N(int64(d)/2+1)) //nolint:gosec // jitter, not a secret
 }

@@ -129,14 +129,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 		conn, err := c.cfg.Session.Conn(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil
+				return nil //nolint:nilerr // stopping is not a failure: ctx ended while waiting for a connection
 			}
 			return err
 		}
 		started := time.Now()
 		err = c.consumeOnce(ctx, conn, log)
 		if ctx.Err() != nil {
-			return nil
+			return nil //nolint:nilerr // a graceful stop, whatever the last consume reported
 		}
 		if time.Since(started) > 10*time.Second {
 			backoff = 100 * time.Millisecond

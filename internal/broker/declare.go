@@ -42,7 +42,7 @@ func queueArgs(q topology.Queue) amqp.Table {
 func probe(conn *amqp.Connection, f func(ch *amqp.Channel) error) (int, string, error) {
 	ch, err := conn.Channel()
 	if err != nil {
-		return 0, "", fmt.Errorf("%w: open channel: %v", ErrUnavailable, err)
+		return 0, "", fmt.Errorf("%w: open channel: %w", ErrUnavailable, err)
 	}
 	err = f(ch)
 	if err == nil {
@@ -143,7 +143,7 @@ func parseConflict(resource, name string, code int, reason string) topology.Chan
 func Declare(conn *amqp.Connection, m *topology.Model) error {
 	ch, err := conn.Channel()
 	if err != nil {
-		return fmt.Errorf("%w: open channel: %v", ErrUnavailable, err)
+		return fmt.Errorf("%w: open channel: %w", ErrUnavailable, err)
 	}
 	defer func() { _ = ch.Close() }()
 	for _, e := range m.Exchanges {

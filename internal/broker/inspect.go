@@ -30,7 +30,7 @@ func Inspect(conn *amqp.Connection, names []string) ([]QueueState, error) {
 		if ch == nil || ch.IsClosed() {
 			var err error
 			if ch, err = conn.Channel(); err != nil {
-				return out, fmt.Errorf("%w: open channel: %v", ErrUnavailable, err)
+				return out, fmt.Errorf("%w: open channel: %w", ErrUnavailable, err)
 			}
 		}
 		q, err := ch.QueueDeclarePassive(n, true, false, false, false, nil)

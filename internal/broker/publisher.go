@@ -144,11 +144,11 @@ func (p *Publisher) acquire(ctx context.Context) (*pubChannel, error) {
 func open(conn *amqp.Connection) (*pubChannel, error) {
 	ch, err := conn.Channel()
 	if err != nil {
-		return nil, fmt.Errorf("%w: open channel: %v", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: open channel: %w", ErrUnavailable, err)
 	}
 	if err := ch.Confirm(false); err != nil {
 		_ = ch.Close()
-		return nil, fmt.Errorf("%w: confirm mode: %v", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: confirm mode: %w", ErrUnavailable, err)
 	}
 	// Buffered and drained after every publish: the library delivers a
 	// return before the matching ack, from its reader goroutine, so an
@@ -213,13 +213,13 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 	dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
 	if err != nil {
 		p.discard(pc)
-		return fmt.Errorf("%w: publish: %v", ErrUnavailable, err)
+		return fmt.Errorf("%w: publish: %w", ErrUnavailable, err)
 	}
 	select {
 	case <-dc.Done():
 	case <-ctx.Done():
 		p.discard(pc)
-		return fmt.Errorf("%w: %v", ErrConfirmTimeout, ctx.Err())
+		return fmt.Errorf("%w: %w", ErrConfirmTimeout, ctx.Err())
 	}
 	if r, returned := drainReturn(pc); returned {
 		p.release(pc)
@@ -286,7 +286,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []Outgoing) []error {
 		if err != nil {
 			p.discard(pc)
 			for j := i; j < len(msgs); j++ {
-				errs[j] = fmt.Errorf("%w: publish: %v", ErrUnavailable, err)
+				errs[j] = fmt.Errorf("%w: publish: %w", ErrUnavailable, err)
 			}
 			return p.awaitBatch(ctx, nil, msgs[:i], dcs[:i], errs)
 		}
@@ -304,7 +304,7 @@ func (p *Publisher) awaitBatch(ctx context.Context, pc *pubChannel, msgs []Outgo
 				errs[i] = ErrNacked
 			}
 		case <-ctx.Done():
-			errs[i] = fmt.Errorf("%w: %v", ErrConfirmTimeout, ctx.Err())
+			errs[i] = fmt.Errorf("%w: %w", ErrConfirmTimeout, ctx.Err())
 			timedOut = true
 		}
 	}

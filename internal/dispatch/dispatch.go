@@ -55,7 +55,7 @@ func (p RetryPolicy) Wait(n int, throttled bool, hint time.Duration) time.Durati
 	}
 	w := steps[min(n, len(steps))-1]
 	if p.Jitter > 0 {
-		w += time.Duration((rand.Float64()*2 - 1) * p.Jitter * float64(w))
+		w += time.Duration((rand.Float64()*2 - 1) * p.Jitter * float64(w)) //nolint:gosec // jitter, not a secret
 	}
 	return max(w, hint, time.Millisecond)
 }
@@ -198,7 +198,7 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 	}
 	res, err := d.cfg.Claims.Acquire(ctx, key, d.cfg.Owner)
 	if err != nil {
-		return fmt.Errorf("%w: claim: %v", errRedis, err)
+		return fmt.Errorf("%w: claim: %w", errRedis, err)
 	}
 	switch res.Outcome {
 	case claim.AlreadySent:
@@ -217,7 +217,7 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 				if errors.As(err, &le) {
 					return Snooze(le.RetryAfter, "provider "+j.provider+" "+le.Error())
 				}
-				return fmt.Errorf("%w: provider limit: %v", errRedis, err)
+				return fmt.Errorf("%w: provider limit: %w", errRedis, err)
 			}
 		}
 	}
@@ -253,7 +253,7 @@ func (d *Dispatcher) send(ctx context.Context, j *job) error {
 	if msg.Kind == envelope.Verification {
 		code, err := d.cfg.Keys.Open(msg.SealedCode, msg.TaskID)
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrTemplate, err)
+			return fmt.Errorf("%w: %w", ErrTemplate, err)
 		}
 		vars["code"] = code
 	}
@@ -270,7 +270,7 @@ func (d *Dispatcher) send(ctx context.Context, j *job) error {
 		}
 		var e template.RenderedEmail
 		if e, err = d.cfg.Templates.RenderEmail(msg.Template, msg.Locale, vars); err != nil {
-			return fmt.Errorf("%w: %v", ErrTemplate, err)
+			return fmt.Errorf("%w: %w", ErrTemplate, err)
 		}
 		rcpt, err = d.cfg.Mail.SendMail(sctx, provider.Mail{To: msg.Recipient, Subject: e.Subject, HTML: e.HTML, Text: e.Text, TaskID: msg.TaskID})
 	case topology.SMS:
@@ -279,7 +279,7 @@ func (d *Dispatcher) send(ctx context.Context, j *job) error {
 		}
 		var text string
 		if text, err = d.cfg.Templates.RenderSMS(msg.Template, msg.Locale, vars); err != nil {
-			return fmt.Errorf("%w: %v", ErrTemplate, err)
+			return fmt.Errorf("%w: %w", ErrTemplate, err)
 		}
 		rcpt, err = d.cfg.SMS.SendSMS(sctx, provider.SMS{To: msg.Recipient, Text: text, TaskID: msg.TaskID, Template: msg.Template, Params: vars})
 	}

@@ -179,7 +179,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	}
 
 	if cfg.MetricsAddr != "" {
-		ln, err := net.Listen("tcp", cfg.MetricsAddr)
+		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.MetricsAddr)
 		if err != nil {
 			return fmt.Errorf("METRICS_ADDR: %w", err)
 		}

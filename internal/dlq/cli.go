@@ -135,7 +135,7 @@ func (c *cli) main(ctx context.Context, args []string) int {
 	}
 	if err != nil {
 		fmt.Fprintf(c.stderr, "dlq: %v\n", err)
-		if _, ok := err.(*usageError); ok && o.cmd == "" {
+		if ue := (*usageError)(nil); errors.As(err, &ue) && o.cmd == "" {
 			fmt.Fprint(c.stderr, "\n", Usage)
 		}
 		return ExitUsage

@@ -42,7 +42,7 @@ type reader struct {
 func openReader(conn *amqp.Connection, queue string) (*reader, error) {
 	ch, err := conn.Channel()
 	if err != nil {
-		return nil, fmt.Errorf("%w: open channel: %v", broker.ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: open channel: %w", broker.ErrUnavailable, err)
 	}
 	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 	if err != nil {

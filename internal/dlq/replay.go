@@ -194,7 +194,7 @@ func (c *cli) runReplay(ctx context.Context, d *deps, queue string, o opts) (*Re
 			return o.limit > 0 && rep.WouldReplay >= o.limit, nil
 		}
 		if err := limiter.Wait(ctx); err != nil {
-			return true, nil // interrupted while waiting: this one stays in the DLQ
+			return true, nil //nolint:nilerr // interrupted while waiting: this one stays in the DLQ, the replay stops cleanly
 		}
 		ct, err := d.model.Channel(in.Channel)
 		if err != nil {

@@ -3,13 +3,13 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -92,7 +92,8 @@ func (s *system) runEnv(extra []string, name string, args ...string) (int, strin
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, name), args...)
 	cmd.Env = append(append([]string{}, s.env...), extra...)
 	out, err := cmd.CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); ok {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
 		return ee.ExitCode(), string(out)
 	}
 	require.NoError(s.t, err)
@@ -104,7 +105,8 @@ type proc struct {
 	name string
 	cmd  *exec.Cmd
 	out  *safeBuffer
-	done chan error
+	done chan struct{} // closed when the process has exited
+	err  error         // its exit status, once done is closed
 }
 
 type safeBuffer struct {
@@ -128,10 +130,10 @@ func (s *system) start(name string, extra ...string) *proc {
 	s.t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, name))
 	cmd.Env = append(append([]string{}, s.env...), extra...)
-	p := &proc{name: name, cmd: cmd, out: &safeBuffer{}, done: make(chan error, 1)}
+	p := &proc{name: name, cmd: cmd, out: &safeBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	require.NoError(s.t, cmd.Start())
-	go func() { p.done <- cmd.Wait() }()
+	go func() { p.err = cmd.Wait(); close(p.done) }()
 	s.t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-p.done
@@ -147,9 +149,8 @@ func (p *proc) term(t *testing.T) {
 	t.Helper()
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	select {
-	case err := <-p.done:
-		require.NoError(t, err, "%s exits 0 on SIGTERM:\n%s", p.name, p.out.String())
-		p.done <- nil
+	case <-p.done:
+		require.NoError(t, p.err, "%s exits 0 on SIGTERM:\n%s", p.name, p.out.String())
 	case <-time.After(45 * time.Second):
 		t.Fatalf("%s did not stop on SIGTERM", p.name)
 	}
@@ -160,7 +161,6 @@ func (p *proc) kill(t *testing.T) {
 	t.Helper()
 	require.NoError(t, p.cmd.Process.Kill())
 	<-p.done
-	p.done <- nil
 }
 
 func freePort(t *testing.T) string {
@@ -226,8 +226,6 @@ func (s *system) sentBy() map[string]int {
 	}
 	return out
 }
-
-func itoa(i int) string { return strconv.Itoa(i) }
 
 // queued counts messages in every queue of the model, ready or unacked.
 func (s *system) queued() int {

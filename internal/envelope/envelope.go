@@ -114,7 +114,7 @@ func Decode(body []byte) (*Message, error) {
 	dec.DisallowUnknownFields()
 	var m Message
 	if err := dec.Decode(&m); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("%w: trailing data after the JSON body", ErrMalformed)

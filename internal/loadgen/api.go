@@ -94,7 +94,12 @@ func API(ctx context.Context, o Options, a APIOptions, out io.Writer) error {
 	actx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- api.Run(actx, cfg, zap.NewNop()) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			fmt.Fprintln(out, "api stopped with:", err)
+		}
+	}()
 
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 0}, Timeout: 10 * time.Second}
 	base := "http://" + addr

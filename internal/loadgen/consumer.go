@@ -114,13 +114,15 @@ func consumeRound(ctx context.Context, o Options, c ConsumerOptions, channel str
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		case err := <-done:
-			return 0, fmt.Errorf("consumer stopped: %v", err)
+			return 0, fmt.Errorf("consumer stopped: %w", err)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
 	elapsed := time.Since(t0)
 	cancel()
-	<-done
+	if err := <-done; err != nil {
+		return 0, fmt.Errorf("consumer stopped with: %w", err)
+	}
 	return float64(c.Messages) / elapsed.Seconds(), nil
 }
 

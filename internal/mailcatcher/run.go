@@ -32,7 +32,7 @@ func Run(ctx context.Context, rc RunConfig, log *zap.Logger) error {
 	if rc.Out == nil {
 		rc.Out = io.Discard
 	}
-	hl, err := net.Listen("tcp", rc.HTTPAddr)
+	hl, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", rc.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("mailcatcher: web listen on %s: %w", rc.HTTPAddr, err)
 	}

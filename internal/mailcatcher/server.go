@@ -157,7 +157,7 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("tcp", cfg.SMTPAddr)
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", cfg.SMTPAddr)
 	if err != nil {
 		return nil, fmt.Errorf("mailcatcher: listen on %s: %w", cfg.SMTPAddr, err)
 	}

@@ -64,7 +64,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("%w at %s: %v", ErrUnreachable, c.base.Host, err)
+		return fmt.Errorf("%w at %s: %w", ErrUnreachable, c.base.Host, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))

@@ -320,8 +320,8 @@ func TestLoadRejectsBrokenTemplates(t *testing.T) {
 	}{
 		{"syntax error", with(func(f map[string]string) { f["greet/en/body.html"] = "<p>{{.name</p>" }),
 			[]string{filepath.Join("greet", "en", "body.html")}},
-		{"undeclared variable", with(func(f map[string]string) { f["greet/ja/sms.txt"] = "{{.nmae}}" }),
-			[]string{filepath.Join("greet", "ja", "sms.txt"), "nmae", "template.yaml"}},
+		{"undeclared variable", with(func(f map[string]string) { f["greet/ja/sms.txt"] = "{{.undeclared}}" }),
+			[]string{filepath.Join("greet", "ja", "sms.txt"), "undeclared", "template.yaml"}},
 		{"missing file", with(func(f map[string]string) { delete(f, "greet/en/body.txt") }),
 			[]string{filepath.Join("greet", "en", "body.txt")}},
 		{"misspelled file", with(func(f map[string]string) { f["greet/en/subjet.txt"] = "x" }),

@@ -1,10 +1,12 @@
 package testenv
 
 import (
+	"context"
 	"io"
 	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Proxy is a TCP proxy a test can cut and restore, to simulate an outage of
@@ -21,7 +23,7 @@ type Proxy struct {
 // NewProxy listens on 127.0.0.1 and forwards to target until t ends.
 func NewProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("testenv: proxy listen: %v", err)
 	}
@@ -52,7 +54,7 @@ func (p *Proxy) accept() {
 			_ = c.Close()
 			continue
 		}
-		up, err := net.Dial("tcp", p.target)
+		up, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(context.Background(), "tcp", p.target)
 		if err != nil {
 			p.mu.Unlock()
 			_ = c.Close()

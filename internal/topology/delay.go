@@ -76,11 +76,11 @@ func (d DelayConfig) Validate() error {
 		if i > 0 && t <= d.Tiers[i-1] {
 			return fmt.Errorf("delay: tiers must be sorted ascending without repeats (%s after %s)", t, d.Tiers[i-1])
 		}
-		if n := TierName(t); seen[n] {
+		n := TierName(t)
+		if seen[n] {
 			return fmt.Errorf("delay: two tiers share the name %s", n)
-		} else {
-			seen[n] = true
 		}
+		seen[n] = true
 	}
 	if d.Max <= 0 || d.Max > d.Tiers[len(d.Tiers)-1] {
 		return fmt.Errorf("delay: max delay %s must be positive and at most the largest tier (%s)", d.Max, d.Tiers[len(d.Tiers)-1])

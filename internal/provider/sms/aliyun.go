@@ -5,7 +5,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha1"
+	"crypto/sha1" //nolint:gosec // Aliyun's signature version 1.0 is HMAC-SHA1 by specification
 	"encoding/base64"
 	"encoding/json"
 	"net/http"

@@ -86,7 +86,7 @@ func TestLogSenderSend(t *testing.T) {
 			}
 			rc, err := s.SendSMS(ctx, tc.msg)
 			if tc.wantErr != nil {
-				requireProviderError(t, err, NameLog, *tc.wantErr)
+				_ = requireProviderError(t, err, NameLog, *tc.wantErr)
 				require.Empty(t, out.String())
 				return
 			}
@@ -109,5 +109,5 @@ func TestLogSenderWriteFailureIsTransient(t *testing.T) {
 	s, err := New(NameLog, Config{}, zap.NewNop(), failWriter{})
 	require.NoError(t, err)
 	_, err = s.SendSMS(context.Background(), verifySMS())
-	requireProviderError(t, err, NameLog, wantErr{class: provider.Transient, code: "write"})
+	_ = requireProviderError(t, err, NameLog, wantErr{class: provider.Transient, code: "write"})
 }

@@ -180,7 +180,7 @@ func TestRouter(t *testing.T) {
 			}
 			require.Equal(t, 2, e.f.count())
 			_, err := send(t, e)
-			requireProviderError(t, err, "aliyun", wantErr{class: provider.Transient, code: "circuit_open", retry: 25 * time.Second})
+			_ = requireProviderError(t, err, "aliyun", wantErr{class: provider.Transient, code: "circuit_open", retry: 25 * time.Second})
 		}},
 		{"half-open probe recovers the primary", true, func(t *testing.T, e env) {
 			e.p.set(errVendorDown)
@@ -204,7 +204,7 @@ func TestRouter(t *testing.T) {
 			_, err := send(t, e)
 			require.ErrorIs(t, err, errVendorDown)
 			_, err = send(t, e)
-			requireProviderError(t, err, "aliyun", wantErr{class: provider.Transient, code: "circuit_open", retry: 30 * time.Second})
+			_ = requireProviderError(t, err, "aliyun", wantErr{class: provider.Transient, code: "circuit_open", retry: 30 * time.Second})
 			require.Equal(t, 3, e.p.count())
 		}},
 		{"caller cancellation is not held against the vendor", false, func(t *testing.T, e env) {
@@ -274,7 +274,7 @@ func TestFromConfigFallsBackToRealVendor(t *testing.T) {
 
 	for range 2 {
 		_, err := r.SendSMS(context.Background(), verifySMS())
-		requireProviderError(t, err, NameWebhook, wantErr{class: provider.Transient, code: "503"})
+		_ = requireProviderError(t, err, NameWebhook, wantErr{class: provider.Transient, code: "503"})
 	}
 	rc, err := r.SendSMS(context.Background(), verifySMS())
 	require.NoError(t, err)

@@ -155,7 +155,7 @@ func TestTwilioSend(t *testing.T) {
 				require.Equal(t, 1, fs.calls)
 			}
 			if tc.wantErr != nil {
-				requireProviderError(t, err, NameTwilio, *tc.wantErr)
+				_ = requireProviderError(t, err, NameTwilio, *tc.wantErr)
 				return
 			}
 			require.NoError(t, err)

@@ -120,7 +120,7 @@ func TestWebhookSend(t *testing.T) {
 			m := verifySMS()
 			rc, err := s.SendSMS(context.Background(), m)
 			if tc.wantErr != nil {
-				requireProviderError(t, err, NameWebhook, *tc.wantErr)
+				_ = requireProviderError(t, err, NameWebhook, *tc.wantErr)
 				return
 			}
 			require.NoError(t, err)

@@ -49,6 +49,7 @@ func run() int {
 	burst := fs.Int("burst", 2000, "delay: messages due at the same instant")
 	burstIn := fs.Duration("burst-in", 10*time.Second, "delay: how far ahead the burst is due")
 	relay := fs.Int("relay", 16, "delay: relay concurrency")
+	relayPrefetch := fs.Int("relay-prefetch", 64, "delay: relay prefetch")
 	mode := fs.String("mode", "exact", "delay: exact or round-up")
 	worst := fs.Int("worst", 0, "delay: also print the N latest messages of the mix and their delays")
 	if err := fs.Parse(os.Args[1:]); err != nil || fs.NArg() != 1 {
@@ -79,7 +80,7 @@ func run() int {
 		return loadgen.Consumer(ctx, o, loadgen.ConsumerOptions{Messages: *msgs, Concurrency: *conc, Rounds: *rounds}, os.Stdout)
 	})
 	do("delay", func() error {
-		return loadgen.Delay(ctx, o, loadgen.DelayOptions{Mix: *mix, MixMax: *mixMax, Burst: *burst, BurstIn: *burstIn, Relay: *relay,
+		return loadgen.Delay(ctx, o, loadgen.DelayOptions{Mix: *mix, MixMax: *mixMax, Burst: *burst, BurstIn: *burstIn, Relay: *relay, Prefetch: *relayPrefetch,
 			Mode: topology.DelayMode(*mode), Baseline: 200, Margin: 20 * time.Millisecond, Tolerance: 2 * time.Millisecond, Worst: *worst}, os.Stdout)
 	})
 	switch what {

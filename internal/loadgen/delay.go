@@ -26,6 +26,7 @@ type DelayOptions struct {
 	Burst     int           // messages all due at the same instant
 	BurstIn   time.Duration // how far ahead that instant is
 	Relay     int           // relay concurrency (RELAY_CONCURRENCY)
+	Prefetch  int           // relay prefetch (RELAY_PREFETCH)
 	Mode      topology.DelayMode
 	Baseline  int // immediate publishes, to measure the transport's own lag
 	Margin    time.Duration
@@ -98,7 +99,7 @@ func Delay(ctx context.Context, o Options, d DelayOptions, out io.Writer) error 
 	}
 	delayed := delay.NewPublisher(pub, planner, m.Delay, nil)
 	if m.Delay.RelayQueue != "" {
-		relay, err := delay.NewRelay(delay.RelayConfig{Session: s, Publisher: pub, Planner: planner, Topology: m.Delay, Concurrency: d.Relay, Prefetch: 4 * d.Relay})
+		relay, err := delay.NewRelay(delay.RelayConfig{Session: s, Publisher: pub, Planner: planner, Topology: m.Delay, Concurrency: d.Relay, Prefetch: d.Prefetch})
 		if err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/url"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -45,7 +46,7 @@ func NewEnv(ctx context.Context, o Options, name string) (*Env, error) {
 		return nil, err
 	}
 	id := randomID()
-	vhost := "loadgen-" + name + "-" + id
+	vhost := fmt.Sprintf("loadgen-%s-%d-%s", name, time.Now().Unix(), id)
 	if err := mc.CreateVHost(ctx, vhost, mc.User()); err != nil {
 		return nil, fmt.Errorf("create vhost (management API %s): %w", o.ManagementURL, err)
 	}

@@ -219,3 +219,18 @@ func (c *Client) User() string { return c.user }
 
 // Host returns the host:port the client talks to.
 func (c *Client) Host() string { return c.base.Host }
+
+// VHosts lists the broker's vhost names.
+func (c *Client) VHosts(ctx context.Context) ([]string, error) {
+	var vs []struct {
+		Name string `json:"name"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/api/vhosts", nil, &vs); err != nil {
+		return nil, err
+	}
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = v.Name
+	}
+	return out, nil
+}

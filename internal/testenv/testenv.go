@@ -12,10 +12,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/url"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,9 +75,12 @@ func NewBroker(t testing.TB) *Broker {
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
-	vhost := "test-" + slug(t) + "-" + ID()
+	// The creation time in the name lets a later run sweep vhosts that a
+	// killed run (timeout, Ctrl-C) could not delete.
+	vhost := fmt.Sprintf("test-%s-%d-%s", slug(t), time.Now().Unix(), ID())
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
+	sweepOnce.Do(func() { sweep(ctx, mc) })
 	if err := mc.CreateVHost(ctx, vhost, mc.User()); err != nil {
 		t.Fatalf("testenv: create vhost on RabbitMQ (%s): %v\nstart it with `make services` (make test does this)", ManagementURL, err)
 	}
@@ -91,6 +97,28 @@ func NewBroker(t testing.TB) *Broker {
 	}
 	u.Path = "/" + vhost
 	return &Broker{VHost: vhost, URL: u.String(), Mgmt: mc}
+}
+
+var sweepOnce sync.Once
+
+var staleVHost = regexp.MustCompile(`^(test|loadgen)-.*-(\d{10})-[0-9a-f]{8}$`)
+
+// sweep deletes test vhosts older than an hour: no test runs that long, so
+// they belong to runs that were killed before their cleanup.
+func sweep(ctx context.Context, mc *mgmt.Client) {
+	names, err := mc.VHosts(ctx)
+	if err != nil {
+		return
+	}
+	for _, n := range names {
+		m := staleVHost.FindStringSubmatch(n)
+		if m == nil {
+			continue
+		}
+		if sec, err := strconv.ParseInt(m[2], 10, 64); err == nil && time.Since(time.Unix(sec, 0)) > time.Hour {
+			_ = mc.DeleteVHost(ctx, n)
+		}
+	}
 }
 
 // Redis is a test's own key prefix on the real Redis.

@@ -5,39 +5,25 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
+	"go.uber.org/zap"
+
+	"github.com/msgpulse/msgpulse/internal/cli"
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/dlq"
-	"github.com/msgpulse/msgpulse/internal/logging"
 )
 
-func main() { os.Exit(run()) }
-
-func run() int {
-	cfg, env := config.LoadDLQ(os.LookupEnv)
-	args := os.Args[1:]
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-		fmt.Fprint(os.Stdout, dlq.Usage, "\nEnvironment:\n")
-		env.Usage(os.Stdout)
-		return dlq.ExitOK
-	}
-	if err := env.Err(); err != nil {
-		fmt.Fprintln(os.Stderr, "dlq:", err)
-		return dlq.ExitUsage
-	}
-	log, err := logging.New(cfg.LogLevel, cfg.LogFormat)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "dlq:", err)
-		return dlq.ExitUsage
-	}
-	defer func() { _ = log.Sync() }()
-	// SIGINT stops a replay or purge between two messages; whatever it
-	// holds goes back to the DLQ.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return dlq.Main(ctx, cfg, log, args, os.Stdout, os.Stderr)
+func main() {
+	os.Exit(cli.Main(cli.Command[config.DLQ]{
+		Name:      "dlq",
+		Synopsis:  dlq.Usage,
+		Load:      config.LoadDLQ,
+		TakesArgs: true,
+		// SIGINT stops a replay or purge between two messages; whatever it
+		// holds goes back to the DLQ.
+		Run: func(ctx context.Context, cfg config.DLQ, log *zap.Logger, args []string) int {
+			return dlq.Main(ctx, cfg, log, args, os.Stdout, os.Stderr)
+		},
+	}))
 }

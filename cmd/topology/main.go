@@ -3,37 +3,23 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
+	"go.uber.org/zap"
+
+	"github.com/msgpulse/msgpulse/internal/cli"
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/declare"
-	"github.com/msgpulse/msgpulse/internal/logging"
 )
 
-func main() { os.Exit(run()) }
-
-func run() int {
-	cfg, env := config.LoadTopology(os.LookupEnv)
-	args := os.Args[1:]
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-		fmt.Fprint(os.Stdout, declare.Usage, "\nEnvironment:\n")
-		env.Usage(os.Stdout)
-		return 0
-	}
-	if err := env.Err(); err != nil {
-		fmt.Fprintln(os.Stderr, "topology:", err)
-		return 2
-	}
-	log, err := logging.New(cfg.LogLevel, cfg.LogFormat)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "topology:", err)
-		return 2
-	}
-	defer func() { _ = log.Sync() }()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return declare.Main(ctx, cfg, log, args, os.Stdout, os.Stderr)
+func main() {
+	os.Exit(cli.Main(cli.Command[config.Topology]{
+		Name:      "topology",
+		Synopsis:  declare.Usage,
+		Load:      config.LoadTopology,
+		TakesArgs: true,
+		Run: func(ctx context.Context, cfg config.Topology, log *zap.Logger, args []string) int {
+			return declare.Main(ctx, cfg, log, args, os.Stdout, os.Stderr)
+		},
+	}))
 }

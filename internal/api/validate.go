@@ -127,19 +127,26 @@ type VerificationCodeRequest struct {
 	ClientIP  string `json:"clientIp,omitempty"`
 }
 
+// checkTarget validates what a code belongs to (channel, recipient,
+// purpose) and returns the normalised recipient.
+func checkTarget(channel, recipient, purpose string) (string, *apiError) {
+	if e := checkChannel(channel); e != nil {
+		return "", e
+	}
+	rec, e := normalizeRecipient(channel, recipient)
+	if e != nil {
+		return "", e
+	}
+	return rec, checkPurpose(purpose)
+}
+
 // validate checks and normalises the request in place.
 func (r *VerificationCodeRequest) validate(locales func(string) bool) *apiError {
-	if e := checkChannel(r.Channel); e != nil {
-		return e
-	}
-	rec, e := normalizeRecipient(r.Channel, r.Recipient)
+	rec, e := checkTarget(r.Channel, r.Recipient, r.Purpose)
 	if e != nil {
 		return e
 	}
 	r.Recipient = rec
-	if e := checkPurpose(r.Purpose); e != nil {
-		return e
-	}
 	if r.Locale != "" && !locales(r.Locale) {
 		return badRequest("locale %q is not available", truncate(r.Locale, 16))
 	}
@@ -158,17 +165,11 @@ type VerifyRequest struct {
 }
 
 func (r *VerifyRequest) validate() *apiError {
-	if e := checkChannel(r.Channel); e != nil {
-		return e
-	}
-	rec, e := normalizeRecipient(r.Channel, r.Recipient)
+	rec, e := checkTarget(r.Channel, r.Recipient, r.Purpose)
 	if e != nil {
 		return e
 	}
 	r.Recipient = rec
-	if e := checkPurpose(r.Purpose); e != nil {
-		return e
-	}
 	if !codeRE.MatchString(r.Code) {
 		return badRequest("code must be 4 to 10 digits")
 	}

@@ -17,6 +17,9 @@ type Common struct {
 	LogFormat     string
 }
 
+// LogSettings returns LOG_LEVEL and LOG_FORMAT.
+func (c Common) LogSettings() (level, format string) { return c.LogLevel, c.LogFormat }
+
 func loadCommon(l *envconf.Loader) Common {
 	return Common{
 		AMQPURL:       l.URL("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", []string{"amqp", "amqps"}, "RabbitMQ connection URL (vhost is the path: /%2F for the default vhost)"),

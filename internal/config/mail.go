@@ -64,6 +64,9 @@ type Mailcatcher struct {
 	LogFormat string
 }
 
+// LogSettings returns LOG_LEVEL and LOG_FORMAT.
+func (c Mailcatcher) LogSettings() (level, format string) { return c.LogLevel, c.LogFormat }
+
 // LoadMailcatcher reads cmd/mailcatcher's settings; check l.Err().
 func LoadMailcatcher(lookup func(string) (string, bool)) (Mailcatcher, *envconf.Loader) {
 	l := envconf.New(lookup)

@@ -46,6 +46,10 @@ lint: ## golangci-lint (installs the pinned version into ./bin if missing)
 fmt: ## gofmt every Go file
 	gofmt -w $$(git ls-files '*.go')
 
+.PHONY: docs
+docs: ## regenerate docs/commands.md from every command's -h
+	@./scripts/docs.sh
+
 .PHONY: definitions
 definitions: ## regenerate rabbitmq/definitions.json from the topology model
 	$(GO) run ./cmd/topology export -dev-user guest:guest -o rabbitmq/definitions.json

@@ -329,3 +329,17 @@ func TestConsumerBatchHandler(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 }
+
+// While the broker blocks publishers (a memory or disk alarm), a publish
+// fails at once instead of hanging until its timeout.
+func TestPublishFailsFastWhileBlocked(t *testing.T) {
+	e := setup(t)
+	e.queue(t, "q", nil)
+	e.s.blocked.Store(true) // what a connection.blocked notification sets
+	start := time.Now()
+	err := e.pub.Publish(testenv.Context(t, 10*time.Second), "x", "q", amqp.Publishing{})
+	require.ErrorIs(t, err, ErrBlocked)
+	require.Less(t, time.Since(start), time.Second, "no wait for a confirm that cannot come")
+	e.s.blocked.Store(false)
+	require.NoError(t, e.pub.Publish(testenv.Context(t, 10*time.Second), "x", "q", amqp.Publishing{}))
+}

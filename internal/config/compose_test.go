@@ -117,3 +117,22 @@ func TestComposeFile(t *testing.T) {
 	require.Contains(t, string(conf), "load_definitions = /etc/rabbitmq/definitions.json")
 	require.Contains(t, strings.Join(c.Services["rabbitmq"].Volumes, " "), "./rabbitmq/definitions.json:/etc/rabbitmq/definitions.json")
 }
+
+// docs/commands.md (make docs) must name every variable every program reads.
+func TestCommandDocsNameEveryVariable(t *testing.T) {
+	data, err := os.ReadFile(root("docs", "commands.md"))
+	require.NoError(t, err)
+	docs := string(data)
+	loaders := map[string]*envconf.Loader{}
+	_, loaders["api"] = LoadAPI(envconf.FromMap(nil))
+	_, loaders["consumer"] = LoadConsumer(envconf.FromMap(nil))
+	_, loaders["topology"] = LoadTopology(envconf.FromMap(nil))
+	_, loaders["dlq"] = LoadDLQ(envconf.FromMap(nil))
+	_, loaders["mailcatcher"] = LoadMailcatcher(envconf.FromMap(nil))
+	for prog, l := range loaders {
+		section := docs[strings.Index(docs, "## "+prog):]
+		for _, name := range l.Names() {
+			require.Contains(t, section, "  "+name+" ", "%s reads %s, missing from docs/commands.md: run `make docs`", prog, name)
+		}
+	}
+}

@@ -101,13 +101,34 @@ func TestSameMessageDeliveredTwiceIsMailedOnce(t *testing.T) {
 
 func TestSMTP4xxIsRetriedThenMailedOnce(t *testing.T) {
 	s := setup(t, dispatchtest.Options{})
-	s.Mail.FailNext(2, 451, "4.3.0 try again later")
+	var mu sync.Mutex
+	var attempts []time.Time
+	fails := 2
+	s.Mail.SetHook(func(e mailcatcher.Envelope) error {
+		if e.Stage != mailcatcher.StageData {
+			return nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		attempts = append(attempts, time.Now())
+		if fails > 0 {
+			fails--
+			return mailcatcher.Reject(451, "4.3.0 try again later")
+		}
+		return nil
+	})
 	s.StartConsumer("c1", 2)
 	taskID := s.Notice(topology.Mail, "dave@example.com", "retry me", nil)
 	rec := waitStatus(t, s, taskID, status.Sent)
+	mu.Lock()
+	require.Len(t, attempts, 3)
+	// Each retry came back through the delay queues after its backoff
+	// (200 ms, then 400 ms; jitter 1%), not at once.
+	require.GreaterOrEqual(t, attempts[1].Sub(attempts[0]), 195*time.Millisecond)
+	require.GreaterOrEqual(t, attempts[2].Sub(attempts[1]), 390*time.Millisecond)
+	mu.Unlock()
 	require.Equal(t, 3, rec.Attempts)
 	require.Equal(t, 1, s.MailsTo("dave@example.com"))
-	require.Equal(t, 2, s.Mail.Rejected())
 	require.Equal(t, 2.0, testutil.ToFloat64(s.Metrics.Retried.WithLabelValues("mail", "smtp", "transient")))
 	require.Zero(t, s.Depth("queue.mail.dlq"))
 }
@@ -394,5 +415,3 @@ func TestRetryPolicyWait(t *testing.T) {
 	}
 }
 
-var _ = sync.Mutex{}
-var _ = mailcatcher.Message{}

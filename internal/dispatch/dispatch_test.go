@@ -414,4 +414,3 @@ func TestRetryPolicyWait(t *testing.T) {
 		require.Equal(t, tc.want, p.Wait(tc.n, tc.throttled, tc.hint), "%+v", tc)
 	}
 }
-

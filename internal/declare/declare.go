@@ -234,10 +234,16 @@ func ConflictReport(conflicts []topology.Change) string {
 		}
 	}
 	first := conflicts[0]
-	fmt.Fprintf(&b, "  %d. recreate %s %s with the model's settings once it is empty: stop the producers (cmd/api), let the consumers drain it\n"+
-		"     (rabbitmqctl list_queues name messages), delete it (rabbitmqctl delete_queue %s), then run topology declare.\n", n, first.Resource, first.Name, first.Name)
-	n++
-	fmt.Fprintf(&b, "  %d. for a dead-letter queue, save its messages first: dlq purge --queue NAME --all --yes --export FILE.\n", n)
+	if first.Resource == "exchange" {
+		fmt.Fprintf(&b, "  %d. recreate exchange %s: it holds no messages, but publishes through it fail while it is missing, so stop the\n"+
+			"     producers (cmd/api, cmd/consumer), delete it (rabbitmqadmin delete exchange name=%s, or the management UI),\n"+
+			"     then run topology declare and start them again.\n", n, first.Name, first.Name)
+	} else {
+		fmt.Fprintf(&b, "  %d. recreate queue %s with the model's settings once it is empty: stop the producers (cmd/api), let the consumers drain it\n"+
+			"     (rabbitmqctl list_queues name messages), delete it (rabbitmqctl delete_queue %s), then run topology declare.\n", n, first.Name, first.Name)
+		n++
+		fmt.Fprintf(&b, "  %d. for a dead-letter queue, save its messages first: dlq purge --queue NAME --all --yes --export FILE.\n", n)
+	}
 	n++
 	fmt.Fprintf(&b, "  %d. for a zero-downtime move (e.g. classic to quorum), declare the new topology in a new vhost, move the programs there\n"+
 		"     (AMQP_URL), and retire the old vhost when its queues are empty.\n", n)

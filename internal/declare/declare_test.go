@@ -196,3 +196,18 @@ func TestUsageErrors(t *testing.T) {
 	_, err := mgmt.New("::", time.Second)
 	require.Error(t, err)
 }
+
+func TestDeclareRefusesExchangeConflictWithExchangeAdvice(t *testing.T) {
+	cfg, b := setup(t, nil)
+	conn, err := amqp.Dial(b.URL)
+	require.NoError(t, err)
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, ch.ExchangeDeclare("exchange.dead-letter.mail", "direct", true, false, false, false, nil))
+	require.NoError(t, conn.Close())
+	code, _, errOut := run(t, cfg, "declare")
+	require.Equal(t, ExitError, code)
+	require.Contains(t, errOut, "exchange exchange.dead-letter.mail: type is direct on the broker, the model wants fanout")
+	require.Contains(t, errOut, "recreate exchange exchange.dead-letter.mail: it holds no messages")
+	require.NotContains(t, errOut, "delete_queue")
+}

@@ -269,3 +269,17 @@ func TestFinalHopNeedsNoRelay(t *testing.T) {
 	h.relay(t)
 	testenv.WaitFor(t, 10*time.Second, "the two-hop message once a relay runs", func() bool { _, ok := h.lateness("two-hops"); return ok })
 }
+
+// A message published to the delay exchange without msgpulse's CC key
+// (another publisher, or by hand) is parked when it expires, never dropped.
+func TestForeignDelayedMessageIsParkedNotLost(t *testing.T) {
+	h := setup(t, nil)
+	ctx := testenv.Context(t, 20*time.Second)
+	tier := h.model.Delay.Tiers[0]
+	require.NoError(t, h.pub.Publish(ctx, h.model.Delay.Exchange, tier.RoutingKey, amqp.Publishing{MessageId: "foreign", Body: []byte("x")}))
+	testenv.WaitFor(t, 10*time.Second, "parked in "+h.model.Delay.UnroutedQueue, func() bool {
+		st, err := broker.Inspect(h.conn, []string{h.model.Delay.UnroutedQueue})
+		require.NoError(t, err)
+		return st[0].Messages == 1
+	})
+}

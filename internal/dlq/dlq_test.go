@@ -142,7 +142,7 @@ func TestReadOnlyCommands(t *testing.T) {
 		require.Equal(t, ExitOK, r.code, r.stderr)
 		var doc struct{ Queues []statsReport }
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
-		require.Len(t, doc.Queues, 3)
+		require.Len(t, doc.Queues, len(DeadLetterQueues(e.Model)), "every DLQ of the model")
 		require.Equal(t, dlq, doc.Queues[0].Queue)
 		require.Equal(t, map[string]int{"rejected": 3, "maxlen": 3, "expired": 2}, doc.Queues[0].ByBrokerReason)
 		require.Equal(t, map[string]int{"permanent": 2, "malformed": 1, "maxlen": 3, "expired": 2}, doc.Queues[0].ByReason)

@@ -125,6 +125,12 @@ type DelayTopology struct {
 	RelayKey         string // the CC key that sends an expired hop to the relay
 	RelayDeadLetterQ string // exact mode only: relay messages it cannot route
 	RelayDeadKey     string
+	// UnroutedQueue parks what the route exchange cannot route (a message
+	// published to the delay exchange without msgpulse's CC key): the
+	// route exchange's alternate exchange delivers it here instead of
+	// letting it vanish.
+	UnroutedQueue    string
+	UnroutedExchange string
 	// RouteExchange receives everything the delay queues dead-letter and
 	// routes it by the CC key the hop was published with: RelayKey to the
 	// relay, a channel's routing key to that channel's exchange.
@@ -148,15 +154,24 @@ type DelayTopology struct {
 //     exchange and queue. The broker delivers it at expiry, without the
 //     relay on the path: a burst due at once costs no relay round trips at
 //     its due time.
+//
+// A message without a routable CC key (published to the delay exchange by
+// something other than msgpulse) would match nothing on the route exchange
+// and be dropped; its alternate exchange parks it in queue.delay.unrouted,
+// where the DLQ tool shows it.
 func (m *Model) addDelay(d DelayConfig, qt QueueType) {
 	dt := DelayTopology{
 		Mode: d.Mode, Exchange: d.Exchange, PreciseQueue: "queue.delay.precise", PreciseKey: "delay.precise",
 		RouteExchange: d.Exchange + ".route", PreciseThreshold: d.PreciseThreshold, Max: d.Max, MaxLength: d.MaxLength,
+		UnroutedQueue: "queue.delay.unrouted", UnroutedExchange: d.Exchange + ".unrouted",
 	}
 	m.Exchanges = append(m.Exchanges,
 		Exchange{Name: d.Exchange, Kind: "direct", Durable: true},
-		Exchange{Name: dt.RouteExchange, Kind: "direct", Durable: true},
+		Exchange{Name: dt.RouteExchange, Kind: "direct", Durable: true, Args: map[string]any{"alternate-exchange": dt.UnroutedExchange}},
+		Exchange{Name: dt.UnroutedExchange, Kind: "fanout", Durable: true},
 	)
+	m.Queues = append(m.Queues, Queue{Name: dt.UnroutedQueue, Type: qt, Durable: true, Role: RoleRelayDeadLetter, Args: map[string]any{}, Sources: map[string]string{}})
+	m.Bindings = append(m.Bindings, Binding{Source: dt.UnroutedExchange, Destination: dt.UnroutedQueue, DestinationType: "queue"})
 	addQueue := func(name, key string, ttl time.Duration) {
 		args := map[string]any{ArgMaxLength: int64(d.MaxLength), ArgOverflow: "reject-publish", ArgDeadLetterExchange: dt.RouteExchange}
 		if ttl > 0 {

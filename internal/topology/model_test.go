@@ -126,7 +126,11 @@ func TestDiff(t *testing.T) {
 	inSync := func() State {
 		s := State{Exchanges: map[string]ObservedExchange{}, Queues: map[string]ObservedQueue{}}
 		for _, e := range m.Exchanges {
-			s.Exchanges[e.Name] = ObservedExchange{Kind: e.Kind, Durable: true, Args: map[string]any{}}
+			args := map[string]any{}
+			for k, v := range e.Args {
+				args[k] = v
+			}
+			s.Exchanges[e.Name] = ObservedExchange{Kind: e.Kind, Durable: true, Args: args}
 		}
 		for _, q := range m.Queues {
 			args := map[string]any{}

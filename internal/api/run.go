@@ -98,7 +98,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		return err
 	}
 	srv, err := New(Deps{
-		Log: log, Model: model, Publisher: pub, Delayed: delayedChecker{delayed}, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix),
+		Log: log, Model: model, Publisher: pub, Delayed: delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix),
 		RateLimits: rateLimits, Codes: codes, Keys: keys, Status: statuses, Templates: tpl, Registry: reg,
 		DLQ: CachedDLQStats(session, model, statuses, 5*time.Second),
 		Inspect: func(ctx context.Context, names []string) ([]broker.QueueState, error) {
@@ -160,8 +160,3 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	}
 	return nil
 }
-
-// delayedChecker adapts the delay publisher to the API's interface.
-type delayedChecker struct{ *delay.Publisher }
-
-func (d delayedChecker) Check(after time.Duration) error { return d.Planner().Check(after) }

@@ -59,6 +59,16 @@ func (e *env) queue(t *testing.T, name string, args amqp.Table) {
 	require.NoError(t, e.ch.QueueBind(name, name, "x", false, nil))
 }
 
+// workWithDLQ declares queue "work" dead-lettering to queue "dlq".
+func (e *env) workWithDLQ(t *testing.T) {
+	t.Helper()
+	require.NoError(t, e.ch.ExchangeDeclare("dlx", "fanout", false, false, false, false, nil))
+	_, err := e.ch.QueueDeclare("dlq", false, false, false, false, nil)
+	require.NoError(t, err)
+	require.NoError(t, e.ch.QueueBind("dlq", "", "dlx", false, nil))
+	e.queue(t, "work", amqp.Table{"x-dead-letter-exchange": "dlx"})
+}
+
 func (e *env) depth(t *testing.T, name string) int {
 	t.Helper()
 	q, err := e.ch.QueueDeclarePassive(name, false, false, false, false, nil)
@@ -166,11 +176,7 @@ func TestPublishAcrossConnectionLoss(t *testing.T) {
 
 func TestConsumerActionsAndPanic(t *testing.T) {
 	e := setup(t)
-	require.NoError(t, e.ch.ExchangeDeclare("dlx", "fanout", false, false, false, false, nil))
-	_, err := e.ch.QueueDeclare("dlq", false, false, false, false, nil)
-	require.NoError(t, err)
-	require.NoError(t, e.ch.QueueBind("dlq", "", "dlx", false, nil))
-	e.queue(t, "work", amqp.Table{"x-dead-letter-exchange": "dlx"})
+	e.workWithDLQ(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var handled sync.Map
@@ -288,11 +294,7 @@ func TestInspect(t *testing.T) {
 
 func TestConsumerBatchHandler(t *testing.T) {
 	e := setup(t)
-	require.NoError(t, e.ch.ExchangeDeclare("dlx", "fanout", false, false, false, false, nil))
-	_, err := e.ch.QueueDeclare("dlq", false, false, false, false, nil)
-	require.NoError(t, err)
-	require.NoError(t, e.ch.QueueBind("dlq", "", "dlx", false, nil))
-	e.queue(t, "work", amqp.Table{"x-dead-letter-exchange": "dlx"})
+	e.workWithDLQ(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var seen atomic.Int64

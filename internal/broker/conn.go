@@ -118,8 +118,6 @@ type Session struct {
 
 	blocked atomic.Bool
 	done    chan struct{}
-	// onConnect hooks run after each (re)connect, in the Run goroutine.
-	hooks []func(*amqp.Connection)
 }
 
 // NewSession validates cfg and returns a Session; call Run to connect.
@@ -129,10 +127,6 @@ func NewSession(cfg Config) (*Session, error) {
 	}
 	return &Session{cfg: cfg, ready: make(chan struct{}), done: make(chan struct{})}, nil
 }
-
-// OnConnect registers f to run after every successful (re)connect. Register
-// before Run.
-func (s *Session) OnConnect(f func(*amqp.Connection)) { s.hooks = append(s.hooks, f) }
 
 // Run connects and reconnects until ctx ends, then closes the connection.
 // It returns when the connection is closed.
@@ -165,9 +159,6 @@ func (s *Session) Run(ctx context.Context) {
 		close(s.ready)
 		s.mu.Unlock()
 		log.Info("broker connected", zap.String("server_version", fmt.Sprint(conn.Properties["version"])))
-		for _, h := range s.hooks {
-			h(conn)
-		}
 		lost := s.watch(ctx, conn, closed, blocking)
 		s.mu.Lock()
 		s.conn = nil

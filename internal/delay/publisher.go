@@ -43,8 +43,9 @@ func NewPublisher(pub *broker.Publisher, plan *Planner, d topology.DelayTopology
 	return &Publisher{pub: pub, plan: plan, d: d, metrics: metrics, now: time.Now}
 }
 
-// Planner returns the planner, for callers that validate delays up front.
-func (p *Publisher) Planner() *Planner { return p.plan }
+// Check validates a delay up front (positive, at most DELAY_MAX), for
+// callers that answer before publishing.
+func (p *Publisher) Check(delay time.Duration) error { return p.plan.Check(delay) }
 
 func (p *Publisher) prepare(m DelayedMessage, now time.Time) (broker.Outgoing, Hop, error) {
 	hop, err := p.plan.First(m.Delay)

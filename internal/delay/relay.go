@@ -152,19 +152,6 @@ func (r *Relay) pause(ctx context.Context) {
 	}
 }
 
-// Handle forwards one message.
-func (r *Relay) Handle(ctx context.Context, d *amqp.Delivery) broker.Action {
-	s := r.plan(d)
-	if s.reject {
-		return broker.Reject
-	}
-	a := r.settled(s, d.MessageId, r.cfg.Publisher.Publish(ctx, s.out.Exchange, s.out.RoutingKey, s.out.Msg))
-	if a == broker.Requeue {
-		r.pause(ctx)
-	}
-	return a
-}
-
 // HandleBatch forwards the messages that arrived together, publishing them
 // pipelined with one confirm wait: when a tier expires many messages at
 // once, the relay's round trips, not the broker, would otherwise decide

@@ -31,21 +31,20 @@ const (
 // AMQP header names. The x-death family is RabbitMQ's own.
 const (
 	HeaderSchema         = "x-msgpulse-schema"
-	HeaderDeadline       = "x-deadline"             // unix ms; do not send after
-	HeaderDueAt          = "x-due-at"               // unix ms; when a delayed message is due
-	HeaderDelay          = "x-delay-ms"             // the delay originally asked for, ms
-	HeaderHops           = "x-delay-hops"           // delay queues this message went through
-	HeaderPlanLeft       = "x-delay-plan-left"      // ms the hop expects to be left when it ends
-	HeaderTargetExchange = "x-target-exchange"      // where a delayed message goes when due
-	HeaderTargetKey      = "x-target-routing-key"   // with this routing key
-	HeaderReplays        = "x-replay-count"         // times the DLQ tool replayed it
-	HeaderRetryOf        = "x-retry-of-attempt"     // set on a retry: the attempt that failed
-	HeaderCC             = "CC"                     // RabbitMQ sender-selected distribution
-	HeaderXDeath         = "x-death"                // RabbitMQ dead-letter history
-	HeaderFirstDeathPfx  = "x-first-death-"         // x-first-death-reason, -queue, -exchange
-	HeaderLastDeathPfx   = "x-last-death-"          // RabbitMQ 3.13+
-	HeaderDeliveryCount  = "x-delivery-count"       // quorum queues
-	HeaderOriginalRK     = "x-msgpulse-routing-key" // informational
+	HeaderDeadline       = "x-deadline"           // unix ms; do not send after
+	HeaderDueAt          = "x-due-at"             // unix ms; when a delayed message is due
+	HeaderDelay          = "x-delay-ms"           // the delay originally asked for, ms
+	HeaderHops           = "x-delay-hops"         // delay queues this message went through
+	HeaderPlanLeft       = "x-delay-plan-left"    // ms the hop expects to be left when it ends
+	HeaderTargetExchange = "x-target-exchange"    // where a delayed message goes when due
+	HeaderTargetKey      = "x-target-routing-key" // with this routing key
+	HeaderReplays        = "x-replay-count"       // times the DLQ tool replayed it
+	HeaderRetryOf        = "x-retry-of-attempt"   // set on a retry: the attempt that failed
+	HeaderCC             = "CC"                   // RabbitMQ sender-selected distribution
+	HeaderXDeath         = "x-death"              // RabbitMQ dead-letter history
+	HeaderFirstDeathPfx  = "x-first-death-"       // x-first-death-reason, -queue, -exchange
+	HeaderLastDeathPfx   = "x-last-death-"        // RabbitMQ 3.13+
+	HeaderDeliveryCount  = "x-delivery-count"     // quorum queues
 )
 
 // Message is the body of every message.

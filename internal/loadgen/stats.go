@@ -8,13 +8,12 @@ import (
 
 // Summary is a latency distribution.
 type Summary struct {
-	N                   int
-	P50, P95, P99, Max  time.Duration
-	Min                 time.Duration
-	Errors              int
-	Throughput          float64 // per second, when meaningful
-	Elapsed             time.Duration
-	OverBudget, Samples []time.Duration
+	N                  int
+	P50, P95, P99, Max time.Duration
+	Min                time.Duration
+	Errors             int
+	Throughput         float64 // per second, when meaningful
+	Elapsed            time.Duration
 }
 
 func summarize(samples []time.Duration) Summary {

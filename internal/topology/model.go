@@ -3,7 +3,6 @@ package topology
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 )
 
@@ -353,31 +352,10 @@ func (m *Model) Queue(name string) (Queue, bool) {
 	return Queue{}, false
 }
 
-// QueuesByRole returns the queues with the given role, in model order.
-func (m *Model) QueuesByRole(r Role) []Queue {
-	var out []Queue
-	for _, q := range m.Queues {
-		if q.Role == r {
-			out = append(out, q)
-		}
-	}
-	return out
-}
-
 // ChannelOfQueue returns the channel a queue belongs to ("" if none).
 func (m *Model) ChannelOfQueue(queue string) string {
 	if q, ok := m.Queue(queue); ok {
 		return q.Channel
 	}
 	return ""
-}
-
-// SortedArgKeys returns a map's keys sorted, for stable output.
-func SortedArgKeys(args map[string]any) []string {
-	keys := make([]string, 0, len(args))
-	for k := range args {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -186,9 +186,6 @@ if f >= tonumber(ARGV[2]) then redis.call('DEL', KEYS[1]) end
 return f
 `)
 
-// ErrNoCode is not returned: an unknown or expired code is simply invalid,
-// so a caller cannot tell "never issued" from "expired" from "wrong".
-
 // Check verifies code. A correct code is consumed (single use); a wrong one
 // counts against the code's attempts.
 func (s *Store) Check(ctx context.Context, channel, recipient, purpose, code string) (Result, error) {

@@ -16,6 +16,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/delay"
+	"github.com/msgpulse/msgpulse/internal/profile"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/seal"
@@ -57,6 +58,11 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	defer func() { stopBG(); wg.Wait() }()
+	waitProfile, err := profile.Serve(bg, cfg.PprofAddr, log)
+	if err != nil {
+		return err
+	}
+	defer waitProfile()
 
 	session, err := broker.NewSession(broker.Config{URL: cfg.AMQPURL, ConnectionName: "msgpulse-api", Logger: log.Named("broker")})
 	if err != nil {

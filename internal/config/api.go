@@ -34,6 +34,7 @@ type API struct {
 	Common
 	Model           topology.Config
 	HTTPAddr        string
+	PprofAddr       string
 	APIKeys         []APIKey
 	AuthDisabled    bool
 	TrustedProxies  []*net.IPNet
@@ -65,6 +66,7 @@ func loadCodeSecret(l *envconf.Loader) (string, bool) {
 func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	l := envconf.New(lookup)
 	c := API{Common: loadCommon(l), Model: loadTopology(l)}
+	c.PprofAddr = l.String("PPROF_ADDR", "", "address of a net/http/pprof server for profiling under load (empty = off; keep it on localhost or a private network)")
 	c.HTTPAddr = l.String("HTTP_ADDR", ":8080", "address the HTTP API listens on")
 	keys := l.List("API_KEYS", "", "comma-separated API keys; `name:key` names a caller (required unless API_AUTH=disabled)")
 	for i, k := range keys {

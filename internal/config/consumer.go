@@ -16,6 +16,7 @@ type Consumer struct {
 	Common
 	Model            topology.Config
 	Channels         []string
+	PprofAddr        string
 	Concurrency      int
 	Prefetch         int
 	ShutdownTimeout  time.Duration
@@ -46,6 +47,7 @@ type Consumer struct {
 func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader) {
 	l := envconf.New(lookup)
 	c := Consumer{Common: loadCommon(l), Model: loadTopology(l)}
+	c.PprofAddr = l.String("PPROF_ADDR", "", "address of a net/http/pprof server for profiling under load (empty = off; keep it on localhost or a private network)")
 	c.Channels = l.List("CHANNELS", "mail,sms", "main queues to consume: mail, sms or both")
 	if len(c.Channels) == 0 {
 		l.Fail("CHANNELS", "", "name at least one channel (mail, sms)")

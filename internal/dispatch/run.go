@@ -21,6 +21,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/delay"
+	"github.com/msgpulse/msgpulse/internal/profile"
 	"github.com/msgpulse/msgpulse/internal/provider"
 	"github.com/msgpulse/msgpulse/internal/provider/mail"
 	"github.com/msgpulse/msgpulse/internal/provider/sms"
@@ -122,6 +123,11 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	var bgWG sync.WaitGroup
 	defer func() { stopBG(); bgWG.Wait() }()
+	waitProfile, err := profile.Serve(bg, cfg.PprofAddr, log)
+	if err != nil {
+		return err
+	}
+	defer waitProfile()
 
 	session, err := broker.NewSession(broker.Config{URL: cfg.AMQPURL, ConnectionName: "msgpulse-consumer-" + cfg.ConsumerID, Logger: log.Named("broker")})
 	if err != nil {

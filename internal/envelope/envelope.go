@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -87,6 +90,10 @@ func (m *Message) Validate() error {
 		return fmt.Errorf("%w: unknown channel %q", ErrMalformed, m.Channel)
 	case m.Recipient == "":
 		return fmt.Errorf("%w: no recipient", ErrMalformed)
+	case strings.IndexFunc(m.Recipient, unicode.IsControl) >= 0:
+		// The API never accepts one; a recipient with CR or LF on the queue
+		// was put there by hand or by a bug, and could write mail headers.
+		return fmt.Errorf("%w: recipient contains a control character", ErrMalformed)
 	case m.Template == "":
 		return fmt.Errorf("%w: no template", ErrMalformed)
 	case m.Kind == Verification && (m.SealedCode == "" || m.CodeDigest == "" || m.Purpose == ""):
@@ -109,6 +116,11 @@ func Encode(m *Message) ([]byte, error) {
 // from a newer schema that kept the version number is a bug to surface, not
 // to half-understand.
 func Decode(body []byte) (*Message, error) {
+	// JSON is UTF-8 (RFC 8259), and encoding/json would silently turn
+	// invalid bytes into U+FFFD: text garbled on its way to a recipient.
+	if !utf8.Valid(body) {
+		return nil, fmt.Errorf("%w: body is not valid UTF-8", ErrMalformed)
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	var m Message

@@ -27,6 +27,7 @@ type Consumer struct {
 	SentTTL          time.Duration
 	StatusTTL        time.Duration
 	SendTimeout      time.Duration
+	MaxMessageBytes  int
 	MetricsAddr      string
 	Relay            bool
 	RelayConcurrency int
@@ -72,6 +73,7 @@ func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader
 	c.SentTTL = l.Duration("SENT_TTL", 7*24*time.Hour, time.Minute, 365*24*time.Hour, "how long a sent mark blocks a resend")
 	c.StatusTTL = l.Duration("STATUS_TTL", 7*24*time.Hour, time.Minute, 365*24*time.Hour, "how long message status records are kept")
 	c.SendTimeout = l.Duration("SEND_TIMEOUT", 30*time.Second, 100*time.Millisecond, 10*time.Minute, "longest provider call")
+	c.MaxMessageBytes = l.Int("MAX_MESSAGE_BYTES", 1<<20, 1<<10, 128<<20, "largest message body the consumer processes; a larger one is dead-lettered as malformed (keep it above the API's BODY_LIMIT)")
 	c.MetricsAddr = l.String("METRICS_ADDR", ":9090", "address of /metrics and /healthz (`off` disables them)")
 	if c.MetricsAddr == "off" {
 		c.MetricsAddr = ""

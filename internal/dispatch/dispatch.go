@@ -76,11 +76,14 @@ type Config struct {
 	Redis      redis.UniversalClient  // pinged while paused
 	Retry      RetryPolicy
 	// SendTimeout bounds one provider call; default 30s.
-	SendTimeout  time.Duration
-	Owner        string // this consumer's name in claims
-	Metrics      *Metrics
-	DelayMetrics *delay.Metrics
-	Logger       *zap.Logger
+	SendTimeout time.Duration
+	// MaxMessageBytes: a larger body is dead-lettered as malformed before
+	// it is decoded or rendered; default 1 MiB.
+	MaxMessageBytes int
+	Owner           string // this consumer's name in claims
+	Metrics         *Metrics
+	DelayMetrics    *delay.Metrics
+	Logger          *zap.Logger
 }
 
 // Validate fills defaults and checks the wiring.
@@ -97,6 +100,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SendTimeout == 0 {
 		c.SendTimeout = 30 * time.Second
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = 1 << 20
 	}
 	if c.Owner == "" {
 		return errors.New("dispatch: Owner is required")
@@ -181,6 +187,11 @@ func (d *Dispatcher) providerName(channel string) string {
 // when the provider accepted the message, or an error whose kind tells
 // decide what to do.
 func (d *Dispatcher) process(ctx context.Context, j *job) error {
+	if n := len(j.del.Body); n > d.cfg.MaxMessageBytes {
+		// The API never writes one this big: rendering and sending it would
+		// only spend the provider's time and the recipient's patience.
+		return fmt.Errorf("%w: body of %d bytes exceeds MAX_MESSAGE_BYTES (%d)", envelope.ErrMalformed, n, d.cfg.MaxMessageBytes)
+	}
 	msg, err := envelope.Decode(j.del.Body)
 	if err != nil {
 		return err

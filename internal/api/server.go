@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
 	"fmt"
@@ -83,6 +84,15 @@ type Server struct {
 	e       *echo.Echo
 	metrics *metrics
 	now     func() time.Time
+	keys    []keyDigest
+}
+
+// keyDigest is an API key as authenticate compares it: by SHA-256, so every
+// comparison is of 32 bytes whatever length the caller sent, and timing
+// cannot tell how long a key is.
+type keyDigest struct {
+	name   string
+	digest [sha256.Size]byte
 }
 
 // New builds the server and its routes.
@@ -104,6 +114,9 @@ func New(d Deps, opts Options) (*Server, error) {
 		opts.PublishTimeout = 3 * time.Second
 	}
 	s := &Server{d: d, opts: opts, log: d.Log, metrics: newMetrics(d.Registry), now: time.Now}
+	for _, k := range opts.APIKeys {
+		s.keys = append(s.keys, keyDigest{name: k.Name, digest: sha256.Sum256([]byte(k.Key))})
+	}
 	// Without automatic group 404 routes, a known path with the wrong
 	// method answers 405 rather than 404.
 	e := echo.NewWithConfig(echo.Config{NoGroupAutoRegister404Routes: true})
@@ -165,20 +178,31 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if got == "" {
 			return &apiError{Status: http.StatusUnauthorized, Msg: "missing X-API-Key header"}
 		}
-		// Compare against every key, always, so timing says nothing about
-		// which key (or how much of one) matched.
-		name := ""
-		for _, k := range s.opts.APIKeys {
-			if subtle.ConstantTimeCompare([]byte(got), []byte(k.Key)) == 1 {
-				name = k.Name
-			}
-		}
-		if name == "" {
+		name, ok := s.lookupKey(got)
+		if !ok {
 			return &apiError{Status: http.StatusUnauthorized, Msg: "unknown API key"}
 		}
 		c.Set(ctxAPIKey, name)
 		return next(c)
 	}
+}
+
+// lookupKey finds the caller's key. It compares digests of equal length
+// (ConstantTimeCompare returns at once on a length mismatch) against every
+// key, always, without branching on a match, so timing says nothing about
+// a key's length, which key matched, or how much of one.
+func (s *Server) lookupKey(got string) (string, bool) {
+	sum := sha256.Sum256([]byte(got))
+	found, idx := 0, 0
+	for i := range s.keys {
+		eq := subtle.ConstantTimeCompare(sum[:], s.keys[i].digest[:])
+		idx = subtle.ConstantTimeSelect(eq, i, idx)
+		found |= eq
+	}
+	if found == 0 {
+		return "", false
+	}
+	return s.keys[idx].name, true
 }
 
 func apiKeyName(c *echo.Context) string {

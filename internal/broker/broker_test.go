@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -344,4 +345,54 @@ func TestPublishFailsFastWhileBlocked(t *testing.T) {
 	require.Less(t, time.Since(start), time.Second, "no wait for a confirm that cannot come")
 	e.s.blocked.Store(false)
 	require.NoError(t, e.pub.Publish(testenv.Context(t, 10*time.Second), "x", "q", amqp.Publishing{}))
+}
+
+// A confirm that never comes (the broker stopped reading this connection:
+// a resource alarm, or a network that delivers nothing) fails the publish
+// at its timeout: discarding the channel must not wait for a close-ok that
+// cannot come either. Once the path is back, publishing works again.
+func TestPublishTimesOutWhenTheBrokerGoesSilent(t *testing.T) {
+	t.Parallel()
+	b := testenv.NewBroker(t)
+	u, err := url.Parse(b.URL)
+	require.NoError(t, err)
+	proxy := testenv.NewFaultProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := NewSession(Config{URL: u.String(), Logger: zaptest.NewLogger(t)})
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	pub, err := NewPublisher(PublisherConfig{Session: s, Channels: 2, ConfirmTimeout: 300 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		proxy.Cut() // lets the background closes end
+		pub.Close()
+		cancel()
+		<-done
+	})
+	conn, err := amqp.Dial(b.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, ch.ExchangeDeclare("x", "direct", false, false, false, false, nil))
+	_, err = ch.QueueDeclare("q", false, false, false, false, nil)
+	require.NoError(t, err)
+	require.NoError(t, ch.QueueBind("q", "q", "x", false, nil))
+	_, err = s.Conn(testenv.Context(t, 10*time.Second))
+	require.NoError(t, err)
+	require.NoError(t, pub.Publish(testenv.Context(t, 10*time.Second), "x", "q", amqp.Publishing{}))
+
+	proxy.Blackhole()
+	for range 3 { // more than Channels: a silent close must not strand a slot for good
+		start := time.Now()
+		err := pub.Publish(context.Background(), "x", "q", amqp.Publishing{})
+		require.ErrorIs(t, err, ErrConfirmTimeout)
+		require.Less(t, time.Since(start), 2*time.Second, "the publish ends at its timeout")
+	}
+	proxy.Restore()
+	testenv.WaitFor(t, 15*time.Second, "publishing works again", func() bool {
+		return pub.Publish(testenv.Context(t, 10*time.Second), "x", "q", amqp.Publishing{}) == nil
+	})
 }

@@ -129,15 +129,43 @@ func (p *Publisher) acquire(ctx context.Context) (*pubChannel, error) {
 			}
 			p.discard(pc)
 		case <-p.slots:
-			pc, err := open(conn)
-			if err != nil {
-				p.slots <- struct{}{}
-				return nil, err
-			}
-			return pc, nil
+			return p.open(ctx, conn)
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w: all %d publish channels busy", ErrConfirmTimeout, p.cfg.Channels)
 		}
+	}
+}
+
+// open opens a confirm channel on the slot the caller took, giving up when
+// ctx ends: opening waits for the broker's answers, which a broker that
+// blocks this connection (resource alarm) or a silent network does not give
+// until it recovers. An abandoned open finishes in the background and only
+// then gives the slot back.
+func (p *Publisher) open(ctx context.Context, conn *amqp.Connection) (*pubChannel, error) {
+	type result struct {
+		pc  *pubChannel
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		pc, err := open(conn)
+		res <- result{pc, err}
+	}()
+	select {
+	case r := <-res:
+		if r.err != nil {
+			p.slots <- struct{}{}
+		}
+		return r.pc, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-res; r.pc != nil {
+				p.discard(r.pc)
+			} else {
+				p.slots <- struct{}{}
+			}
+		}()
+		return nil, fmt.Errorf("%w: opening a channel: %w", ErrConfirmTimeout, ctx.Err())
 	}
 }
 
@@ -170,13 +198,21 @@ func (p *Publisher) release(pc *pubChannel) {
 
 // discard closes a channel whose state is uncertain (a timed-out confirm
 // could still arrive and be mistaken for the next publish's).
+//
+// The close runs in the background: it waits for the broker's close-ok,
+// and a broker that blocks this connection (resource alarm) or a network
+// that stopped delivering sends none until it recovers, so a caller waiting
+// here would hang far past its timeout (internal/fault measured a publish
+// held for the whole alarm). The goroutine ends when the broker answers or
+// the connection closes; the slot comes back only then, so closing
+// channels still count against Channels.
 func (p *Publisher) discard(pc *pubChannel) {
-	_ = pc.ch.Close()
-	go func() { // Close closes returns; drain so nothing is left blocked
-		for range pc.returns { //nolint:revive // draining is the point
+	go func() {
+		_ = pc.ch.Close()
+		for range pc.returns { //nolint:revive // Close closes returns; drain so nothing is left blocked
 		}
+		p.slots <- struct{}{}
 	}()
-	p.slots <- struct{}{}
 }
 
 func (p *Publisher) enter() error {

@@ -47,6 +47,7 @@ type API struct {
 	Limits          Limits
 	StatusTTL       time.Duration
 	PublishTimeout  time.Duration
+	RedisTimeout    time.Duration
 	PublishChannels int
 	ShutdownTimeout time.Duration
 	CallbackHTTP    bool
@@ -115,6 +116,7 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	}
 	c.StatusTTL = l.Duration("STATUS_TTL", 7*24*time.Hour, time.Minute, 365*24*time.Hour, "how long message status records are kept")
 	c.PublishTimeout = l.Duration("PUBLISH_TIMEOUT", 3*time.Second, 10*time.Millisecond, time.Minute, "longest wait for a broker confirm before answering 503")
+	c.RedisTimeout = l.Duration("REDIS_TIMEOUT", 500*time.Millisecond, 10*time.Millisecond, 30*time.Second, "longest wait for each Redis call of a request (connect, read, write, free pooled connection), never retried, so a dead Redis is a quick 503; overrides REDIS_URL timeouts")
 	c.PublishChannels = l.Int("PUBLISH_CHANNELS", 32, 1, 2000, "publishes in flight at once (one confirm channel each)")
 	c.ShutdownTimeout = l.Duration("SHUTDOWN_TIMEOUT", 15*time.Second, time.Second, 10*time.Minute, "how long in-flight requests may finish on SIGTERM")
 	c.CallbackHTTP = l.Bool("CALLBACK_ALLOW_HTTP", false, "accept http:// callbackUrl (otherwise https only)")

@@ -97,12 +97,20 @@ func isConfigError(err error) bool {
 	return strings.Contains(s, "does not support STARTTLS") || strings.Contains(s, "does not support SMTP AUTH")
 }
 
-// trimReply makes a server reply safe and short enough for a log line.
+// digitRunRE matches what could be a verification code (4 to 10 digits)
+// or a phone number.
+var digitRunRE = regexp.MustCompile(`[0-9]{4,}`)
+
+// trimReply makes a server reply safe and short enough for a log line (and
+// a status record, a callback, a DLQ listing). Servers echo the recipient,
+// and content filters quote the subject or the text, which carry the code:
+// the recipient is masked and every run of 4 or more digits hidden.
 func trimReply(msg, rcpt string) string {
 	msg = strings.Join(strings.Fields(msg), " ")
 	if addr := rcptAddr(rcpt); addr != "" {
 		msg = regexp.MustCompile(`(?i)`+regexp.QuoteMeta(addr)).ReplaceAllLiteralString(msg, logging.Mask(addr))
 	}
+	msg = digitRunRE.ReplaceAllLiteralString(msg, "****")
 	if r := []rune(msg); len(r) > 300 {
 		msg = string(r[:300]) + "…"
 	}

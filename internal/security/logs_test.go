@@ -297,7 +297,7 @@ func TestLogsHoldNoCodeNoRecipientNoSecret(t *testing.T) {
 		never = append(never, forbidden{"a secret", s})
 	}
 	for _, f := range never {
-		re := token(f.value)
+		re := tokenRE(f.value)
 		for _, line := range strings.Split(captured, "\n") {
 			if re.MatchString(line) {
 				t.Errorf("%s (%q) in a log line:\n%s", f.what, f.value, line)
@@ -309,15 +309,15 @@ func TestLogsHoldNoCodeNoRecipientNoSecret(t *testing.T) {
 	// At rest, after the whole path (claims, sent marks, status records
 	// with the providers' errors): no code in Redis either.
 	for _, c := range []string{codeByMail, codeBySMS} {
-		require.Empty(t, scanRedis(t, r, token(c)), "code %s stored in clear", c)
+		require.Empty(t, scanRedis(t, r, tokenRE(c)), "code %s stored in clear", c)
 	}
-	require.NotEmpty(t, scanRedis(t, r, token(tasks[0])), "control: the scan sees stored values")
+	require.NotEmpty(t, scanRedis(t, r, tokenRE(tasks[0])), "control: the scan sees stored values")
 }
 
-// token matches s on its own, not inside a longer run of letters and
+// tokenRE matches s on its own, not inside a longer run of letters and
 // digits (a timestamp, a hex digest), which is how a leaked code would be
 // written: as a value, a field, a key segment, or a word in a message.
-func token(s string) *regexp.Regexp {
+func tokenRE(s string) *regexp.Regexp {
 	return regexp.MustCompile(`(^|[^0-9A-Za-z])` + regexp.QuoteMeta(s) + `([^0-9A-Za-z]|$)`)
 }
 

@@ -1,14 +1,19 @@
-// Command loadgen measures msgpulse on this machine and prints the numbers:
-// API latency, consumer throughput and delay accuracy. Each run uses a
-// throwaway vhost and Redis prefix.
+// Command loadgen measures msgpulse on the machine it runs on, side by side
+// with the raw limit of the same machine: API throughput and latency,
+// end-to-end latency and loss, consumer throughput, delay accuracy. Each
+// run uses a throwaway vhost and Redis prefix and the real binaries.
 package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -16,17 +21,34 @@ import (
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
-func main() { os.Exit(run()) }
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
-const usage = `usage: loadgen [flags] api|consumer|delay|all
+const usage = `usage: loadgen <mode> [flags]
 
-  api       POST /api/messages/send latency at -rate req/s vs GET /healthz
-  consumer  messages/s of one consumer: no-op provider vs SMTP server
-  delay     delivered − due: a burst due at once, and a mix of delays
-  all       all three
+Modes:
+  api        API max throughput (closed loop, --max) and latency at a fixed
+             rate (open loop, --rate R); by default both, the fixed rate being
+             half of the measured max
+  e2e        verification codes at --rate through the real api and consumer to
+             built-in SMTP and SMS webhook sinks: accept → received latency,
+             and accepted / sent / dead-lettered / expired / lost (lost must be 0)
+  consumer   one consumer's throughput on a prefilled queue: no-op provider,
+             a provider taking --provider-latency per send, an SMTP sink
+  delay      delayed delivery accuracy (delivered − due): a burst, a mix
+  all        api, consumer, e2e and delay with --baseline: what make bench runs
+  report     render BENCHMARKS.md from the JSON of a run
 
-Broker and Redis come from AMQP_URL, RABBITMQ_MANAGEMENT_URL and REDIS_URL
-(local defaults).
+Every mode prints a table, or with --json one JSON object on stdout (progress
+goes to stderr). --baseline adds the raw limits measured in the same run (a
+bare echo + Redis Lua + confirmed amqp091-go publish server; raw confirmed
+publish; raw consume+ack) and the ratios. --rounds N (default 3) repeats each
+measurement; tables show medians. 'loadgen <mode> -h' lists a mode's flags.
+
+The api and consumer measured are the real binaries, built once from this
+source tree (or taken from --bin-dir), in a throwaway vhost and Redis prefix.
+Broker and Redis: AMQP_URL, RABBITMQ_MANAGEMENT_URL, REDIS_URL (local defaults).
+
+Exit codes: 0 ok, 1 the run failed (or lost messages), 2 usage.
 `
 
 func env(k, def string) string {
@@ -36,62 +58,406 @@ func env(k, def string) string {
 	return def
 }
 
-func run() int {
-	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, usage, "\nFlags:\n"); fs.PrintDefaults() }
-	rate := fs.Int("rate", 200, "api: requests per second")
-	dur := fs.Duration("duration", 10*time.Second, "api: duration per round")
-	rounds := fs.Int("rounds", 3, "api, consumer: rounds (medians are reported)")
-	msgs := fs.Int("messages", 5000, "consumer: messages per round")
-	conc := fs.Int("concurrency", 16, "consumer: CONCURRENCY")
-	mix := fs.Int("mix", 1000, "delay: messages in the mix")
-	mixMax := fs.Duration("mix-max", 3*time.Minute, "delay: longest delay of the mix")
-	burst := fs.Int("burst", 2000, "delay: messages due at the same instant")
-	burstIn := fs.Duration("burst-in", 10*time.Second, "delay: how far ahead the burst is due")
-	relay := fs.Int("relay", 16, "delay: relay concurrency")
-	relayPrefetch := fs.Int("relay-prefetch", 64, "delay: relay prefetch")
-	mode := fs.String("mode", "exact", "delay: exact or round-up")
-	worst := fs.Int("worst", 0, "delay: also print the N latest messages of the mix and their delays")
-	if err := fs.Parse(os.Args[1:]); err != nil || fs.NArg() != 1 {
-		if err == nil {
-			fs.Usage()
-		}
-		return 2
+// envFlags collects repeated --env KEY=VALUE.
+type envFlags []string
+
+func (e *envFlags) String() string { return strings.Join(*e, ",") }
+func (e *envFlags) Set(s string) error {
+	if k, _, ok := strings.Cut(s, "="); !ok || k == "" {
+		return fmt.Errorf("%q: want KEY=VALUE", s)
 	}
-	o := loadgen.Options{
+	*e = append(*e, s)
+	return nil
+}
+
+type common struct {
+	json     bool
+	baseline bool
+	rounds   int
+	binDir   string
+	extraEnv envFlags
+}
+
+func (c *common) register(fs *flag.FlagSet, baseline bool) {
+	fs.BoolVar(&c.json, "json", false, "print one JSON object on stdout instead of the table")
+	fs.BoolVar(&c.baseline, "baseline", baseline, "also measure the raw limits in the same run and print the ratios")
+	fs.IntVar(&c.rounds, "rounds", 3, "rounds of each measurement (medians are reported)")
+	fs.StringVar(&c.binDir, "bin-dir", "", "directory with prebuilt api and consumer binaries (default: build them once into a temp dir)")
+	fs.Var(&c.extraEnv, "env", "KEY=VALUE added to the api's and consumer's environment (repeatable), e.g. --env PPROF_ADDR=127.0.0.1:6060")
+}
+
+type apiFlags struct {
+	rate        float64
+	max         bool
+	duration    time.Duration
+	concurrency int
+	endpoint    string
+	mix         bool
+	target      string
+	apiKey      string
+	window      int
+	rawMessages int
+}
+
+func (a *apiFlags) register(fs *flag.FlagSet, full bool, duration time.Duration) {
+	if full {
+		fs.Float64Var(&a.rate, "rate", 0, "fixed rate in requests/s (open loop; latency from each request's intended send time)")
+		fs.BoolVar(&a.max, "max", false, "closed loop: max throughput at --concurrency (with no --rate: then also the fixed rate at half of it)")
+		fs.StringVar(&a.target, "target", "", "drive this deployment (base URL) instead of starting the api; no RSS, no --baseline")
+		fs.StringVar(&a.apiKey, "api-key", os.Getenv("LOADGEN_API_KEY"), "X-API-Key for --target (default $LOADGEN_API_KEY)")
+		fs.StringVar(&a.endpoint, "endpoint", loadgen.EndpointCodes, "codes (POST /api/verification-codes), send (POST /api/messages/send) or mix")
+		fs.BoolVar(&a.mix, "mix", false, "same as --endpoint mix")
+	} else {
+		a.endpoint = loadgen.EndpointCodes
+	}
+	fs.DurationVar(&a.duration, "duration", duration, "api: duration of each phase")
+	fs.IntVar(&a.concurrency, "concurrency", 64, "api: keep-alive connections (closed loop: requests in flight)")
+	fs.IntVar(&a.window, "window", 256, "api --baseline: unconfirmed publishes in flight on the raw path's one channel")
+	fs.IntVar(&a.rawMessages, "raw-messages", 20000, "api --baseline: messages for raw publish and raw consume+ack")
+}
+
+func (a *apiFlags) options(c common) loadgen.APIOptions {
+	ep := a.endpoint
+	if a.mix {
+		ep = loadgen.EndpointMix
+	}
+	return loadgen.APIOptions{Rate: a.rate, Max: a.max, Duration: a.duration, Concurrency: a.concurrency, Rounds: c.rounds, Endpoint: ep,
+		Baseline: c.baseline, Target: a.target, APIKey: a.apiKey, Window: a.window, RawMessages: a.rawMessages}
+}
+
+type e2eFlags struct {
+	rate        float64
+	duration    time.Duration
+	concurrency int
+	smsShare    float64
+	consumerC   int
+	drain       time.Duration
+}
+
+func (e *e2eFlags) register(fs *flag.FlagSet, prefix string, duration time.Duration) {
+	fs.Float64Var(&e.rate, prefix+"rate", 1000, "e2e: verification codes per second")
+	fs.DurationVar(&e.duration, prefix+"duration", duration, "e2e: duration of each round")
+	fs.IntVar(&e.concurrency, prefix+"concurrency", 64, "e2e: HTTP connections")
+	fs.Float64Var(&e.smsShare, prefix+"sms-share", 0.1, "e2e: fraction of codes sent by SMS (through the webhook provider)")
+	fs.IntVar(&e.consumerC, prefix+"consumer-concurrency", 64, "e2e: the consumer's CONCURRENCY")
+	fs.DurationVar(&e.drain, prefix+"drain", 60*time.Second, "e2e: longest wait for the tail after the load stops")
+}
+
+func (e *e2eFlags) options(c common) loadgen.E2EOptions {
+	return loadgen.E2EOptions{Rate: e.rate, Duration: e.duration, Concurrency: e.concurrency, SMSShare: e.smsShare,
+		ConsumerConcurrency: e.consumerC, Rounds: c.rounds, Drain: e.drain}
+}
+
+type consumerFlags struct {
+	messages    int
+	latency     time.Duration
+	concurrency int
+	prefetch    int
+	providerC   int
+}
+
+func (f *consumerFlags) register(fs *flag.FlagSet, prefix string, latency time.Duration) {
+	fs.IntVar(&f.messages, "messages", 10000, "consumer: messages prefilled for each run")
+	fs.DurationVar(&f.latency, "provider-latency", latency, "consumer: also run a provider taking this long per send (0: skip)")
+	fs.IntVar(&f.concurrency, prefix+"concurrency", 64, "consumer: CONCURRENCY of the no-op and SMTP runs")
+	fs.IntVar(&f.prefetch, "prefetch", 256, "consumer: PREFETCH of every run, and of raw consume+ack")
+	fs.IntVar(&f.providerC, "provider-concurrency", 512, "consumer: CONCURRENCY of the --provider-latency run")
+}
+
+func (f *consumerFlags) options(c common) loadgen.ConsumerOptions {
+	return loadgen.ConsumerOptions{Messages: f.messages, Concurrency: f.concurrency, Prefetch: f.prefetch, ProviderLatency: f.latency,
+		ProviderConcurrency: f.providerC, Rounds: c.rounds, Baseline: c.baseline}
+}
+
+type delayFlags struct {
+	mix, burst, relay, relayPrefetch, worst int
+	mixMax, burstIn                         time.Duration
+	mode                                    string
+}
+
+func (d *delayFlags) register(fs *flag.FlagSet, mixMax, burstIn time.Duration) {
+	fs.IntVar(&d.mix, "mix", 1000, "delay: messages in the mix")
+	fs.DurationVar(&d.mixMax, "mix-max", mixMax, "delay: longest delay of the mix")
+	fs.IntVar(&d.burst, "burst", 2000, "delay: messages due at the same instant")
+	fs.DurationVar(&d.burstIn, "burst-in", burstIn, "delay: how far ahead the burst is due")
+	fs.IntVar(&d.relay, "relay", 16, "delay: relay concurrency")
+	fs.IntVar(&d.relayPrefetch, "relay-prefetch", 64, "delay: relay prefetch")
+	fs.StringVar(&d.mode, "mode", "exact", "delay: exact or round-up")
+	fs.IntVar(&d.worst, "worst", 0, "delay: also print the N latest messages of the mix and their delays")
+}
+
+func (d *delayFlags) options() loadgen.DelayOptions {
+	return loadgen.DelayOptions{Mix: d.mix, MixMax: d.mixMax, Burst: d.burst, BurstIn: d.burstIn, Relay: d.relay, Prefetch: d.relayPrefetch,
+		Mode: topology.DelayMode(d.mode), Baseline: 200, Margin: 20 * time.Millisecond, Tolerance: 2 * time.Millisecond, Worst: d.worst}
+}
+
+func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("loadgen "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		_, _ = fmt.Fprintf(stderr, "usage: loadgen %s [flags]\n\n%s\nFlags:\n", name, synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+const (
+	synAPI = `Drives the API over keep-alive HTTP with --concurrency connections, with
+recipients unique per request and client IPs spread so that frequency
+control does not reject the load (the per-key and per-channel caps are
+raised through config; the report says so). Reports accepted req/s, status
+code counts and latency p50/p90/p99/max (HDR histogram). --max: closed loop
+for --duration; --rate R: open loop, latency measured from each request's
+intended send time (coordinated omission corrected); neither: max, then
+the fixed rate at half of it. The api is the real binary, its peak RSS
+sampled under max load. --target URL --api-key K drives an existing
+deployment instead (capacity planning; use one whose SMTP/SMS go to a sink:
+every request sends a real code).
+`
+	synE2E = `Starts the real api and consumer against a built-in SMTP sink and SMS
+webhook sink, sends verification codes at --rate for --duration, and
+follows each accepted one: received by a sink (latency from the 202),
+dead-lettered or expired (read from the DLQs), or lost. Exits 1 if any was
+lost. Reports peak RSS of api and consumer.
+`
+	synConsumer = `Prefills --messages and measures one consumer's messages/s: with a no-op
+provider (in-process), with a provider taking --provider-latency per send
+(the consumer binary with the webhook SMS provider against a sink that
+answers after that long), and with the SMTP provider against a lean SMTP
+sink (the consumer binary). --baseline adds raw consume+ack (amqp091-go,
+same prefetch, multiple acks) and the ratio.
+`
+	synDelay = `Measures delivered − due for a burst of messages due at the same instant
+and for a mix of delays, with the relay and a recording consumer in this
+process, against the same path with no delay.
+`
+	synAll = `Runs api (max, then half of max), consumer, e2e and delay, with
+--baseline on by default; what make bench runs. --skip names modes to leave out.
+`
+	synReport = `Renders BENCHMARKS.md (or --out) from the JSON of 'loadgen all --json',
+with the Go benchmark medians of --gobench (go test -bench output).
+`
+)
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		_, _ = fmt.Fprint(stderr, usage)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	mode, rest := args[0], args[1:]
+	o := &loadgen.Options{
 		AMQPURL:       env("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
 		ManagementURL: env("RABBITMQ_MANAGEMENT_URL", "http://guest:guest@127.0.0.1:15672"),
 		RedisURL:      env("REDIS_URL", "redis://127.0.0.1:6379/0"),
+		Progress:      stderr,
 	}
+	var c common
+	var (
+		af apiFlags
+		ef e2eFlags
+		cf consumerFlags
+		df delayFlags
+	)
+	var fs *flag.FlagSet
+	skip := ""
+	switch mode {
+	case "api":
+		fs = newFlagSet(mode, synAPI, stderr)
+		c.register(fs, false)
+		af.register(fs, true, 10*time.Second)
+	case "e2e":
+		fs = newFlagSet(mode, synE2E, stderr)
+		c.register(fs, false)
+		ef.register(fs, "", 10*time.Second)
+	case "consumer":
+		fs = newFlagSet(mode, synConsumer, stderr)
+		c.register(fs, false)
+		cf.register(fs, "", 0)
+	case "delay":
+		fs = newFlagSet(mode, synDelay, stderr)
+		c.register(fs, false)
+		df.register(fs, 3*time.Minute, 10*time.Second)
+	case "all":
+		fs = newFlagSet(mode, synAll, stderr)
+		c.register(fs, true)
+		af.register(fs, false, 5*time.Second)
+		ef.register(fs, "e2e-", 10*time.Second)
+		cf.register(fs, "consumer-", 200*time.Millisecond)
+		df.register(fs, 30*time.Second, 5*time.Second)
+		fs.StringVar(&skip, "skip", "", "comma-separated modes to leave out (api, consumer, e2e, delay)")
+	case "report":
+		return report(rest, stdout, stderr)
+	case "baseline-server":
+		return baselineServer(rest, stderr)
+	default:
+		_, _ = fmt.Fprintf(stderr, "loadgen: unknown mode %q\n\n%s", mode, usage)
+		return 2
+	}
+	if err := fs.Parse(rest); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		_, _ = fmt.Fprintf(stderr, "loadgen %s: unexpected argument %q (flags come after the mode)\n", mode, fs.Arg(0))
+		return 2
+	}
+	if msg := validate(mode, c, af, ef, cf); msg != "" {
+		_, _ = fmt.Fprintf(stderr, "loadgen %s: %s\n", mode, msg)
+		return 2
+	}
+	o.BinDir, o.ExtraEnv = c.binDir, c.extraEnv
+	defer o.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	what := fs.Arg(0)
-	var err error
+
+	rep := loadgen.Report{Command: "loadgen " + strings.Join(args, " "), Started: time.Now().UTC(), Machine: loadgen.Describe(ctx, *o)}
+	failed := false
 	do := func(name string, f func() error) {
-		if err == nil && (what == name || what == "all") {
-			err = f()
-			fmt.Println()
+		if (mode != name && mode != "all") || strings.Contains(","+skip+",", ","+name+",") || ctx.Err() != nil {
+			return
+		}
+		if err := f(); err != nil {
+			failed = true
+			rep.Errors = append(rep.Errors, name+": "+err.Error())
+			_, _ = fmt.Fprintf(stderr, "loadgen %s: %v\n", name, err)
 		}
 	}
-	do("api", func() error {
-		return loadgen.API(ctx, o, loadgen.APIOptions{Rate: *rate, Duration: *dur, Rounds: *rounds}, os.Stdout)
+	do("api", func() (err error) {
+		rep.API, err = loadgen.API(ctx, o, af.options(c))
+		return err
 	})
-	do("consumer", func() error {
-		return loadgen.Consumer(ctx, o, loadgen.ConsumerOptions{Messages: *msgs, Concurrency: *conc, Rounds: *rounds}, os.Stdout)
+	do("consumer", func() (err error) {
+		rep.Consumer, err = loadgen.Consumer(ctx, o, cf.options(c))
+		return err
 	})
-	do("delay", func() error {
-		return loadgen.Delay(ctx, o, loadgen.DelayOptions{Mix: *mix, MixMax: *mixMax, Burst: *burst, BurstIn: *burstIn, Relay: *relay, Prefetch: *relayPrefetch,
-			Mode: topology.DelayMode(*mode), Baseline: 200, Margin: 20 * time.Millisecond, Tolerance: 2 * time.Millisecond, Worst: *worst}, os.Stdout)
+	do("e2e", func() (err error) {
+		rep.E2E, err = loadgen.E2E(ctx, o, ef.options(c))
+		return err
 	})
-	switch what {
-	case "api", "consumer", "delay", "all":
-	default:
-		fmt.Fprintf(os.Stderr, "loadgen: unknown measurement %q\n\n", what)
+	do("delay", func() (err error) {
+		rep.Delay, err = loadgen.Delay(ctx, o, df.options(), stderr)
+		return err
+	})
+	rep.Targets = loadgen.Evaluate(rep)
+	if c.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			_, _ = fmt.Fprintln(stderr, "loadgen:", err)
+			return 1
+		}
+	} else {
+		loadgen.WriteText(stdout, rep)
+	}
+	if failed || ctx.Err() != nil {
+		return 1
+	}
+	return 0
+}
+
+// validate checks what flag parsing cannot; "" when fine.
+func validate(mode string, c common, a apiFlags, e e2eFlags, cf consumerFlags) string {
+	switch {
+	case c.rounds < 1:
+		return "--rounds must be at least 1"
+	case (mode == "api" || mode == "all") && (a.concurrency < 1 || a.duration <= 0):
+		return "--concurrency and --duration must be positive"
+	case mode == "api" && a.rate < 0:
+		return "--rate must be positive"
+	case mode == "api" && a.endpoint != loadgen.EndpointCodes && a.endpoint != loadgen.EndpointSend && a.endpoint != loadgen.EndpointMix:
+		return fmt.Sprintf("--endpoint %q: want codes, send or mix", a.endpoint)
+	case mode == "api" && a.target != "" && a.apiKey == "":
+		return "--target needs --api-key (or $LOADGEN_API_KEY)"
+	case mode == "api" && a.target != "" && c.baseline:
+		return "--baseline needs the local broker and Redis; it cannot be combined with --target"
+	case (mode == "e2e" || mode == "all") && (e.rate <= 0 || e.duration <= 0 || e.concurrency < 1 || e.smsShare < 0 || e.smsShare > 1):
+		return "e2e: --rate, --duration and --concurrency must be positive, --sms-share within 0..1"
+	case (mode == "consumer" || mode == "all") && (cf.messages < 2 || cf.concurrency < 1 || cf.prefetch < 1 || cf.providerC < 1):
+		return "consumer: --messages must be at least 2, --concurrency, --prefetch and --provider-concurrency positive"
+	}
+	return ""
+}
+
+func report(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("report", synReport, stderr)
+	in := fs.String("in", "", "JSON written by 'loadgen all --json' (required)")
+	gobench := fs.String("gobench", "", "go test -bench output to include (medians per benchmark)")
+	out := fs.String("out", "BENCHMARKS.md", "file to write; - for stdout")
+	wall := fs.String("wall", "", "wall time of the whole run, to print")
+	var cmds envFlags
+	fs.Func("command", "a command that produced the numbers, to list (repeatable)", func(s string) error { cmds = append(cmds, s); return nil })
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *in == "" || fs.NArg() > 0 {
 		fs.Usage()
 		return 2
 	}
+	b, err := os.ReadFile(*in)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		_, _ = fmt.Fprintln(stderr, "loadgen report:", err)
+		return 1
+	}
+	var rep loadgen.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		_, _ = fmt.Fprintf(stderr, "loadgen report: %s: %v\n", *in, err)
+		return 1
+	}
+	rep.Targets = loadgen.Evaluate(rep)
+	mi := loadgen.MarkdownInput{Report: rep, Commands: cmds, WallTime: *wall}
+	if len(mi.Commands) == 0 {
+		mi.Commands = []string{rep.Command}
+	}
+	if *gobench != "" {
+		f, err := os.Open(*gobench)
+		if err != nil {
+			_, _ = fmt.Fprintln(stderr, "loadgen report:", err)
+			return 1
+		}
+		mi.GoBench, err = loadgen.ParseGoBench(f)
+		_ = f.Close()
+		if err != nil {
+			_, _ = fmt.Fprintln(stderr, "loadgen report:", err)
+			return 1
+		}
+	}
+	w := stdout
+	if *out != "-" {
+		f, err := os.Create(*out)
+		if err != nil {
+			_, _ = fmt.Fprintln(stderr, "loadgen report:", err)
+			return 1
+		}
+		defer func() { _ = f.Close() }()
+		w = f
+	}
+	loadgen.WriteMarkdown(w, mi)
+	return 0
+}
+
+// baselineServer is the hidden mode startBaseline runs.
+func baselineServer(args []string, stderr io.Writer) int {
+	fs := newFlagSet("baseline-server", "The raw path the api mode's --baseline measures (started by loadgen itself).\n", stderr)
+	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
+	window := fs.Int("window", 256, "unconfirmed publishes in flight")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := loadgen.ServeBaseline(ctx, loadgen.BaselineConfig{Listen: *listen, AMQPURL: env("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
+		RedisURL: env("REDIS_URL", "redis://127.0.0.1:6379/0"), Prefix: env("REDIS_PREFIX", "loadgen:"), Window: *window},
+		func(addr string) { _, _ = fmt.Fprintln(stderr, "baseline listening on", addr) })
+	if err != nil {
+		_, _ = fmt.Fprintln(stderr, "baseline-server:", err)
 		return 1
 	}
 	return 0

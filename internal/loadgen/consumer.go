@@ -3,11 +3,13 @@ package loadgen
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
+	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/zap"
 
 	"github.com/msgpulse/msgpulse/internal/broker"
@@ -15,16 +17,51 @@ import (
 	"github.com/msgpulse/msgpulse/internal/dispatch"
 	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/envelope"
-	"github.com/msgpulse/msgpulse/internal/mailcatcher"
 	"github.com/msgpulse/msgpulse/internal/provider"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
 // ConsumerOptions shape the throughput run.
 type ConsumerOptions struct {
-	Messages    int
-	Concurrency int
-	Rounds      int
+	Messages            int
+	Concurrency         int           // CONCURRENCY of the no-op and SMTP runs
+	Prefetch            int           // PREFETCH of every run, and of raw consume+ack
+	ProviderLatency     time.Duration // 0: no slow-provider run
+	ProviderConcurrency int           // CONCURRENCY of the slow-provider run
+	Rounds              int
+	Baseline            bool
+}
+
+// ConsumerResult is the consumer mode's section of the report.
+type ConsumerResult struct {
+	Messages            int               `json:"messages"`
+	Concurrency         int               `json:"concurrency"`
+	Prefetch            int               `json:"prefetch"`
+	ProviderLatencyMs   float64           `json:"providerLatencyMs,omitempty"`
+	ProviderConcurrency int               `json:"providerConcurrency,omitempty"`
+	Config              map[string]string `json:"config"`
+	Rounds              []ConsumerRound   `json:"rounds"`
+	Median              ConsumerMedian    `json:"median"`
+}
+
+// ConsumerRound is one round's messages per second.
+type ConsumerRound struct {
+	Noop       float64 `json:"noopPerSec"`
+	Slow       float64 `json:"slowProviderPerSec,omitempty"`
+	SMTP       float64 `json:"smtpPerSec"`
+	RawConsume float64 `json:"rawConsumePerSec,omitempty"`
+	SlowMem    Mem     `json:"slowProviderConsumerMem"`
+	SMTPMem    Mem     `json:"smtpConsumerMem"`
+}
+
+// ConsumerMedian holds the medians over rounds.
+type ConsumerMedian struct {
+	Noop       float64 `json:"noopPerSec"`
+	Slow       float64 `json:"slowProviderPerSec"`
+	SMTP       float64 `json:"smtpPerSec"`
+	RawConsume float64 `json:"rawConsumePerSec"`
+	NoopRatio  float64 `json:"noopOverRaw"`
+	RSSMB      float64 `json:"consumerPeakRssMb"`
 }
 
 // noop is a provider that accepts every message at once: the consumer's
@@ -37,65 +74,106 @@ func (p *noop) SendSMS(context.Context, provider.SMS) (provider.Receipt, error) 
 	return provider.Receipt{Provider: "noop"}, nil
 }
 
-// Consumer measures how many messages per second one consumer process
-// sends: through a no-op provider (SMS channel), and through a real SMTP
-// server on loopback (mail channel).
-func Consumer(ctx context.Context, o Options, c ConsumerOptions, out io.Writer) error {
-	fmt.Fprintf(out, "Consumer throughput: %d messages prefilled, CONCURRENCY=%d, one consumer process\n", c.Messages, c.Concurrency)
-	var noopRates, smtpRates []float64
-	for r := 1; r <= c.Rounds; r++ {
-		rate, err := consumeRound(ctx, o, c, topology.SMS)
-		if err != nil {
-			return err
-		}
-		noopRates = append(noopRates, rate)
-		rate2, err := consumeRound(ctx, o, c, topology.Mail)
-		if err != nil {
-			return err
-		}
-		smtpRates = append(smtpRates, rate2)
-		fmt.Fprintf(out, "  round %d  no-op provider %.0f msg/s   SMTP (mailcatcher on loopback) %.0f msg/s\n", r, rate, rate2)
+// Consumer measures one consumer's throughput on a prefilled queue: the
+// no-op provider (dispatch in this process: there is no such provider in
+// the binary), a provider that takes ProviderLatency per send (the real
+// consumer binary and its webhook SMS provider against a sink that answers
+// after that long), the SMTP provider against a lean SMTP sink (the real
+// binary), and with Baseline raw consume+ack with the same prefetch.
+func Consumer(ctx context.Context, o *Options, c ConsumerOptions) (*ConsumerResult, error) {
+	res := &ConsumerResult{Messages: c.Messages, Concurrency: c.Concurrency, Prefetch: c.Prefetch,
+		ProviderLatencyMs: float64(c.ProviderLatency) / float64(time.Millisecond), ProviderConcurrency: c.ProviderConcurrency}
+	if c.ProviderLatency <= 0 {
+		res.ProviderConcurrency = 0
 	}
-	mn, ms := median(noopRates), median(smtpRates)
-	fmt.Fprintf(out, "  median of %d rounds: no-op %.0f msg/s, SMTP %.0f msg/s (%.2fx of no-op)\n", c.Rounds, mn, ms, ms/mn)
-	return nil
-}
-
-func consumeRound(ctx context.Context, o Options, c ConsumerOptions, channel string) (float64, error) {
-	env, err := NewEnv(ctx, o, "consumer")
+	env, err := NewEnv(ctx, *o, "consumer")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer env.Close()
-	model := benchTopology()
-	if err := declare(ctx, env, model); err != nil {
-		return 0, err
+	if err := declare(ctx, env, benchTopology()); err != nil {
+		return nil, err
 	}
-	catcher, err := mailcatcher.New(mailcatcher.Config{SMTPAddr: "127.0.0.1:0", Max: c.Messages + 10})
+	conn, err := broker.Dial(ctx, broker.Config{URL: env.AMQPURL})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	defer func() { _ = catcher.Close() }()
-	host, port, _ := net.SplitHostPort(catcher.Addr())
-	if err := prefill(ctx, env, channel, c.Messages); err != nil {
-		return 0, err
+	defer func() { _ = conn.Close() }()
+	bins, err := o.Binaries(ctx)
+	if err != nil {
+		return nil, err
 	}
-	cfg, l := config.LoadConsumer(envconf.FromMap(map[string]string{
-		"AMQP_URL": env.AMQPURL, "REDIS_URL": env.RedisURL, "REDIS_PREFIX": env.Prefix, "CHANNELS": channel,
-		"CONCURRENCY": fmt.Sprint(c.Concurrency), "METRICS_ADDR": "off", "RELAY": "off",
-		"SMTP_HOST": host, "SMTP_PORT": port, "SMTP_POOL_SIZE": fmt.Sprint(c.Concurrency),
+	res.Config = publicConfig(consumerEnv(env, c.Concurrency, c.Prefetch), o.ExtraEnv)
+	if c.ProviderLatency > 0 {
+		res.Config["slow provider run"] = fmt.Sprintf("SMS_PROVIDER=webhook (answers after %s), CONCURRENCY=%d, PREFETCH=%d", c.ProviderLatency, c.ProviderConcurrency, c.Prefetch)
+	}
+	for r := 1; r <= c.Rounds; r++ {
+		var rd ConsumerRound
+		if rd.Noop, err = noopRound(ctx, env, conn, c); err != nil {
+			return nil, fmt.Errorf("no-op provider: %w", err)
+		}
+		o.progress("consumer round %d: no-op provider %.0f msg/s (CONCURRENCY=%d PREFETCH=%d, in-process)", r, rd.Noop, c.Concurrency, c.Prefetch)
+		if c.ProviderLatency > 0 {
+			if rd.Slow, rd.SlowMem, err = binaryRound(ctx, o, bins, env, conn, c, topology.SMS); err != nil {
+				return nil, fmt.Errorf("provider taking %s: %w", c.ProviderLatency, err)
+			}
+			o.progress("consumer round %d: provider taking %s: %.0f msg/s (CONCURRENCY=%d), rss %.0f MB", r, c.ProviderLatency, rd.Slow, c.ProviderConcurrency, rd.SlowMem.Peak())
+		}
+		if rd.SMTP, rd.SMTPMem, err = binaryRound(ctx, o, bins, env, conn, c, topology.Mail); err != nil {
+			return nil, fmt.Errorf("SMTP: %w", err)
+		}
+		o.progress("consumer round %d: SMTP sink %.0f msg/s (CONCURRENCY=%d), rss %.0f MB", r, rd.SMTP, c.Concurrency, rd.SMTPMem.Peak())
+		if c.Baseline {
+			if rd.RawConsume, err = rawConsumeRound(ctx, conn, c); err != nil {
+				return nil, err
+			}
+			o.progress("consumer round %d: raw consume+ack %.0f msg/s (prefetch %d)", r, rd.RawConsume, c.Prefetch)
+		}
+		res.Rounds = append(res.Rounds, rd)
+	}
+	res.Median = consumerMedian(res.Rounds)
+	return res, nil
+}
+
+func consumerMedian(rounds []ConsumerRound) ConsumerMedian {
+	var noops, slows, smtps, raws, rss []float64
+	for _, r := range rounds {
+		noops, smtps = append(noops, r.Noop), append(smtps, r.SMTP)
+		if r.Slow > 0 {
+			slows = append(slows, r.Slow)
+		}
+		if r.RawConsume > 0 {
+			raws = append(raws, r.RawConsume)
+		}
+		rss = append(rss, max(r.SlowMem.Peak(), r.SMTPMem.Peak()))
+	}
+	m := ConsumerMedian{Noop: round2(median(noops)), Slow: round2(median(slows)), SMTP: round2(median(smtps)), RawConsume: round2(median(raws)), RSSMB: round2(median(rss))}
+	if m.RawConsume > 0 {
+		m.NoopRatio = round2(m.Noop / m.RawConsume)
+	}
+	return m
+}
+
+// consumerEnv is the consumer's configuration for a throughput run.
+func consumerEnv(env *Env, concurrency, prefetch int) map[string]string {
+	return map[string]string{
+		"AMQP_URL": env.AMQPURL, "REDIS_URL": env.RedisURL, "REDIS_PREFIX": env.Prefix, "RABBITMQ_MANAGEMENT_URL": env.ManagementURL,
+		"CONCURRENCY": strconv.Itoa(concurrency), "PREFETCH": strconv.Itoa(prefetch), "METRICS_ADDR": "off", "RELAY": "off", "LOG_FORMAT": "json",
 		"MAIL_QUEUE_TTL": "0s", "MAIL_QUEUE_MAX_LENGTH": "0", "SMS_QUEUE_TTL": "0s", "SMS_QUEUE_MAX_LENGTH": "0",
-	}))
+	}
+}
+
+func noopRound(ctx context.Context, env *Env, conn *amqp.Connection, c ConsumerOptions) (float64, error) {
+	if err := prefill(ctx, conn, topology.SMS, c.Messages); err != nil {
+		return 0, err
+	}
+	m := consumerEnv(env, c.Concurrency, c.Prefetch)
+	m["CHANNELS"] = topology.SMS
+	cfg, l := config.LoadConsumer(envconf.FromMap(m))
 	if err := l.Err(); err != nil {
 		return 0, err
 	}
 	p := &noop{}
-	sent := func() int {
-		if channel == topology.SMS {
-			return int(p.n.Load())
-		}
-		return catcher.Count()
-	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	started := make(chan time.Time, 1)
@@ -109,25 +187,106 @@ func consumeRound(ctx context.Context, o Options, c ConsumerOptions, channel str
 	case err := <-done:
 		return 0, err
 	}
-	for sent() < c.Messages {
+	err := waitCount(ctx, c.Messages, 2*time.Minute, func() int { return int(p.n.Load()) }, func() error {
 		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
 		case err := <-done:
-			return 0, fmt.Errorf("consumer stopped: %w", err)
-		case <-time.After(5 * time.Millisecond):
+			return fmt.Errorf("consumer stopped: %w", err)
+		default:
+			return nil
 		}
-	}
+	})
 	elapsed := time.Since(t0)
 	cancel()
-	if err := <-done; err != nil {
-		return 0, fmt.Errorf("consumer stopped with: %w", err)
+	if derr := <-done; err == nil && derr != nil {
+		err = fmt.Errorf("consumer stopped with: %w", derr)
 	}
-	return float64(c.Messages) / elapsed.Seconds(), nil
+	if err != nil {
+		return 0, err
+	}
+	return round2(float64(c.Messages) / elapsed.Seconds()), nil
 }
 
-// prefill publishes n notices to a channel's queue, pipelined in batches.
-func prefill(ctx context.Context, env *Env, channel string, n int) error {
+// binaryRound runs the consumer binary on a prefilled queue of channel:
+// SMS through the webhook provider to a sink answering after
+// ProviderLatency, mail through SMTP to the lean sink.
+func binaryRound(ctx context.Context, o *Options, bins *Binaries, env *Env, conn *amqp.Connection, c ConsumerOptions, channel string) (float64, Mem, error) {
+	if err := prefill(ctx, conn, channel, c.Messages); err != nil {
+		return 0, Mem{}, err
+	}
+	arr := NewArrivals()
+	m := consumerEnv(env, c.Concurrency, c.Prefetch)
+	m["CHANNELS"] = channel
+	queue := queueOf(channel)
+	if channel == topology.SMS {
+		sink, err := NewWebhookSink(arr, c.ProviderLatency)
+		if err != nil {
+			return 0, Mem{}, err
+		}
+		defer sink.Close()
+		m["SMS_PROVIDER"], m["SMS_WEBHOOK_URL"], m["SMS_WEBHOOK_SECRET"] = "webhook", sink.URL(), sink.Secret
+		m["CONCURRENCY"] = strconv.Itoa(c.ProviderConcurrency)
+		m["SMS_TIMEOUT"] = (c.ProviderLatency + 10*time.Second).String()
+	} else {
+		sink, err := NewSMTPSink(arr)
+		if err != nil {
+			return 0, Mem{}, err
+		}
+		defer sink.Close()
+		host, port, _ := net.SplitHostPort(sink.Addr())
+		m["SMTP_HOST"], m["SMTP_PORT"], m["SMTP_TLS"], m["SMTP_POOL_SIZE"] = host, port, "none", strconv.Itoa(min(c.Concurrency, 1000))
+	}
+	p, err := Start("consumer", filepath.Join(bins.Dir, "consumer"), nil, append(envList(m), o.ExtraEnv...), bins.LogDir)
+	if err != nil {
+		return 0, Mem{}, err
+	}
+	defer func() { _ = p.Stop(30 * time.Second) }()
+	if err := waitConsumers(ctx, conn, queue, p, 30*time.Second); err != nil {
+		return 0, Mem{}, err
+	}
+	t0 := time.Now()
+	sampler := SampleRSS(ctx, p.Pid())
+	err = waitCount(ctx, c.Messages, 2*time.Minute+time.Duration(c.Messages)*c.ProviderLatency/time.Duration(max(c.ProviderConcurrency, 1)), arr.Count, func() error {
+		if exited, _ := p.Exited(); exited {
+			return p.exitError()
+		}
+		return nil
+	})
+	elapsed := time.Since(t0)
+	mem := sampler.Stop()
+	if err != nil {
+		return 0, mem, fmt.Errorf("%w\nconsumer log:\n%s", err, p.Tail(20))
+	}
+	if err := p.Stop(30 * time.Second); err != nil {
+		return 0, mem, fmt.Errorf("consumer stop: %w\n%s", err, p.Tail(20))
+	}
+	return round2(float64(c.Messages) / elapsed.Seconds()), mem, nil
+}
+
+// rawConsumeRound is the baseline: amqp091-go consuming the same messages
+// with the same prefetch, acking (multiple) and doing nothing else.
+func rawConsumeRound(ctx context.Context, conn *amqp.Connection, c ConsumerOptions) (float64, error) {
+	if err := prefill(ctx, conn, topology.SMS, c.Messages); err != nil {
+		return 0, err
+	}
+	r, err := consumeN(ctx, conn, queueOf(topology.SMS), c.Prefetch, c.Messages)
+	return round2(r), err
+}
+
+func queueOf(channel string) string {
+	m, err := topology.Build(benchTopology(), "")
+	if err != nil {
+		return ""
+	}
+	ct, err := m.Channel(channel)
+	if err != nil {
+		return ""
+	}
+	return ct.Queue
+}
+
+// prefill publishes n notices to a channel's queue through the raw
+// windowed publisher.
+func prefill(ctx context.Context, conn *amqp.Connection, channel string, n int) error {
 	m, err := topology.Build(benchTopology(), "")
 	if err != nil {
 		return err
@@ -136,43 +295,14 @@ func prefill(ctx context.Context, env *Env, channel string, n int) error {
 	if err != nil {
 		return err
 	}
-	s, err := broker.NewSession(broker.Config{URL: env.AMQPURL})
-	if err != nil {
-		return err
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go s.Run(sctx)
-	if _, err := s.Conn(ctx); err != nil {
-		return err
-	}
-	pub, err := broker.NewPublisher(broker.PublisherConfig{Session: s})
-	if err != nil {
-		return err
-	}
-	defer pub.Close()
-	rcpt := func(i int) string {
-		if channel == topology.SMS {
-			return fmt.Sprintf("+86139%08d", i)
+	msgs := make([]amqp.Publishing, n)
+	for i := range n {
+		if msgs[i], err = envelope.Publishing(sampleMessage(channel, i)); err != nil {
+			return err
 		}
-		return fmt.Sprintf("user%d@example.com", i)
 	}
-	for from := 0; from < n; from += 500 {
-		var batch []broker.Outgoing
-		for i := from; i < min(from+500, n); i++ {
-			msg := &envelope.Message{Version: envelope.SchemaVersion, TaskID: fmt.Sprintf("lg-%s-%d", randomID(), i), Kind: envelope.Notification,
-				Channel: channel, Recipient: rcpt(i), Template: "notice", Variables: map[string]string{"title": "t", "content": "c"}, CreatedAt: time.Now()}
-			p, err := envelope.Publishing(msg)
-			if err != nil {
-				return err
-			}
-			batch = append(batch, broker.Outgoing{Exchange: ct.Exchange, RoutingKey: ct.RoutingKey, Msg: p})
-		}
-		for _, err := range pub.PublishBatch(ctx, batch) {
-			if err != nil {
-				return fmt.Errorf("prefill: %w", err)
-			}
-		}
+	if _, err := publishN(ctx, conn, 512, ct.Exchange, ct.RoutingKey, n, func(i int) amqp.Publishing { return msgs[i] }); err != nil {
+		return fmt.Errorf("prefill: %w", err)
 	}
 	return nil
 }

@@ -57,51 +57,77 @@ func (a *arrivals) take(prefix string, n int) []time.Duration {
 	return out
 }
 
+// DelayResult is the delay mode's section of the report (milliseconds).
+type DelayResult struct {
+	Mode      string       `json:"mode"`
+	Baseline  DelaySummary `json:"baseline"`   // single messages, no delay
+	Floor     DelaySummary `json:"burstFloor"` // the burst's size at once, no delay
+	Burst     DelaySummary `json:"burst"`
+	Mix       DelaySummary `json:"mix"`
+	MixMaxSec float64      `json:"mixMaxSec"`
+	BurstP99X float64      `json:"burstP99OverFloor"`
+	MixP99X   float64      `json:"mixP99OverBaseline"`
+}
+
+// DelaySummary is a delivered − due distribution in milliseconds.
+type DelaySummary struct {
+	N   int     `json:"n"`
+	P50 float64 `json:"p50Ms"`
+	P95 float64 `json:"p95Ms"`
+	P99 float64 `json:"p99Ms"`
+	Max float64 `json:"maxMs"`
+}
+
+func delaySummary(s Summary) DelaySummary {
+	f := func(d time.Duration) float64 { return round2(float64(d) / float64(time.Millisecond)) }
+	return DelaySummary{N: s.N, P50: f(s.P50), P95: f(s.P95), P99: f(s.P99), Max: f(s.Max)}
+}
+
 // Delay measures delivered − due for a burst of messages due at the same
 // instant and for a mix of delays up to MixMax, with the relay and a
 // recording consumer running in this process.
-func Delay(ctx context.Context, o Options, d DelayOptions, out io.Writer) error {
-	env, err := NewEnv(ctx, o, "delay")
+func Delay(ctx context.Context, o *Options, d DelayOptions, out io.Writer) (*DelayResult, error) {
+	env, err := NewEnv(ctx, *o, "delay")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer env.Close()
 	cfg := benchTopology()
 	cfg.Delay.Mode = d.Mode
 	if err := declare(ctx, env, cfg); err != nil {
-		return err
+		return nil, err
 	}
 	m, err := topology.Build(cfg, "")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s, err := broker.NewSession(broker.Config{URL: env.AMQPURL, Logger: zap.NewNop()})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	sctx, stop := context.WithCancel(ctx)
-	defer stop()
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	// Stop, then wait: the relay and consumer end only when sctx does.
+	defer func() { stop(); wg.Wait() }()
 	wg.Add(1)
 	go func() { defer wg.Done(); s.Run(sctx) }()
 	if _, err := s.Conn(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	pub, err := broker.NewPublisher(broker.PublisherConfig{Session: s, Channels: 64})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer pub.Close()
 	planner, err := delay.NewPlanner(m.Delay, d.Margin, d.Tolerance)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	delayed := delay.NewPublisher(pub, planner, m.Delay, nil)
 	if m.Delay.RelayQueue != "" {
 		relay, err := delay.NewRelay(delay.RelayConfig{Session: s, Publisher: pub, Planner: planner, Topology: m.Delay, Concurrency: d.Relay, Prefetch: d.Prefetch})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = relay.Run(sctx) }()
@@ -118,7 +144,7 @@ func Delay(ctx context.Context, o Options, d DelayOptions, out io.Writer) error 
 			return broker.Ack
 		}})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = c.Run(sctx) }()
@@ -149,11 +175,11 @@ func Delay(ctx context.Context, o Options, d DelayOptions, out io.Writer) error 
 		o := target("base-" + strconv.Itoa(i))
 		o.Msg.Headers = amqp.Table{envelope.HeaderDueAt: time.Now().UnixMilli()}
 		if err := pub.Publish(ctx, o.Exchange, o.RoutingKey, o.Msg); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if err := wait(d.Baseline, 30*time.Second); err != nil {
-		return err
+		return nil, err
 	}
 	base := summarize(arr.take("base-", d.Baseline))
 	fmt.Fprintf(out, "  baseline, no delay (%d):        %s\n", d.Baseline, base)
@@ -170,12 +196,12 @@ func Delay(ctx context.Context, o Options, d DelayOptions, out io.Writer) error 
 	for from := 0; from < len(flood); from += 500 {
 		for _, err := range pub.PublishBatch(ctx, flood[from:min(from+500, len(flood))]) {
 			if err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
 	if err := wait(d.Baseline+d.Burst, 60*time.Second); err != nil {
-		return err
+		return nil, err
 	}
 	floor := summarize(arr.take("flood-", d.Burst))
 	fmt.Fprintf(out, "  baseline, %d at once, no delay: %s\n", d.Burst, floor)
@@ -187,10 +213,10 @@ func Delay(ctx context.Context, o Options, d DelayOptions, out io.Writer) error 
 		burst = append(burst, delay.DelayedMessage{Outgoing: target("burst-" + strconv.Itoa(i)), Delay: time.Until(due)})
 	}
 	if err := publishAll(ctx, delayed, burst); err != nil {
-		return err
+		return nil, err
 	}
 	if err := wait(d.Baseline+2*d.Burst, d.BurstIn+60*time.Second); err != nil {
-		return err
+		return nil, err
 	}
 	b := summarize(arr.take("burst-", d.Burst))
 	fmt.Fprintf(out, "  burst of %d due at once (in %s): %s\n", d.Burst, d.BurstIn, b)
@@ -202,10 +228,10 @@ func Delay(ctx context.Context, o Options, d DelayOptions, out io.Writer) error 
 		mix = append(mix, delay.DelayedMessage{Outgoing: target("mix-" + strconv.Itoa(i)), Delay: dl})
 	}
 	if err := publishAll(ctx, delayed, mix); err != nil {
-		return err
+		return nil, err
 	}
 	if err := wait(d.Baseline+2*d.Burst+d.Mix, d.MixMax+60*time.Second); err != nil {
-		return err
+		return nil, err
 	}
 	x := summarize(arr.take("mix-", d.Mix))
 	if d.Worst > 0 {
@@ -224,7 +250,8 @@ func Delay(ctx context.Context, o Options, d DelayOptions, out io.Writer) error 
 	fmt.Fprintf(out, "  mix of %d, delays 50ms..%s:  %s\n", d.Mix, d.MixMax, x)
 	fmt.Fprintf(out, "  p99 over baseline: burst %.1fx of the same burst undelayed, mix %.1fx of single messages undelayed\n",
 		float64(b.P99)/float64(max(floor.P99, time.Microsecond)), float64(x.P99)/float64(max(base.P99, time.Microsecond)))
-	return nil
+	return &DelayResult{Mode: string(d.Mode), Baseline: delaySummary(base), Floor: delaySummary(floor), Burst: delaySummary(b), Mix: delaySummary(x),
+		MixMaxSec: d.MixMax.Seconds(), BurstP99X: round2(float64(b.P99) / float64(max(floor.P99, time.Microsecond))), MixP99X: round2(float64(x.P99) / float64(max(base.P99, time.Microsecond)))}, nil
 }
 
 func publishAll(ctx context.Context, p *delay.Publisher, msgs []delay.DelayedMessage) error {

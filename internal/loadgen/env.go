@@ -5,11 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net/url"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/mgmt"
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/topology"
@@ -26,11 +28,38 @@ type Env struct {
 	mc            *mgmt.Client
 }
 
-// Options locate the broker and Redis.
+// Options locate the broker and Redis, and the binaries a run starts.
 type Options struct {
 	AMQPURL       string // base URL; the vhost is replaced
 	ManagementURL string
 	RedisURL      string
+	BinDir        string    // prebuilt api and consumer; empty: build them once
+	Self          string    // loadgen binary for the baseline server; empty: find it
+	ExtraEnv      []string  // KEY=VALUE added to every api and consumer started
+	Progress      io.Writer // one line per phase as it ends; nil: none
+
+	bins *Binaries
+}
+
+// Binaries builds (or finds) the api and consumer once per Options.
+func (o *Options) Binaries(ctx context.Context) (*Binaries, error) {
+	if o.bins == nil {
+		b, err := Build(ctx, o.BinDir)
+		if err != nil {
+			return nil, err
+		}
+		o.bins = b
+	}
+	return o.bins, nil
+}
+
+// Close removes built binaries and logs.
+func (o *Options) Close() { o.bins.Close() }
+
+func (o *Options) progress(format string, args ...any) {
+	if o.Progress != nil {
+		_, _ = fmt.Fprintf(o.Progress, format+"\n", args...)
+	}
 }
 
 func randomID() string {
@@ -90,4 +119,17 @@ func benchTopology() topology.Config {
 		c.Channels[ch] = topology.ChannelConfig{}
 	}
 	return c
+}
+
+func declare(ctx context.Context, env *Env, cfg topology.Config) error {
+	m, err := topology.Build(cfg, "")
+	if err != nil {
+		return err
+	}
+	conn, err := broker.Dial(ctx, broker.Config{URL: env.AMQPURL})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	return broker.Declare(conn, m)
 }

@@ -1,0 +1,419 @@
+package loadgen
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// WriteText prints a report as human tables.
+func WriteText(w io.Writer, r Report) {
+	p := func(format string, args ...any) { _, _ = fmt.Fprintf(w, format+"\n", args...) }
+	p("loadgen: %s", r.Command)
+	p("machine: %d × %s, %s, RabbitMQ %s, Redis %s", r.Machine.NProc, r.Machine.CPU, r.Machine.GoVersion, r.Machine.RabbitMQ, r.Machine.Redis)
+	if a := r.API; a != nil {
+		p("")
+		p("API (%s, %s, %d connections, %.0fs per phase, medians of %d rounds)", a.Target, a.Endpoint, a.Concurrency, a.DurationSec, len(a.Rounds))
+		p("  limits: %s", a.Limits)
+		p("  %-34s %12s %9s %9s %9s %9s", "", "req/s", "p50 ms", "p90 ms", "p99 ms", "max ms")
+		m := a.Median
+		if m.MaxRPS > 0 {
+			p("  %-34s %12.0f %9.2f %9.2f %9.2f %9.2f", "api, max (closed loop)", m.MaxRPS, m.MaxLatency.P50, m.MaxLatency.P90, m.MaxLatency.P99, m.MaxLatency.Max)
+		}
+		if m.FixedRate > 0 {
+			label := fmt.Sprintf("api, fixed %.0f/s (CO-corrected)", m.FixedRate)
+			p("  %-34s %12.0f %9.2f %9.2f %9.2f %9.2f", label, m.FixedRPS, m.FixedLatency.P50, m.FixedLatency.P90, m.FixedLatency.P99, m.FixedLatency.Max)
+		}
+		if m.BaselineRPS > 0 {
+			p("  %-34s %12.0f %9.2f %9.2f %9.2f %9.2f", "raw path (echo+Lua+confirm), max", m.BaselineRPS, m.BaselineLatency.P50, m.BaselineLatency.P90, m.BaselineLatency.P99, m.BaselineLatency.Max)
+			p("  api / raw path: %.2f", m.Ratio)
+			p("  raw confirmed publish: %.0f msg/s (window %d); raw consume+ack: %.0f msg/s (prefetch %d)", m.RawPublish, a.Window, m.RawConsume, a.Window)
+		}
+		if m.APIRSSMB > 0 {
+			p("  api peak RSS under max load: %.0f MB", m.APIRSSMB)
+		}
+		for i, rd := range a.Rounds {
+			var parts []string
+			if rd.Max != nil {
+				parts = append(parts, fmt.Sprintf("max %.0f/s [%s]", rd.Max.AcceptedRPS, codesString(rd.Max.Codes)))
+			}
+			if rd.Fixed != nil {
+				parts = append(parts, fmt.Sprintf("fixed %.0f/s p99 %.2f ms [%s]", rd.Fixed.TargetRate, rd.Fixed.Latency.P99, codesString(rd.Fixed.Codes)))
+			}
+			if rd.Baseline != nil {
+				parts = append(parts, fmt.Sprintf("raw path %.0f/s", rd.Baseline.AcceptedRPS))
+			}
+			p("  round %d: %s", i+1, strings.Join(parts, ", "))
+		}
+	}
+	if c := r.Consumer; c != nil {
+		p("")
+		p("Consumer (%d messages prefilled per run, medians of %d rounds)", c.Messages, len(c.Rounds))
+		p("  %-52s %10s", "", "msg/s")
+		m := c.Median
+		p("  %-52s %10.0f", fmt.Sprintf("no-op provider (CONCURRENCY=%d PREFETCH=%d)", c.Concurrency, c.Prefetch), m.Noop)
+		if m.Slow > 0 {
+			p("  %-52s %10.0f", fmt.Sprintf("provider taking %.0f ms (CONCURRENCY=%d)", c.ProviderLatencyMs, c.ProviderConcurrency), m.Slow)
+		}
+		p("  %-52s %10.0f", "SMTP sink", m.SMTP)
+		if m.RawConsume > 0 {
+			p("  %-52s %10.0f", fmt.Sprintf("raw consume+ack (prefetch %d)", c.Prefetch), m.RawConsume)
+			p("  no-op / raw consume+ack: %.2f", m.NoopRatio)
+		}
+		if m.RSSMB > 0 {
+			p("  consumer peak RSS: %.0f MB", m.RSSMB)
+		}
+	}
+	if e := r.E2E; e != nil {
+		p("")
+		p("End to end (%.0f codes/s for %.0fs, %.0f%% SMS, %d connections, medians of %d rounds)", e.Rate, e.DurationSec, e.SMSShare*100, e.Concurrency, len(e.Rounds))
+		p("  %-32s %9s %9s %9s %9s", "", "p50 ms", "p90 ms", "p99 ms", "max ms")
+		for _, row := range []struct {
+			name string
+			l    Latency
+		}{{"api accept (CO-corrected)", e.Median.Accept}, {"accept → received, all", e.Median.All}, {"accept → received, mail", e.Median.Mail}, {"accept → received, sms", e.Median.SMS}} {
+			p("  %-32s %9.2f %9.2f %9.2f %9.2f", row.name, row.l.P50, row.l.P90, row.l.P99, row.l.Max)
+		}
+		p("  %-8s %9s %9s %6s %6s %8s %5s %6s %9s %9s", "round", "accepted", "received", "dups", "dead", "expired", "lost", "drain", "api MB", "cons MB")
+		for i, rd := range e.Rounds {
+			p("  %-8d %9d %9d %6d %6d %8d %5d %5.1fs %9.0f %9.0f", i+1, rd.Accepted, rd.Received, rd.Duplicates, rd.DeadLettered, rd.Expired, rd.Lost, rd.DrainSec, rd.APIMem.Peak(), rd.ConsumerMem.Peak())
+		}
+	}
+	if d := r.Delay; d != nil {
+		p("")
+		p("Delay accuracy, delivered − due (mode %s)", d.Mode)
+		p("  %-36s %7s %9s %9s %9s %9s", "", "n", "p50 ms", "p95 ms", "p99 ms", "max ms")
+		for _, row := range []struct {
+			name string
+			s    DelaySummary
+		}{{"baseline, no delay", d.Baseline}, {"burst floor, no delay", d.Floor}, {"burst due at once", d.Burst}, {fmt.Sprintf("mix up to %.0fs", d.MixMaxSec), d.Mix}} {
+			p("  %-36s %7d %9.2f %9.2f %9.2f %9.2f", row.name, row.s.N, row.s.P50, row.s.P95, row.s.P99, row.s.Max)
+		}
+		p("  p99 over baseline: burst %.1f×, mix %.1f×", d.BurstP99X, d.MixP99X)
+	}
+	if len(r.Targets) > 0 {
+		p("")
+		p("Targets")
+		for _, t := range r.Targets {
+			p("  %-12s %-72s %-14s %s", t.Status(), t.Figure, t.Want, t.Value)
+		}
+	}
+	for _, e := range r.Errors {
+		p("error: %s", e)
+	}
+}
+
+// GoBench is one benchmark's medians over its -count runs.
+type GoBench struct {
+	Pkg    string
+	Name   string
+	Runs   int
+	Values map[string]float64 // unit (ns/op, B/op, allocs/op, custom) → median
+	Units  []string           // in the order they appeared
+}
+
+// ParseGoBench reads `go test -bench` output and returns each benchmark's
+// medians, in the order they first appeared.
+func ParseGoBench(r io.Reader) ([]GoBench, error) {
+	type acc struct {
+		b    GoBench
+		vals map[string][]float64
+	}
+	var order []string
+	all := map[string]*acc{}
+	pkg := ""
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if p, ok := strings.CutPrefix(line, "pkg: "); ok {
+			pkg = strings.TrimSpace(p)
+			continue
+		}
+		if !strings.HasPrefix(line, "Benchmark") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 4 || len(f)%2 != 0 {
+			continue
+		}
+		if _, err := strconv.Atoi(f[1]); err != nil {
+			continue
+		}
+		key := pkg + " " + f[0]
+		a := all[key]
+		if a == nil {
+			a = &acc{b: GoBench{Pkg: pkg, Name: f[0]}, vals: map[string][]float64{}}
+			all[key] = a
+			order = append(order, key)
+		}
+		a.b.Runs++
+		for i := 2; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				continue
+			}
+			unit := f[i+1]
+			if _, seen := a.vals[unit]; !seen {
+				a.b.Units = append(a.b.Units, unit)
+			}
+			a.vals[unit] = append(a.vals[unit], v)
+		}
+	}
+	out := make([]GoBench, 0, len(order))
+	for _, k := range order {
+		a := all[k]
+		a.b.Values = map[string]float64{}
+		for u, vs := range a.vals {
+			a.b.Values[u] = median(vs)
+		}
+		out = append(out, a.b)
+	}
+	return out, sc.Err()
+}
+
+// MarkdownInput is what BENCHMARKS.md is made of.
+type MarkdownInput struct {
+	Report   Report
+	Commands []string  // how the numbers were produced
+	GoBench  []GoBench // may be empty
+	WallTime string    // of the whole make bench, if known
+}
+
+// WriteMarkdown renders BENCHMARKS.md.
+func WriteMarkdown(w io.Writer, in MarkdownInput) {
+	r := in.Report
+	p := func(format string, args ...any) { _, _ = fmt.Fprintf(w, format+"\n", args...) }
+	p("# Benchmarks")
+	p("")
+	p("Generated by `make bench` (scripts/bench.sh) on %s; do not edit by hand. Every figure is the median of the rounds shown, measured side by side with the raw limit of the same machine in the same run: on these shared machines absolute numbers drift, ratios hold.", r.Started.UTC().Format("2006-01-02 15:04 UTC"))
+	p("")
+	p("## Commands")
+	p("")
+	p("```")
+	for _, c := range in.Commands {
+		p("%s", c)
+	}
+	p("```")
+	if in.WallTime != "" {
+		p("")
+		p("Wall time of the whole `make bench`: %s.", in.WallTime)
+	}
+	p("")
+	p("## Machine")
+	p("")
+	p("| | |")
+	p("|---|---|")
+	p("| CPUs (nproc) | %d |", r.Machine.NProc)
+	p("| CPU | %s |", r.Machine.CPU)
+	p("| Go | %s |", r.Machine.GoVersion)
+	p("| RabbitMQ | %s |", r.Machine.RabbitMQ)
+	p("| Redis | %s |", r.Machine.Redis)
+	if r.Machine.Kernel != "" {
+		p("| Linux | %s |", r.Machine.Kernel)
+	}
+	p("")
+	p("## Targets")
+	p("")
+	p("| figure | target | measured | |")
+	p("|---|---|---|---|")
+	for _, t := range r.Targets {
+		p("| %s | %s | %s | %s |", t.Figure, t.Want, t.Value, t.Status())
+	}
+	if a := r.API; a != nil {
+		m := a.Median
+		p("")
+		p("## API")
+		p("")
+		p("%s, `%s`, %d keep-alive connections, %.0f s per phase, %d rounds. Limits: %s.", a.Target, endpointPath(a.Endpoint), a.Concurrency, a.DurationSec, len(a.Rounds), a.Limits)
+		if len(a.Config) > 0 {
+			p("")
+			p("api configuration: %s.", configLine(a.Config))
+		}
+		p("")
+		p("| | req/s | p50 ms | p90 ms | p99 ms | max ms |")
+		p("|---|---:|---:|---:|---:|---:|")
+		if m.MaxRPS > 0 {
+			p("| api, max (closed loop) | %.0f | %.2f | %.2f | %.2f | %.2f |", m.MaxRPS, m.MaxLatency.P50, m.MaxLatency.P90, m.MaxLatency.P99, m.MaxLatency.Max)
+		}
+		if m.FixedRate > 0 {
+			p("| api at %.0f req/s (open loop, from the intended send time) | %.0f | %.2f | %.2f | %.2f | %.2f |", m.FixedRate, m.FixedRPS, m.FixedLatency.P50, m.FixedLatency.P90, m.FixedLatency.P99, m.FixedLatency.Max)
+		}
+		if m.BaselineRPS > 0 {
+			p("| raw path: echo + one Lua call + one confirmed publish, max | %.0f | %.2f | %.2f | %.2f | %.2f |", m.BaselineRPS, m.BaselineLatency.P50, m.BaselineLatency.P90, m.BaselineLatency.P99, m.BaselineLatency.Max)
+			p("")
+			p("api / raw path = **%.2f**. Raw confirmed publish (one channel, window %d): %.0f msg/s. Raw consume+ack (prefetch %d): %.0f msg/s.", m.Ratio, a.Window, m.RawPublish, a.Window, m.RawConsume)
+		}
+		if m.APIRSSMB > 0 {
+			p("")
+			p("api peak RSS under max load (median of rounds): %.0f MB.", m.APIRSSMB)
+		}
+		p("")
+		p("| round | max req/s | status codes | fixed req/s | p99 ms | raw path req/s | raw publish msg/s | raw consume msg/s | api RSS MB |")
+		p("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+		for i, rd := range a.Rounds {
+			var mx, codes, fx, fp, bs string
+			if rd.Max != nil {
+				mx, codes = fmt.Sprintf("%.0f", rd.Max.AcceptedRPS), codesString(rd.Max.Codes)
+			}
+			if rd.Fixed != nil {
+				fx, fp = fmt.Sprintf("%.0f", rd.Fixed.TargetRate), fmt.Sprintf("%.2f", rd.Fixed.Latency.P99)
+			}
+			if rd.Baseline != nil {
+				bs = fmt.Sprintf("%.0f", rd.Baseline.AcceptedRPS)
+			}
+			p("| %d | %s | %s | %s | %s | %s | %.0f | %.0f | %.0f |", i+1, mx, codes, fx, fp, bs, rd.RawPublish, rd.RawConsume, rd.APIMem.Peak())
+		}
+	}
+	if c := r.Consumer; c != nil {
+		m := c.Median
+		p("")
+		p("## Consumer")
+		p("")
+		p("One consumer, %d messages prefilled per run, %d rounds.", c.Messages, len(c.Rounds))
+		if len(c.Config) > 0 {
+			p("")
+			p("Consumer configuration: %s.", configLine(c.Config))
+		}
+		p("")
+		p("| | msg/s | config |")
+		p("|---|---:|---|")
+		p("| no-op provider (dispatch in-process: claim, status, render, ack) | %.0f | CONCURRENCY=%d PREFETCH=%d |", m.Noop, c.Concurrency, c.Prefetch)
+		if m.Slow > 0 {
+			p("| provider taking %.0f ms per send (consumer binary, webhook SMS provider) | %.0f | CONCURRENCY=%d PREFETCH=%d |", c.ProviderLatencyMs, m.Slow, c.ProviderConcurrency, c.Prefetch)
+		}
+		p("| SMTP sink on loopback (consumer binary) | %.0f | CONCURRENCY=%d SMTP_POOL_SIZE=%d |", m.SMTP, c.Concurrency, c.Concurrency)
+		if m.RawConsume > 0 {
+			p("| raw consume+ack, amqp091-go | %.0f | prefetch %d, multiple acks |", m.RawConsume, c.Prefetch)
+			p("")
+			p("no-op / raw consume+ack = **%.2f**.", m.NoopRatio)
+		}
+		p("")
+		p("| round | no-op | slow provider | SMTP | raw consume+ack | consumer RSS MB |")
+		p("|---|---:|---:|---:|---:|---:|")
+		for i, rd := range c.Rounds {
+			p("| %d | %.0f | %.0f | %.0f | %.0f | %.0f |", i+1, rd.Noop, rd.Slow, rd.SMTP, rd.RawConsume, max(rd.SlowMem.Peak(), rd.SMTPMem.Peak()))
+		}
+	}
+	if e := r.E2E; e != nil {
+		p("")
+		p("## End to end")
+		p("")
+		p("Real api and consumer binaries, production queue settings; `POST /api/verification-codes` at %.0f/s for %.0f s (%.0f%% SMS), %d connections, %d rounds. Accept → received: from the 202 to the built-in SMTP sink (mail, `X-Msgpulse-Task-Id`) or SMS webhook sink (`taskId`). Lost = accepted − received − dead-lettered − expired.", e.Rate, e.DurationSec, e.SMSShare*100, e.Concurrency, len(e.Rounds))
+		if len(e.Config) > 0 {
+			p("")
+			p("Configuration: %s. Limits: %s.", configLine(e.Config), e.Limits)
+		}
+		p("")
+		p("| | p50 ms | p90 ms | p99 ms | max ms |")
+		p("|---|---:|---:|---:|---:|")
+		for _, row := range []struct {
+			name string
+			l    Latency
+		}{{"api accept (open loop)", e.Median.Accept}, {"accept → received, all", e.Median.All}, {"accept → received, mail", e.Median.Mail}, {"accept → received, SMS", e.Median.SMS}} {
+			p("| %s | %.2f | %.2f | %.2f | %.2f |", row.name, row.l.P50, row.l.P90, row.l.P99, row.l.Max)
+		}
+		p("")
+		p("| round | accepted | received | duplicates | dead-lettered | expired | lost | drain s | api RSS MB | consumer RSS MB |")
+		p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		for i, rd := range e.Rounds {
+			p("| %d | %d | %d | %d | %d | %d | %d | %.1f | %.0f | %.0f |", i+1, rd.Accepted, rd.Received, rd.Duplicates, rd.DeadLettered, rd.Expired, rd.Lost, rd.DrainSec, rd.APIMem.Peak(), rd.ConsumerMem.Peak())
+		}
+	}
+	if d := r.Delay; d != nil {
+		p("")
+		p("## Delay accuracy")
+		p("")
+		p("Delivered − due, mode %s.", d.Mode)
+		p("")
+		p("| | n | p50 ms | p95 ms | p99 ms | max ms |")
+		p("|---|---:|---:|---:|---:|---:|")
+		for _, row := range []struct {
+			name string
+			s    DelaySummary
+		}{{"baseline: single messages, no delay", d.Baseline}, {"burst floor: the burst at once, no delay", d.Floor}, {"burst due at the same instant", d.Burst}, {fmt.Sprintf("mix of delays up to %.0f s", d.MixMaxSec), d.Mix}} {
+			p("| %s | %d | %.2f | %.2f | %.2f | %.2f |", row.name, row.s.N, row.s.P50, row.s.P95, row.s.P99, row.s.Max)
+		}
+		p("")
+		p("p99 over baseline: burst %.1f×, mix %.1f×.", d.BurstP99X, d.MixP99X)
+	}
+	if len(in.GoBench) > 0 {
+		p("")
+		p("## Go benchmarks")
+		p("")
+		p("Medians of `-count` runs.")
+		p("")
+		p("| package | benchmark | runs | ns/op | B/op | allocs/op | other |")
+		p("|---|---|---:|---:|---:|---:|---|")
+		for _, b := range in.GoBench {
+			var other []string
+			for _, u := range b.Units {
+				switch u {
+				case "ns/op", "B/op", "allocs/op":
+				default:
+					other = append(other, fmt.Sprintf("%s %s", fmtNum(b.Values[u]), u))
+				}
+			}
+			p("| %s | %s | %d | %s | %s | %s | %s |", strings.TrimPrefix(b.Pkg, "github.com/msgpulse/msgpulse/"), b.Name, b.Runs,
+				fmtUnit(b, "ns/op"), fmtUnit(b, "B/op"), fmtUnit(b, "allocs/op"), strings.Join(other, ", "))
+		}
+	}
+	if len(r.Errors) > 0 {
+		p("")
+		p("## Errors")
+		p("")
+		for _, e := range r.Errors {
+			p("- %s", e)
+		}
+	}
+}
+
+func endpointPath(e string) string {
+	switch e {
+	case EndpointSend:
+		return "POST /api/messages/send"
+	case EndpointMix:
+		return "POST /api/verification-codes and /api/messages/send, alternating"
+	}
+	return "POST /api/verification-codes"
+}
+
+func fmtUnit(b GoBench, unit string) string {
+	v, ok := b.Values[unit]
+	if !ok {
+		return ""
+	}
+	return fmtNum(v)
+}
+
+func fmtNum(v float64) string {
+	switch {
+	case v >= 100 || v == float64(int64(v)):
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case v >= 1:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+// configLine lists a configuration as `K=V` items, sorted.
+func configLine(m map[string]string) string {
+	items := make([]string, 0, len(m))
+	for _, k := range sortedKeys(m) {
+		items = append(items, "`"+k+"="+m[k]+"`")
+	}
+	return strings.Join(items, ", ")
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys(m map[string]string) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

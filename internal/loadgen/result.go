@@ -1,0 +1,220 @@
+package loadgen
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/msgpulse/msgpulse/internal/mgmt"
+	"github.com/msgpulse/msgpulse/internal/rdb"
+)
+
+// Report is everything one loadgen invocation measured: what --json
+// prints and what `loadgen report` renders.
+type Report struct {
+	Command  string          `json:"command"`
+	Started  time.Time       `json:"started"`
+	Machine  Machine         `json:"machine"`
+	API      *APIResult      `json:"api,omitempty"`
+	Consumer *ConsumerResult `json:"consumer,omitempty"`
+	E2E      *E2EResult      `json:"e2e,omitempty"`
+	Delay    *DelayResult    `json:"delay,omitempty"`
+	Targets  []Target        `json:"targets"`
+	Errors   []string        `json:"errors,omitempty"`
+}
+
+// Machine says where the numbers come from.
+type Machine struct {
+	NProc     int    `json:"nproc"`
+	CPU       string `json:"cpu"`
+	GoVersion string `json:"goVersion"`
+	RabbitMQ  string `json:"rabbitmq"`
+	Redis     string `json:"redis"`
+	Kernel    string `json:"kernel,omitempty"`
+}
+
+// Describe fills in the machine, asking the broker and Redis their versions.
+func Describe(ctx context.Context, o Options) Machine {
+	m := Machine{NProc: runtime.NumCPU(), GoVersion: runtime.Version(), CPU: cpuModel(), RabbitMQ: "unknown", Redis: "unknown"}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if mc, err := mgmt.New(o.ManagementURL, 5*time.Second); err == nil {
+		if ov, err := mc.Overview(ctx); err == nil {
+			m.RabbitMQ = ov.RabbitMQVersion
+		}
+	}
+	if rc, err := rdb.New(o.RedisURL); err == nil {
+		if info, err := rc.Info(ctx, "server").Result(); err == nil {
+			for line := range strings.SplitSeq(info, "\n") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+					m.Redis = v
+				}
+			}
+		}
+		_ = rc.Close()
+	}
+	return m
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return "unknown"
+	}
+	defer func() { _ = f.Close() }()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+// Target is one line of the issue's targets table, evaluated.
+type Target struct {
+	Figure string `json:"figure"`
+	Want   string `json:"target"`
+	Value  string `json:"value"`         // what was measured, "not measured" if the run did not
+	Met    *bool  `json:"met,omitempty"` // nil when not measured
+}
+
+// Status is "met", "missed" or "not measured".
+func (t Target) Status() string {
+	switch {
+	case t.Met == nil:
+		return "not measured"
+	case *t.Met:
+		return "met"
+	}
+	return "missed"
+}
+
+// Target thresholds (issue 7).
+const (
+	TargetAPIRatio       = 0.75
+	TargetAPIP99Ms       = 10.0
+	TargetConsumerNoop   = 10000.0
+	TargetConsumerRatio  = 0.4
+	TargetConsumerSlow   = 2000.0
+	TargetSlowLatency    = 200 * time.Millisecond
+	TargetE2ERate        = 1000.0
+	TargetE2EP99Ms       = 50.0
+	TargetRSSMB          = 100.0
+	notMeasured          = "not measured"
+	targetRateTolerance  = 0.95 // an e2e run at ≥ 95% of 1,000 msg/s counts
+	halfMaxRateTolerance = 0.05 // "half of max" within 5 %
+)
+
+// Evaluate computes the targets table from a report's medians.
+func Evaluate(r Report) []Target {
+	b := func(v bool) *bool { return &v }
+	var ts []Target
+
+	t := Target{Figure: "API max throughput / raw path throughput, same run", Want: "≥ 0.75", Value: notMeasured}
+	if a := r.API; a != nil && a.Median.BaselineRPS > 0 && a.Median.MaxRPS > 0 {
+		t.Value = fmt.Sprintf("%.2f (%.0f / %.0f req/s)", a.Median.Ratio, a.Median.MaxRPS, a.Median.BaselineRPS)
+		t.Met = b(a.Median.Ratio >= TargetAPIRatio)
+	}
+	ts = append(ts, t)
+
+	t = Target{Figure: "API p99 at half of its max throughput", Want: "≤ 10 ms", Value: notMeasured}
+	if a := r.API; a != nil && a.HalfMax && a.Median.FixedLatency.N > 0 {
+		t.Value = fmt.Sprintf("%.2f ms at %.0f req/s", a.Median.FixedLatency.P99, a.Median.FixedRate)
+		t.Met = b(a.Median.FixedLatency.P99 <= TargetAPIP99Ms)
+	}
+	ts = append(ts, t)
+
+	t = Target{Figure: "Consumer throughput, no-op provider, with idempotency and status updates", Want: "≥ 10,000 msg/s, and ≥ 0.4 × raw consume+ack", Value: notMeasured}
+	if c := r.Consumer; c != nil && c.Median.Noop > 0 {
+		t.Value = fmt.Sprintf("%.0f msg/s", c.Median.Noop)
+		ok := c.Median.Noop >= TargetConsumerNoop
+		if c.Median.RawConsume > 0 {
+			t.Value += fmt.Sprintf(", %.2f × raw (%.0f msg/s)", c.Median.NoopRatio, c.Median.RawConsume)
+			ok = ok && c.Median.NoopRatio >= TargetConsumerRatio
+			t.Met = b(ok)
+		} else {
+			t.Value += ", raw consume+ack not measured (--baseline)"
+			if !ok {
+				t.Met = b(false)
+			}
+		}
+	}
+	ts = append(ts, t)
+
+	t = Target{Figure: "Consumer throughput, provider taking 200 ms per send", Want: "≥ 2,000 msg/s from one process", Value: notMeasured}
+	if c := r.Consumer; c != nil && c.ProviderLatencyMs == float64(TargetSlowLatency/time.Millisecond) && c.Median.Slow > 0 {
+		t.Value = fmt.Sprintf("%.0f msg/s (CONCURRENCY=%d)", c.Median.Slow, c.ProviderConcurrency)
+		t.Met = b(c.Median.Slow >= TargetConsumerSlow)
+	}
+	ts = append(ts, t)
+
+	t = Target{Figure: "End-to-end p99 at 1,000 msg/s through SMTP", Want: "≤ 50 ms", Value: notMeasured}
+	if e := r.E2E; e != nil && e.Rate >= TargetE2ERate*targetRateTolerance && e.Median.Mail.N > 0 {
+		t.Value = fmt.Sprintf("%.2f ms (mail, at %.0f msg/s)", e.Median.Mail.P99, e.Rate)
+		t.Met = b(e.Median.Mail.P99 <= TargetE2EP99Ms)
+	}
+	ts = append(ts, t)
+
+	t = Target{Figure: "Lost messages in any e2e run", Want: "0", Value: notMeasured}
+	if e := r.E2E; e != nil && len(e.Rounds) > 0 {
+		lost := 0
+		for _, rd := range e.Rounds {
+			lost += rd.Lost
+		}
+		t.Value = fmt.Sprintf("%d (of %d accepted in %d rounds)", lost, e.TotalAccepted(), len(e.Rounds))
+		t.Met = b(lost == 0)
+	}
+	ts = append(ts, t)
+
+	t = Target{Figure: "RSS of api and consumer under max load", Want: "≤ 100 MB each", Value: notMeasured}
+	apiMB, consMB := r.PeakRSS()
+	if apiMB > 0 || consMB > 0 {
+		var parts []string
+		ok := true
+		if apiMB > 0 {
+			parts = append(parts, fmt.Sprintf("api %.0f MB", apiMB))
+			ok = ok && apiMB <= TargetRSSMB
+		}
+		if consMB > 0 {
+			parts = append(parts, fmt.Sprintf("consumer %.0f MB", consMB))
+			ok = ok && consMB <= TargetRSSMB
+		}
+		t.Value = strings.Join(parts, ", ")
+		if apiMB == 0 || consMB == 0 {
+			t.Value += " (the other not measured)"
+		}
+		t.Met = b(ok)
+	}
+	ts = append(ts, t)
+	return ts
+}
+
+// PeakRSS is the highest RSS of the api and of a consumer binary seen in
+// any mode and round.
+func (r Report) PeakRSS() (apiMB, consumerMB float64) {
+	if a := r.API; a != nil {
+		for _, rd := range a.Rounds {
+			apiMB = max(apiMB, rd.APIMem.Peak())
+		}
+	}
+	if e := r.E2E; e != nil {
+		for _, rd := range e.Rounds {
+			apiMB = max(apiMB, rd.APIMem.Peak())
+			consumerMB = max(consumerMB, rd.ConsumerMem.Peak())
+		}
+	}
+	if c := r.Consumer; c != nil {
+		for _, rd := range c.Rounds {
+			consumerMB = max(consumerMB, rd.SlowMem.Peak(), rd.SMTPMem.Peak())
+		}
+	}
+	return apiMB, consumerMB
+}

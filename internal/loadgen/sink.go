@@ -1,0 +1,200 @@
+package loadgen
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/textproto"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/emersion/go-smtp"
+
+	"github.com/msgpulse/msgpulse/internal/provider/mail"
+	"github.com/msgpulse/msgpulse/internal/provider/sms"
+)
+
+// Arrivals records which task ids a sink received, and when first.
+type Arrivals struct {
+	mu    sync.Mutex
+	first map[string]time.Time
+	dups  int64
+	noID  int64
+	n     atomic.Int64 // unique arrivals, readable without the lock
+}
+
+// NewArrivals returns an empty record.
+func NewArrivals() *Arrivals { return &Arrivals{first: map[string]time.Time{}} }
+
+// Add records one arrival of id at at.
+func (a *Arrivals) Add(id string, at time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if id == "" {
+		a.noID++
+		return
+	}
+	if _, ok := a.first[id]; ok {
+		a.dups++
+		return
+	}
+	a.first[id] = at
+	a.n.Add(1)
+}
+
+// Count is the number of distinct ids received.
+func (a *Arrivals) Count() int { return int(a.n.Load()) }
+
+// Take returns the arrivals so far and forgets them.
+func (a *Arrivals) Take() (first map[string]time.Time, dups, noID int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	first, dups, noID = a.first, a.dups, a.noID
+	a.first, a.dups, a.noID = map[string]time.Time{}, 0, 0
+	a.n.Store(0)
+	return first, dups, noID
+}
+
+// SMTPSink is a lean SMTP server that keeps nothing but the task id header
+// of each message and its arrival time: a mail catcher that parses MIME
+// would measure itself.
+type SMTPSink struct {
+	srv  *smtp.Server
+	ln   net.Listener
+	arr  *Arrivals
+	done chan struct{}
+}
+
+// NewSMTPSink listens on a free loopback port.
+func NewSMTPSink(arr *Arrivals) (*SMTPSink, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &SMTPSink{ln: ln, arr: arr, done: make(chan struct{})}
+	s.srv = smtp.NewServer(smtp.BackendFunc(func(*smtp.Conn) (smtp.Session, error) { return &sinkSession{arr: arr}, nil }))
+	s.srv.Domain = "loadgen.sink"
+	s.srv.ReadTimeout, s.srv.WriteTimeout = time.Minute, time.Minute
+	s.srv.MaxRecipients = 10
+	s.srv.ErrorLog = quietLog{}
+	go func() { defer close(s.done); _ = s.srv.Serve(ln) }()
+	return s, nil
+}
+
+// Addr is host:port.
+func (s *SMTPSink) Addr() string { return s.ln.Addr().String() }
+
+// Close stops the server and its connections.
+func (s *SMTPSink) Close() {
+	_ = s.srv.Close()
+	<-s.done
+}
+
+type sinkSession struct{ arr *Arrivals }
+
+func (*sinkSession) Reset()                               {}
+func (*sinkSession) Logout() error                        { return nil }
+func (*sinkSession) Mail(string, *smtp.MailOptions) error { return nil }
+func (*sinkSession) Rcpt(string, *smtp.RcptOptions) error { return nil }
+
+func (ss *sinkSession) Data(r io.Reader) error {
+	br := bufio.NewReader(r)
+	h, err := textproto.NewReader(br).ReadMIMEHeader()
+	if err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	ss.arr.Add(h.Get(mail.TaskHeader), time.Now())
+	_, err = io.Copy(io.Discard, br)
+	return err
+}
+
+type quietLog struct{}
+
+func (quietLog) Printf(string, ...any) {}
+func (quietLog) Println(...any)        {}
+
+// WebhookSink receives what the SMS webhook provider posts, checks its
+// signature, and answers 200 after Latency, as a vendor API would.
+type WebhookSink struct {
+	Secret  string
+	latency time.Duration
+	arr     *Arrivals
+	srv     *http.Server
+	ln      net.Listener
+	done    chan struct{}
+	badSig  atomic.Int64
+}
+
+// NewWebhookSink listens on a free loopback port.
+func NewWebhookSink(arr *Arrivals, latency time.Duration) (*WebhookSink, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	w := &WebhookSink{Secret: "loadgen-webhook-secret-" + randomID(), latency: latency, arr: arr, ln: ln, done: make(chan struct{})}
+	w.srv = &http.Server{Handler: w, ReadHeaderTimeout: 10 * time.Second}
+	go func() { defer close(w.done); _ = w.srv.Serve(ln) }()
+	return w, nil
+}
+
+// URL is where the provider posts.
+func (w *WebhookSink) URL() string { return "http://" + w.ln.Addr().String() + "/sms" }
+
+// BadSignatures counts requests whose signature did not verify.
+func (w *WebhookSink) BadSignatures() int64 { return w.badSig.Load() }
+
+// Close stops the server.
+func (w *WebhookSink) Close() {
+	_ = w.srv.Close()
+	<-w.done
+}
+
+func (w *WebhookSink) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		http.Error(rw, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if err := sms.VerifyWebhookSignature(w.Secret, r.Header.Get(sms.WebhookTimestampHeader), body, r.Header.Get(sms.WebhookSignatureHeader)); err != nil {
+		w.badSig.Add(1)
+		http.Error(rw, err.Error(), http.StatusUnauthorized)
+		return
+	}
+	var p struct {
+		TaskID string `json:"taskId"`
+	}
+	if err := json.Unmarshal(body, &p); err != nil {
+		http.Error(rw, err.Error(), http.StatusBadRequest)
+		return
+	}
+	// The vendor's own time per send: simulated, not an outcome waited on.
+	if w.latency > 0 && !pace(r.Context(), w.latency) {
+		return
+	}
+	w.arr.Add(p.TaskID, time.Now())
+	rw.Header().Set("Content-Type", "application/json")
+	_, _ = fmt.Fprintf(rw, `{"messageId":"sink-%s"}`, p.TaskID)
+}
+
+// waitCount polls until count() reaches n, ctx ends, or within passes.
+func waitCount(ctx context.Context, n int, within time.Duration, count func() int, alive func() error) error {
+	deadline := time.Now().Add(within)
+	for count() < n {
+		if err := alive(); err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d arrived within %s", count(), n, within)
+		}
+		if !pace(ctx, 5*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	return nil
+}

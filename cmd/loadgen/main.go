@@ -104,7 +104,9 @@ func (a *apiFlags) register(fs *flag.FlagSet, full bool, duration time.Duration)
 		fs.Float64Var(&a.rate, "rate", 0, "fixed rate in requests/s (open loop; latency from each request's intended send time)")
 		fs.BoolVar(&a.max, "max", false, "closed loop: max throughput at --concurrency (with no --rate: then also the fixed rate at half of it)")
 		fs.StringVar(&a.target, "target", "", "drive this deployment (base URL) instead of starting the api; no RSS, no --baseline")
-		fs.StringVar(&a.apiKey, "api-key", os.Getenv("LOADGEN_API_KEY"), "X-API-Key for --target (default $LOADGEN_API_KEY)")
+		// The key is read from the environment only: a flag would show it
+		// in ps and in shell history.
+		a.apiKey = os.Getenv("LOADGEN_API_KEY")
 		fs.StringVar(&a.endpoint, "endpoint", loadgen.EndpointCodes, "codes (POST /api/verification-codes), send (POST /api/messages/send) or mix")
 		fs.BoolVar(&a.mix, "mix", false, "same as --endpoint mix")
 	} else {
@@ -210,9 +212,9 @@ code counts and latency p50/p90/p99/max (HDR histogram). --max: closed loop
 for --duration; --rate R: open loop, latency measured from each request's
 intended send time (coordinated omission corrected); neither: max, then
 the fixed rate at half of it. The api is the real binary, its peak RSS
-sampled under max load. --target URL --api-key K drives an existing
-deployment instead (capacity planning; use one whose SMTP/SMS go to a sink:
-every request sends a real code).
+sampled under max load. --target URL drives an existing deployment
+instead, with the key in $LOADGEN_API_KEY (capacity planning; use one whose
+SMTP/SMS go to a sink: every request sends a real code).
 `
 	synE2E = `Starts the real api and consumer against a built-in SMTP sink and SMS
 webhook sink, sends verification codes at --rate for --duration, and
@@ -372,7 +374,7 @@ func validate(mode string, c common, a apiFlags, e e2eFlags, cf consumerFlags) s
 	case mode == "api" && a.endpoint != loadgen.EndpointCodes && a.endpoint != loadgen.EndpointSend && a.endpoint != loadgen.EndpointMix:
 		return fmt.Sprintf("--endpoint %q: want codes, send or mix", a.endpoint)
 	case mode == "api" && a.target != "" && a.apiKey == "":
-		return "--target needs --api-key (or $LOADGEN_API_KEY)"
+		return "--target needs the API key in $LOADGEN_API_KEY"
 	case mode == "api" && a.target != "" && c.baseline:
 		return "--baseline needs the local broker and Redis; it cannot be combined with --target"
 	case (mode == "e2e" || mode == "all") && (e.rate <= 0 || e.duration <= 0 || e.concurrency < 1 || e.smsShare < 0 || e.smsShare > 1):

@@ -26,9 +26,11 @@ var flagMethods = map[string]int{
 	"Uint": 0, "UintVar": 1, "Uint64": 0, "Uint64Var": 1, "Var": 1,
 }
 
-// commandFlags finds every command-line flag the production code defines:
-// calls of the flag package's definers on the package itself or on a
-// variable assigned from flag.NewFlagSet, in files that import "flag".
+// commandFlags finds every command-line flag the Go files under root
+// define: calls of the flag package's definers on the package itself, on a
+// variable assigned from flag.NewFlagSet, or on a parameter, variable or
+// field of type *flag.FlagSet, in files that import "flag". A name built
+// at run time (prefix+"rate") is reported with * for the unknown parts.
 func commandFlags(t *testing.T, root string) map[string]string {
 	t.Helper()
 	out := map[string]string{} // flag name -> file:line
@@ -62,19 +64,51 @@ func commandFlags(t *testing.T, root string) map[string]string {
 		if pkgName == "" {
 			return nil
 		}
+		isFlagSet := func(e ast.Expr) bool {
+			star, ok := e.(*ast.StarExpr)
+			if !ok {
+				return false
+			}
+			sel, ok := star.X.(*ast.SelectorExpr)
+			if !ok {
+				return false
+			}
+			x, ok := sel.X.(*ast.Ident)
+			return ok && x.Name == pkgName && sel.Sel.Name == "FlagSet"
+		}
+		// Names that hold a flag set anywhere in the file (no scoping: a
+		// name that is a flag set somewhere is checked everywhere).
 		sets := map[string]bool{pkgName: true}
 		ast.Inspect(f, func(n ast.Node) bool {
-			if as, ok := n.(*ast.AssignStmt); ok && len(as.Lhs) == 1 && len(as.Rhs) == 1 {
-				if call, ok := as.Rhs[0].(*ast.CallExpr); ok {
+			switch n := n.(type) {
+			case *ast.Field:
+				if isFlagSet(n.Type) {
+					for _, id := range n.Names {
+						sets[id.Name] = true
+					}
+				}
+			case *ast.ValueSpec:
+				if n.Type != nil && isFlagSet(n.Type) {
+					for _, id := range n.Names {
+						sets[id.Name] = true
+					}
+				}
+			case *ast.AssignStmt:
+				for i, rhs := range n.Rhs {
+					call, ok := rhs.(*ast.CallExpr)
+					if !ok || i >= len(n.Lhs) {
+						continue
+					}
 					if sel, ok := call.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "NewFlagSet" {
-						if x, ok := sel.X.(*ast.Ident); ok && x.Name == pkgName {
-							if id, ok := as.Lhs[0].(*ast.Ident); ok {
-								sets[id.Name] = true
-							}
+						if id, ok := n.Lhs[i].(*ast.Ident); ok {
+							sets[id.Name] = true
 						}
 					}
 				}
 			}
+			return true
+		})
+		ast.Inspect(f, func(n ast.Node) bool {
 			call, ok := n.(*ast.CallExpr)
 			if !ok {
 				return true
@@ -83,25 +117,56 @@ func commandFlags(t *testing.T, root string) map[string]string {
 			if !ok {
 				return true
 			}
-			x, ok := sel.X.(*ast.Ident)
 			idx, known := flagMethods[sel.Sel.Name]
-			if !ok || !known || !sets[x.Name] || len(call.Args) <= idx {
+			if !known || len(call.Args) <= idx {
 				return true
 			}
-			lit, ok := call.Args[idx].(*ast.BasicLit)
-			if !ok || lit.Kind != token.STRING {
-				t.Errorf("%s: a flag whose name is not a literal; this test cannot check it", fset.Position(call.Pos()))
+			recv := ""
+			switch x := sel.X.(type) {
+			case *ast.Ident:
+				recv = x.Name
+			case *ast.SelectorExpr: // c.fs.String(...)
+				recv = x.Sel.Name
+			}
+			if !sets[recv] {
 				return true
 			}
-			name, err := strconv.Unquote(lit.Value)
-			require.NoError(t, err)
-			out[name] = fset.Position(call.Pos()).String()
+			out[flagName(call.Args[idx])] = fset.Position(call.Pos()).String()
 			return true
 		})
 		return nil
 	})
 	require.NoError(t, err)
 	return out
+}
+
+// flagName is the string a flag's name expression builds, with * for each
+// part only known at run time.
+func flagName(e ast.Expr) string {
+	switch e := e.(type) {
+	case *ast.BasicLit:
+		if s, err := strconv.Unquote(e.Value); err == nil {
+			return s
+		}
+	case *ast.BinaryExpr:
+		if e.Op == token.ADD {
+			return flagName(e.X) + flagName(e.Y)
+		}
+	case *ast.ParenExpr:
+		return flagName(e.X)
+	}
+	return "*"
+}
+
+// The scanner finds flags wherever the programs define them: on the flag
+// package, on a new flag set, on one passed as a parameter or held in a
+// field, with names built at run time.
+func TestFlagScannerFindsEveryForm(t *testing.T) {
+	t.Parallel()
+	flags := commandFlags(t, filepath.Join("testdata", "flags"))
+	for _, name := range []string{"global", "local", "param-api-key", "field", "*token", "prefix-rate"} {
+		require.Contains(t, flags, name)
+	}
 }
 
 // Secrets come only from the environment: no command-line flag of any

@@ -33,6 +33,10 @@ test: services ## run every test (unit + integration, -race) against the real Ra
 test-short: ## unit tests only (no broker, no Redis)
 	$(GO) test -race -count=1 -short ./...
 
+.PHONY: test-faults
+test-faults: services ## fault scenarios one at a time (AMQP/Redis/SMTP faults, SIGKILL, SIGTERM, a broker alarm): prints FAULT lines, asserts lost=0 duplicates=0
+	MSGPULSE_FAULTS=1 $(GO) test -race -count=1 -p 1 -v -timeout $(TEST_TIMEOUT) -run . ./internal/fault/...
+
 .PHONY: bench
 bench: services ## run the benchmarks and the load generator, printing medians
 	@./scripts/bench.sh

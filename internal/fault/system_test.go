@@ -1,0 +1,333 @@
+package fault
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/msgpulse/msgpulse/internal/testenv"
+	"github.com/msgpulse/msgpulse/pkg/client"
+)
+
+// faultsVar is the variable that turns the scenarios on (make test-faults).
+const faultsVar = "MSGPULSE_FAULTS"
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if os.Getenv(faultsVar) == "" || testing.Short() {
+		os.Exit(m.Run()) // every scenario skips itself
+	}
+	if err := repairWatermark(); err != nil {
+		fmt.Fprintln(os.Stderr, "fault:", err)
+		os.Exit(1)
+	}
+	dir, err := os.MkdirTemp("", "msgpulse-fault-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "../../cmd/api", "../../cmd/consumer", "../../cmd/topology")
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "fault: build:", err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// requireFaults skips t unless the fault suite was asked for.
+func requireFaults(t *testing.T) {
+	t.Helper()
+	if os.Getenv(faultsVar) == "" {
+		t.Skip("set MSGPULSE_FAULTS=1 (make test-faults)")
+	}
+	if testing.Short() {
+		t.Skip("fault scenarios need RabbitMQ, Redis and the binaries (run without -short)")
+	}
+}
+
+const apiKey = "fault-key-0123456789"
+
+// system is one scenario's msgpulse: its own vhost and Redis prefix, an SMTP
+// sink, and the processes the scenario starts.
+type system struct {
+	t      *testing.T
+	name   string
+	broker *testenv.Broker
+	redis  *testenv.Redis
+	sink   *sink
+	env    []string
+	conn   *amqp.Connection // direct to the broker, for inspecting queues
+	queues []string         // every queue of the topology, DLQs included
+	client *client.Client   // the API's, once started
+
+	mu        sync.Mutex
+	consumers map[string]*proc // live consumers by id
+	all       []*proc
+}
+
+func newSystem(t *testing.T, name string) *system {
+	t.Helper()
+	requireFaults(t)
+	s := &system{t: t, name: name, broker: testenv.NewBroker(t), redis: testenv.NewRedis(t), sink: newSink(t), consumers: map[string]*proc{}}
+	host, port, err := net.SplitHostPort(s.sink.addr())
+	require.NoError(t, err)
+	s.env = []string{
+		"PATH=" + os.Getenv("PATH"),
+		"AMQP_URL=" + s.broker.URL, "REDIS_URL=" + testenv.RedisURL, "REDIS_PREFIX=" + s.redis.Prefix,
+		"RABBITMQ_MANAGEMENT_URL=" + testenv.ManagementURL, "LOG_FORMAT=json", "LOG_LEVEL=info",
+		"SMTP_HOST=" + host, "SMTP_PORT=" + port, "SMTP_TLS=none", "SMTP_POOL_SIZE=8", "SMS_PROVIDER=log",
+		"API_KEYS=fault:" + apiKey, "METRICS_ADDR=off",
+		// The load is one caller hitting one channel hard; the scenarios are
+		// about faults, not about frequency control.
+		"LIMIT_PER_API_KEY_PER_MINUTE=0", "LIMIT_EMAIL_PER_SECOND=0", "VERIFY_MAX_PER_IP_PER_MINUTE=0",
+		"CHANNELS=mail", "RETRY_BACKOFF=200ms,400ms,800ms", "CLAIM_LEASE=2s", "SHUTDOWN_TIMEOUT=10s",
+	}
+	code, out := s.run("topology", "declare")
+	require.Equal(t, 0, code, out)
+	s.conn, err = amqp.Dial(s.broker.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.conn.Close() })
+	ctx := testenv.Context(t, 15*time.Second)
+	qs, err := s.broker.Mgmt.Queues(ctx, s.broker.VHost)
+	require.NoError(t, err)
+	for _, q := range qs {
+		s.queues = append(s.queues, q.Name)
+	}
+	require.Contains(t, s.queues, mailDLQ)
+	return s
+}
+
+// amqpVia is the scenario's AMQP URL with the host replaced by the proxy's.
+func (s *system) amqpVia(p *testenv.FaultProxy) string {
+	return via(s.t, s.broker.URL, p)
+}
+
+// redisVia is the Redis URL through the proxy.
+func (s *system) redisVia(p *testenv.FaultProxy) string {
+	return via(s.t, testenv.RedisURL, p)
+}
+
+func via(t *testing.T, raw string, p *testenv.FaultProxy) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	require.NoError(t, err)
+	u.Host = p.Addr()
+	return u.String()
+}
+
+// targetOf is host:port of a service URL, for a proxy to forward to.
+func targetOf(t *testing.T, raw string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	require.NoError(t, err)
+	return u.Host
+}
+
+func (s *system) run(name string, args ...string) (int, string) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, name), args...)
+	cmd.Env = s.env
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), string(out)
+	}
+	require.NoError(s.t, err)
+	return 0, string(out)
+}
+
+// proc is a running msgpulse process.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	out  *logBuffer
+	done chan struct{} // closed when the process has exited
+	err  error         // its exit status, once done is closed
+}
+
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// count is how many log lines contain substr.
+func (p *proc) count(substr string) int {
+	n := 0
+	for _, l := range strings.Split(p.out.String(), "\n") {
+		if strings.Contains(l, substr) {
+			n++
+		}
+	}
+	return n
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// start runs binary bin as a process called name (in logs and countLogs).
+func (s *system) start(bin, name string, env ...string) *proc {
+	s.t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, bin))
+	cmd.Env = append(append([]string{}, s.env...), env...)
+	p := &proc{name: name, cmd: cmd, out: &logBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	require.NoError(s.t, cmd.Start())
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	s.mu.Lock()
+	s.all = append(s.all, p)
+	s.mu.Unlock()
+	s.t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+		if s.t.Failed() {
+			s.t.Logf("--- %s output (last lines):\n%s", p.name, tail(p.out.String(), 60))
+		}
+	})
+	return p
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// api starts the API and returns a client whose calls give up after 30 s,
+// far beyond any bound a scenario asserts, so a hanging request shows as a
+// slow one instead of blocking the load.
+func (s *system) api(env ...string) (*proc, *client.Client) {
+	s.t.Helper()
+	addr := freePort(s.t)
+	p := s.start("api", "api", append([]string{"HTTP_ADDR=" + addr, "PUBLISH_TIMEOUT=2s"}, env...)...)
+	c, err := client.New("http://"+addr, apiKey, client.WithTimeout(30*time.Second))
+	require.NoError(s.t, err)
+	s.client = c
+	testenv.WaitFor(s.t, 20*time.Second, "api ready", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		return c.Ready(ctx) == nil
+	})
+	return p, c
+}
+
+// consumer starts a consumer process named id and waits until it consumes.
+func (s *system) consumer(id string, env ...string) *proc {
+	s.t.Helper()
+	p := s.start("consumer", "consumer "+id, append([]string{"CONSUMER_ID=" + id}, env...)...)
+	testenv.WaitFor(s.t, 20*time.Second, id+" consuming", func() bool {
+		return strings.Contains(p.out.String(), `"consumer started"`) || p.exited()
+	})
+	require.False(s.t, p.exited(), "%s exited at start:\n%s", id, p.out.String())
+	s.mu.Lock()
+	s.consumers[id] = p
+	s.mu.Unlock()
+	return p
+}
+
+// term sends SIGTERM and requires a clean exit: a graceful stop that hands
+// back what it holds.
+func (s *system) term(p *proc) {
+	s.t.Helper()
+	require.NoError(s.t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-p.done:
+		require.NoError(s.t, p.err, "%s exits 0 on SIGTERM:\n%s", p.name, tail(p.out.String(), 40))
+	case <-time.After(45 * time.Second):
+		s.t.Fatalf("%s did not stop within 45s of SIGTERM", p.name)
+	}
+	s.forget(p)
+}
+
+// kill is a crash: SIGKILL, no ack, no release, no sent mark.
+func (s *system) kill(p *proc) {
+	s.t.Helper()
+	require.NoError(s.t, p.cmd.Process.Kill())
+	<-p.done
+	s.forget(p)
+}
+
+func (s *system) forget(p *proc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, c := range s.consumers {
+		if c == p {
+			delete(s.consumers, id)
+		}
+	}
+}
+
+func (s *system) liveConsumers() []*proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*proc, 0, len(s.consumers))
+	for _, p := range s.consumers {
+		out = append(out, p)
+	}
+	return out
+}
+
+// countLogs sums log lines containing substr over every process started
+// whose name has the prefix.
+func (s *system) countLogs(prefix, substr string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, p := range s.all {
+		if strings.HasPrefix(p.name, prefix) {
+			n += p.count(substr)
+		}
+	}
+	return n
+}

@@ -70,7 +70,8 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer waitProfile()
+	wg.Add(1)
+	go func() { defer wg.Done(); waitProfile() }() // it stops with bg, which the deferred stop cancels
 
 	session, err := broker.NewSession(broker.Config{URL: cfg.AMQPURL, ConnectionName: "msgpulse-api", Logger: log.Named("broker")})
 	if err != nil {

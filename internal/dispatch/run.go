@@ -127,7 +127,8 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	if err != nil {
 		return err
 	}
-	defer waitProfile()
+	bgWG.Add(1)
+	go func() { defer bgWG.Done(); waitProfile() }() // it stops with bg, which the deferred stop cancels
 
 	session, err := broker.NewSession(broker.Config{URL: cfg.AMQPURL, ConnectionName: "msgpulse-consumer-" + cfg.ConsumerID, Logger: log.Named("broker")})
 	if err != nil {

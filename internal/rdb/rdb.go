@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -78,6 +79,13 @@ func New(rawURL string, opts ...Option) (*redis.Client, error) {
 	// Callers bound each call with a context deadline; honour it instead of
 	// only the socket timeouts.
 	o.ContextTimeoutEnabled = true
+	// RESP3 makes go-redis peek the socket for push notifications before
+	// every command: one extra read syscall each, for a feature msgpulse
+	// does not use (its pub/sub has a connection of its own). A URL that
+	// asks for ?protocol=3 keeps it.
+	if !strings.Contains(rawURL, "protocol=") {
+		o.Protocol = 2
+	}
 	for _, opt := range opts {
 		opt(o)
 	}

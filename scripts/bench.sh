@@ -14,10 +14,11 @@ mkdir -p .run
 start=$(date +%s)
 
 GOBENCH=(go test -run '^$' -bench . -benchmem -count 3 ./...)
-# Sized for < 10 min in all: 3 rounds of 5 s phases (api), 5,000 messages
-# per consumer run, 10 s at 1,000/s (e2e), a 30 s mix of delays.
-LOADGEN=(all --baseline --json --rounds 3 --duration 5s --concurrency 64
-  --messages 5000 --provider-latency 200ms --e2e-rate 1000 --e2e-duration 10s
+# Sized for < 10 min in all (about 4.5 min of it loadgen on 2 cores): 3
+# rounds of 8 s phases (api), 8,000 messages per consumer run, 10 s at
+# 1,000/s (e2e), a 30 s mix of delays.
+LOADGEN=(all --baseline --json --rounds 3 --duration 8s --concurrency 64
+  --messages 8000 --provider-latency 200ms --e2e-rate 1000 --e2e-duration 10s
   --mix 1000 --mix-max 30s --burst 2000 --burst-in 5s)
 # shellcheck disable=SC2206 # LOADGEN_ARGS is a list of flags
 LOADGEN+=(${LOADGEN_ARGS:-})

@@ -76,6 +76,7 @@ type common struct {
 	rounds   int
 	binDir   string
 	extraEnv envFlags
+	profile  string
 }
 
 func (c *common) register(fs *flag.FlagSet, baseline bool) {
@@ -83,6 +84,7 @@ func (c *common) register(fs *flag.FlagSet, baseline bool) {
 	fs.BoolVar(&c.baseline, "baseline", baseline, "also measure the raw limits in the same run and print the ratios")
 	fs.IntVar(&c.rounds, "rounds", 3, "rounds of each measurement (medians are reported)")
 	fs.StringVar(&c.binDir, "bin-dir", "", "directory with prebuilt api and consumer binaries (default: build them once into a temp dir)")
+	fs.StringVar(&c.profile, "profile", "", "directory for CPU profiles under load: api (max phase), consumer (each run), e2e (first round), via the binaries' PPROF_ADDR; adds a little load to the first round")
 	fs.Var(&c.extraEnv, "env", "KEY=VALUE added to the api's and consumer's environment (repeatable), e.g. --env PPROF_ADDR=127.0.0.1:6060")
 }
 
@@ -312,7 +314,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		_, _ = fmt.Fprintf(stderr, "loadgen %s: %s\n", mode, msg)
 		return 2
 	}
-	o.BinDir, o.ExtraEnv = c.binDir, c.extraEnv
+	o.BinDir, o.ExtraEnv, o.ProfileDir = c.binDir, c.extraEnv, c.profile
+	if c.profile != "" {
+		if err := os.MkdirAll(c.profile, 0o750); err != nil {
+			_, _ = fmt.Fprintln(stderr, "loadgen:", err)
+			return 2
+		}
+	}
 	defer o.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

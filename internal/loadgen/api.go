@@ -211,6 +211,7 @@ func API(ctx context.Context, o *Options, a APIOptions) (*APIResult, error) {
 		baseProc  *Proc
 		conn      *amqp.Connection
 		queues    []string
+		pprofAddr string
 	)
 	if a.Target != "" {
 		res.Target = a.Target
@@ -234,6 +235,9 @@ func API(ctx context.Context, o *Options, a APIOptions) (*APIResult, error) {
 		}
 		cfg := apiEnv(env, addr)
 		res.Config = publicConfig(cfg, o.ExtraEnv)
+		if pprofAddr = o.profiler().addr(); pprofAddr != "" {
+			cfg["PPROF_ADDR"] = pprofAddr
+		}
 		res.Target = "api binary (" + filepath.Join(bins.Dir, "api") + ")"
 		proc, err = Start("api", filepath.Join(bins.Dir, "api"), nil, append(envList(cfg), o.ExtraEnv...), bins.LogDir)
 		if err != nil {
@@ -301,7 +305,9 @@ func API(ctx context.Context, o *Options, a APIOptions) (*APIResult, error) {
 			if proc != nil {
 				sampler = SampleRSS(ctx, proc.Pid())
 			}
+			profiled := o.profiler().fetch(ctx, pprofAddr, "api-max", a.Duration-time.Second, o.progress)
 			m := Drive{Concurrency: a.Concurrency, Duration: a.Duration}.Run(ctx, apiDo)
+			profiled()
 			if sampler != nil {
 				rd.APIMem = sampler.Stop()
 			}
@@ -484,7 +490,7 @@ func publicConfig(m map[string]string, extra []string) map[string]string {
 	for k, v := range m {
 		switch k {
 		case "AMQP_URL", "REDIS_URL", "REDIS_PREFIX", "RABBITMQ_MANAGEMENT_URL", "HTTP_ADDR", "API_KEYS", "SMTP_HOST", "SMTP_PORT",
-			"SMS_WEBHOOK_URL", "SMS_WEBHOOK_SECRET", "METRICS_ADDR", "CONSUMER_ID":
+			"SMS_WEBHOOK_URL", "SMS_WEBHOOK_SECRET", "METRICS_ADDR", "CONSUMER_ID", "PPROF_ADDR":
 			continue
 		}
 		out[k] = v

@@ -105,11 +105,11 @@ func Consumer(ctx context.Context, o *Options, c ConsumerOptions) (*ConsumerResu
 	}
 	res.Config = publicConfig(consumerEnv(env, c.Concurrency, c.Prefetch), o.ExtraEnv)
 	if c.ProviderLatency > 0 {
-		res.Config["slow provider run"] = fmt.Sprintf("SMS_PROVIDER=webhook (answers after %s), CONCURRENCY=%d, PREFETCH=%d", c.ProviderLatency, c.ProviderConcurrency, c.Prefetch)
+		res.Config["slow provider run"] = fmt.Sprintf("SMS_PROVIDER=webhook (answers after %s), CONCURRENCY=%d, PREFETCH=%d", c.ProviderLatency, c.ProviderConcurrency, slowPrefetch(c))
 	}
 	for r := 1; r <= c.Rounds; r++ {
 		var rd ConsumerRound
-		if rd.Noop, err = noopRound(ctx, env, conn, c); err != nil {
+		if rd.Noop, err = noopRound(ctx, o, env, conn, c); err != nil {
 			return nil, fmt.Errorf("no-op provider: %w", err)
 		}
 		o.progress("consumer round %d: no-op provider %.0f msg/s (CONCURRENCY=%d PREFETCH=%d, in-process)", r, rd.Noop, c.Concurrency, c.Prefetch)
@@ -163,7 +163,7 @@ func consumerEnv(env *Env, concurrency, prefetch int) map[string]string {
 	}
 }
 
-func noopRound(ctx context.Context, env *Env, conn *amqp.Connection, c ConsumerOptions) (float64, error) {
+func noopRound(ctx context.Context, o *Options, env *Env, conn *amqp.Connection, c ConsumerOptions) (float64, error) {
 	if err := prefill(ctx, conn, topology.SMS, c.Messages); err != nil {
 		return 0, err
 	}
@@ -187,6 +187,7 @@ func noopRound(ctx context.Context, env *Env, conn *amqp.Connection, c ConsumerO
 	case err := <-done:
 		return 0, err
 	}
+	stopProfile := o.profiler().self("consumer-noop-inprocess", o.progress)
 	err := waitCount(ctx, c.Messages, 2*time.Minute, func() int { return int(p.n.Load()) }, func() error {
 		select {
 		case err := <-done:
@@ -196,6 +197,7 @@ func noopRound(ctx context.Context, env *Env, conn *amqp.Connection, c ConsumerO
 		}
 	})
 	elapsed := time.Since(t0)
+	stopProfile()
 	cancel()
 	if derr := <-done; err == nil && derr != nil {
 		err = fmt.Errorf("consumer stopped with: %w", derr)
@@ -225,6 +227,7 @@ func binaryRound(ctx context.Context, o *Options, bins *Binaries, env *Env, conn
 		defer sink.Close()
 		m["SMS_PROVIDER"], m["SMS_WEBHOOK_URL"], m["SMS_WEBHOOK_SECRET"] = "webhook", sink.URL(), sink.Secret
 		m["CONCURRENCY"] = strconv.Itoa(c.ProviderConcurrency)
+		m["PREFETCH"] = strconv.Itoa(slowPrefetch(c))
 		m["SMS_TIMEOUT"] = (c.ProviderLatency + 10*time.Second).String()
 	} else {
 		sink, err := NewSMTPSink(arr)
@@ -234,6 +237,10 @@ func binaryRound(ctx context.Context, o *Options, bins *Binaries, env *Env, conn
 		defer sink.Close()
 		host, port, _ := net.SplitHostPort(sink.Addr())
 		m["SMTP_HOST"], m["SMTP_PORT"], m["SMTP_TLS"], m["SMTP_POOL_SIZE"] = host, port, "none", strconv.Itoa(min(c.Concurrency, 1000))
+	}
+	pprofAddr := o.profiler().addr()
+	if pprofAddr != "" {
+		m["PPROF_ADDR"] = pprofAddr
 	}
 	p, err := Start("consumer", filepath.Join(bins.Dir, "consumer"), nil, append(envList(m), o.ExtraEnv...), bins.LogDir)
 	if err != nil {
@@ -245,6 +252,12 @@ func binaryRound(ctx context.Context, o *Options, bins *Binaries, env *Env, conn
 	}
 	t0 := time.Now()
 	sampler := SampleRSS(ctx, p.Pid())
+	name := "consumer-smtp"
+	if channel == topology.SMS {
+		name = "consumer-slow-provider"
+	}
+	profiled := o.profiler().fetch(ctx, pprofAddr, name, time.Second, o.progress)
+	defer profiled()
 	err = waitCount(ctx, c.Messages, 2*time.Minute+time.Duration(c.Messages)*c.ProviderLatency/time.Duration(max(c.ProviderConcurrency, 1)), arr.Count, func() error {
 		if exited, _ := p.Exited(); exited {
 			return p.exitError()
@@ -306,3 +319,8 @@ func prefill(ctx context.Context, conn *amqp.Connection, channel string, n int) 
 	}
 	return nil
 }
+
+// slowPrefetch is the slow-provider run's PREFETCH: at least two
+// deliveries per worker (the consumer's own default), so the prefetch never
+// caps the sends in flight.
+func slowPrefetch(c ConsumerOptions) int { return max(c.Prefetch, 2*c.ProviderConcurrency) }

@@ -148,6 +148,10 @@ func E2E(ctx context.Context, o *Options, e E2EOptions) (*E2EResult, error) {
 	for k, v := range publicConfig(ccfg, o.ExtraEnv) {
 		res.Config["consumer "+k] = v
 	}
+	apiPprof, consPprof := o.profiler().addr(), o.profiler().addr()
+	if apiPprof != "" {
+		acfg["PPROF_ADDR"], ccfg["PPROF_ADDR"] = apiPprof, consPprof
+	}
 	api, err := Start("api", filepath.Join(bins.Dir, "api"), nil, append(envList(acfg), o.ExtraEnv...), bins.LogDir)
 	if err != nil {
 		return nil, err
@@ -172,7 +176,14 @@ func E2E(ctx context.Context, o *Options, e E2EOptions) (*E2EResult, error) {
 	q := newRequests()
 	var failures []string
 	for r := 1; r <= e.Rounds; r++ {
+		profiled := []func(){
+			o.profiler().fetch(ctx, apiPprof, "e2e-api", e.Duration-time.Second, o.progress),
+			o.profiler().fetch(ctx, consPprof, "e2e-consumer", e.Duration-time.Second, o.progress),
+		}
 		rd, err := e2eRound(ctx, e, cl, q, arr, conn, []string{mailQ.DeadLetterQueue, smsQ.DeadLetterQueue}, api, cons)
+		for _, wait := range profiled {
+			wait()
+		}
 		if err != nil {
 			return nil, fmt.Errorf("e2e round %d: %w", r, err)
 		}

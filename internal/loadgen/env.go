@@ -37,8 +37,10 @@ type Options struct {
 	Self          string    // loadgen binary for the baseline server; empty: find it
 	ExtraEnv      []string  // KEY=VALUE added to every api and consumer started
 	Progress      io.Writer // one line per phase as it ends; nil: none
+	ProfileDir    string    // when set, CPU profiles of api and consumer under load go here
 
 	bins *Binaries
+	prof *profiling
 }
 
 // Binaries builds (or finds) the api and consumer once per Options.

@@ -65,9 +65,10 @@ func parseWatermark(out string) ([]string, error) {
 }
 
 // raiseMemoryAlarm sets the watermark to 0, which raises the memory alarm at
-// once, and returns the function that restores the previous value (also
-// registered as a cleanup; calling it twice is harmless).
-func raiseMemoryAlarm(t *testing.T) (restore func()) {
+// once. It returns when it asked for that, and the function that restores
+// the previous value (also registered as a cleanup; calling it twice is
+// harmless).
+func raiseMemoryAlarm(t *testing.T) (raisedAt time.Time, restore func()) {
 	t.Helper()
 	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
 		t.Skip("rabbitmqctl not found: the broker-alarm scenario needs it to raise a real memory alarm")
@@ -88,9 +89,10 @@ func raiseMemoryAlarm(t *testing.T) (restore func()) {
 		_ = os.Remove(watermarkMarker)
 	}
 	t.Cleanup(restore)
+	raisedAt = time.Now()
 	_, err = rabbitmqctl("set_vm_memory_high_watermark", "0")
 	require.NoError(t, err)
-	return restore
+	return raisedAt, restore
 }
 
 // repairWatermark restores a watermark that a killed run left at 0.

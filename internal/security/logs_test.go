@@ -228,18 +228,33 @@ func TestLogsHoldNoCodeNoRecipientNoSecret(t *testing.T) {
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
 		return resp.StatusCode, out
 	}
-	taskOf := func(status int, out map[string]any) string {
+	testenv.WaitFor(t, 15*time.Second, "api ready", func() bool {
+		status, _ := call("GET", "/readyz", nil)
+		return status == http.StatusOK
+	})
+	// accept posts until the API accepts. A 503 keeps nothing and is safe
+	// to retry; the shared broker may be busy (another suite's memory alarm).
+	accept := func(path string, body any) string {
 		t.Helper()
-		require.Equal(t, http.StatusAccepted, status, out)
-		return out["data"].(map[string]any)["taskId"].(string)
+		var task string
+		testenv.WaitFor(t, 30*time.Second, "202 for "+path, func() bool {
+			status, out := call("POST", path, body)
+			if status == http.StatusServiceUnavailable {
+				return false
+			}
+			require.Equal(t, http.StatusAccepted, status, out)
+			task = out["data"].(map[string]any)["taskId"].(string)
+			return true
+		})
+		return task
 	}
 	tasks := []string{
-		taskOf(call("POST", "/api/verification-codes", map[string]any{"channel": "email", "recipient": mailCode, "purpose": "login", "clientIp": "203.0.113.9"})),
-		taskOf(call("POST", "/api/verification-codes", map[string]any{"channel": "sms", "recipient": smsCode, "purpose": "login", "clientIp": "203.0.113.9"})),
-		taskOf(call("POST", "/api/messages/send", map[string]any{"messageType": "EMAIL", "templateCode": "notice", "recipient": mailNotice,
-			"variables": map[string]string{"title": "Invoice", "content": "private content"}, "callbackUrl": callbackSrv.URL + "/cb"})),
-		taskOf(call("POST", "/api/messages/send", map[string]any{"messageType": "SMS", "templateCode": "notice", "recipient": smsNotice,
-			"variables": map[string]string{"title": "Notice", "content": "private content"}})),
+		accept("/api/verification-codes", map[string]any{"channel": "email", "recipient": mailCode, "purpose": "login", "clientIp": "203.0.113.9"}),
+		accept("/api/verification-codes", map[string]any{"channel": "sms", "recipient": smsCode, "purpose": "login", "clientIp": "203.0.113.9"}),
+		accept("/api/messages/send", map[string]any{"messageType": "EMAIL", "templateCode": "notice", "recipient": mailNotice,
+			"variables": map[string]string{"title": "Invoice", "content": "private content"}, "callbackUrl": callbackSrv.URL + "/cb"}),
+		accept("/api/messages/send", map[string]any{"messageType": "SMS", "templateCode": "notice", "recipient": smsNotice,
+			"variables": map[string]string{"title": "Notice", "content": "private content"}}),
 	}
 	// Refused input is logged too (the API's request line names the error).
 	status, _ := call("POST", "/api/verification-codes", map[string]any{"channel": "email", "recipient": "carol.secret@@example.com", "purpose": "login"})

@@ -79,7 +79,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); session.Run(bg) }()
-	pub, err := broker.NewPublisher(broker.PublisherConfig{Session: session, Channels: cfg.PublishChannels, ConfirmTimeout: cfg.PublishTimeout, Logger: log})
+	pub, err := broker.NewPublisher(broker.PublisherConfig{Session: session, Channels: cfg.PublishChannels, Lanes: cfg.PublishLanes, Window: cfg.PublishWindow, ConfirmTimeout: cfg.PublishTimeout, Logger: log})
 	if err != nil {
 		return err
 	}

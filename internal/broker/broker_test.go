@@ -353,6 +353,21 @@ func TestPublishFailsFastWhileBlocked(t *testing.T) {
 // cannot come either. Once the path is back, publishing works again.
 func TestPublishTimesOutWhenTheBrokerGoesSilent(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		id   string
+	}{
+		{"pooled channel (no message id)", ""},
+		{"shared lane (message id)", "m-1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			testPublishTimesOutWhenTheBrokerGoesSilent(t, amqp.Publishing{MessageId: tc.id})
+		})
+	}
+}
+
+func testPublishTimesOutWhenTheBrokerGoesSilent(t *testing.T, msg amqp.Publishing) {
 	b := testenv.NewBroker(t)
 	u, err := url.Parse(b.URL)
 	require.NoError(t, err)
@@ -382,17 +397,50 @@ func TestPublishTimesOutWhenTheBrokerGoesSilent(t *testing.T) {
 	require.NoError(t, ch.QueueBind("q", "q", "x", false, nil))
 	_, err = s.Conn(testenv.Context(t, 10*time.Second))
 	require.NoError(t, err)
-	require.NoError(t, pub.Publish(testenv.Context(t, 10*time.Second), "x", "q", amqp.Publishing{}))
+	require.NoError(t, pub.Publish(testenv.Context(t, 10*time.Second), "x", "q", msg))
 
 	proxy.Blackhole()
 	for range 3 { // more than Channels: a silent close must not strand a slot for good
 		start := time.Now()
-		err := pub.Publish(context.Background(), "x", "q", amqp.Publishing{})
+		err := pub.Publish(context.Background(), "x", "q", msg)
 		require.ErrorIs(t, err, ErrConfirmTimeout)
 		require.Less(t, time.Since(start), 2*time.Second, "the publish ends at its timeout")
 	}
 	proxy.Restore()
 	testenv.WaitFor(t, 15*time.Second, "publishing works again", func() bool {
-		return pub.Publish(testenv.Context(t, 10*time.Second), "x", "q", amqp.Publishing{}) == nil
+		return pub.Publish(testenv.Context(t, 10*time.Second), "x", "q", msg) == nil
 	})
+}
+
+// Many publishes share a lane at once, some unroutable: each learns its own
+// outcome, so a return is never pinned on a neighbour.
+func TestSharedLaneAttributesReturnsUnderConcurrency(t *testing.T) {
+	e := setup(t)
+	e.queue(t, "q", nil)
+	ctx := testenv.Context(t, 30*time.Second)
+	const n = 600
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := "q"
+			if i%7 == 0 {
+				key = "nowhere"
+			}
+			errs[i] = e.pub.Publish(ctx, "x", key, amqp.Publishing{MessageId: fmt.Sprintf("m-%d", i)})
+		}()
+	}
+	wg.Wait()
+	routed := 0
+	for i, err := range errs {
+		if i%7 == 0 {
+			require.ErrorIs(t, err, ErrReturned, i)
+			continue
+		}
+		require.NoError(t, err, i)
+		routed++
+	}
+	require.Equal(t, routed, e.depth(t, "q"))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -48,7 +49,13 @@ type PublisherConfig struct {
 	// ConfirmTimeout bounds a publish when the caller's context has no
 	// earlier deadline. Default 5s.
 	ConfirmTimeout time.Duration
-	Logger         *zap.Logger
+	// Lanes is how many shared confirm channels carry single publishes that
+	// have a MessageId; each holds up to Window unconfirmed messages (see
+	// lane). Batches, and messages without an id, use the Channels pool.
+	// Defaults 4 and 256; Lanes -1 turns sharing off.
+	Lanes  int
+	Window int
+	Logger *zap.Logger
 }
 
 // Validate fills defaults and checks the configuration.
@@ -61,6 +68,15 @@ func (c *PublisherConfig) Validate() error {
 	}
 	if c.Channels < 1 || c.Channels > 2000 {
 		return fmt.Errorf("publisher: Channels %d out of range 1..2000", c.Channels)
+	}
+	if c.Lanes == 0 {
+		c.Lanes = 4
+	}
+	if c.Window == 0 {
+		c.Window = 256
+	}
+	if c.Lanes < -1 || c.Lanes > 64 || c.Window < 1 || c.Window > 10_000 {
+		return fmt.Errorf("publisher: Lanes %d (1..64, or -1 for none) or Window %d (1..10000) out of range", c.Lanes, c.Window)
 	}
 	if c.ConfirmTimeout == 0 {
 		c.ConfirmTimeout = 5 * time.Second
@@ -84,6 +100,9 @@ type Publisher struct {
 	slots chan struct{}    // one token per channel that may exist
 	idle  chan *pubChannel // channels ready for reuse
 
+	lanes    []*laneSlot
+	nextLane atomic.Uint32
+
 	mu     sync.Mutex
 	closed bool
 	wg     sync.WaitGroup
@@ -97,6 +116,9 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	p := &Publisher{cfg: cfg, slots: make(chan struct{}, cfg.Channels), idle: make(chan *pubChannel, cfg.Channels)}
 	for range cfg.Channels {
 		p.slots <- struct{}{}
+	}
+	for range max(cfg.Lanes, 0) {
+		p.lanes = append(p.lanes, &laneSlot{lock: make(chan struct{}, 1)})
 	}
 	return p, nil
 }
@@ -242,6 +264,16 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 	defer p.wg.Done()
 	ctx, cancel := p.withTimeout(ctx)
 	defer cancel()
+	if msg.MessageId != "" && len(p.lanes) > 0 {
+		if p.cfg.Session.Blocked() {
+			return ErrBlocked
+		}
+		conn, ok := p.cfg.Session.Current()
+		if !ok {
+			return fmt.Errorf("%w: not connected", ErrUnavailable)
+		}
+		return p.publishShared(ctx, conn, exchange, key, msg)
+	}
 	pc, err := p.acquire(ctx)
 	if err != nil {
 		return err
@@ -381,6 +413,7 @@ func (p *Publisher) Close() {
 	p.closed = true
 	p.mu.Unlock()
 	p.wg.Wait()
+	p.closeLanes()
 	for {
 		select {
 		case pc := <-p.idle:

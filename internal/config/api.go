@@ -49,6 +49,8 @@ type API struct {
 	PublishTimeout  time.Duration
 	RedisTimeout    time.Duration
 	PublishChannels int
+	PublishLanes    int
+	PublishWindow   int
 	ShutdownTimeout time.Duration
 	CallbackHTTP    bool
 	Templates       Templates
@@ -117,7 +119,9 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	c.StatusTTL = l.Duration("STATUS_TTL", 7*24*time.Hour, time.Minute, 365*24*time.Hour, "how long message status records are kept")
 	c.PublishTimeout = l.Duration("PUBLISH_TIMEOUT", 3*time.Second, 10*time.Millisecond, time.Minute, "longest wait for a broker confirm before answering 503")
 	c.RedisTimeout = l.Duration("REDIS_TIMEOUT", 500*time.Millisecond, 10*time.Millisecond, 30*time.Second, "longest wait for each Redis call of a request (connect, read, write, free pooled connection), never retried, so a dead Redis is a quick 503; overrides REDIS_URL timeouts")
-	c.PublishChannels = l.Int("PUBLISH_CHANNELS", 32, 1, 2000, "publishes in flight at once (one confirm channel each)")
+	c.PublishChannels = l.Int("PUBLISH_CHANNELS", 32, 1, 2000, "confirm channels for batched publishes (delays), one batch in flight each")
+	c.PublishLanes = l.Int("PUBLISH_LANES", 4, 1, 64, "shared confirm channels for single publishes")
+	c.PublishWindow = l.Int("PUBLISH_WINDOW", 256, 1, 10_000, "unconfirmed publishes in flight per shared channel; more wait up to PUBLISH_TIMEOUT")
 	c.ShutdownTimeout = l.Duration("SHUTDOWN_TIMEOUT", 15*time.Second, time.Second, 10*time.Minute, "how long in-flight requests may finish on SIGTERM")
 	c.CallbackHTTP = l.Bool("CALLBACK_ALLOW_HTTP", false, "accept http:// callbackUrl (otherwise https only)")
 	c.Templates = loadTemplates(l)

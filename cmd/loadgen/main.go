@@ -432,7 +432,7 @@ func report(args []string, stdout, stderr io.Writer) int {
 			_, _ = fmt.Fprintln(stderr, "loadgen report:", err)
 			return 1
 		}
-		mi.GoBench, err = loadgen.ParseGoBench(f)
+		mi.GoBench, mi.GoFailed, err = loadgen.ParseGoBench(f)
 		_ = f.Close()
 		if err != nil {
 			_, _ = fmt.Fprintln(stderr, "loadgen report:", err)

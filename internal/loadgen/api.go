@@ -238,7 +238,7 @@ func API(ctx context.Context, o *Options, a APIOptions) (*APIResult, error) {
 		if pprofAddr = o.profiler().addr(); pprofAddr != "" {
 			cfg["PPROF_ADDR"] = pprofAddr
 		}
-		res.Target = "api binary (" + filepath.Join(bins.Dir, "api") + ")"
+		res.Target = "the api binary"
 		proc, err = Start("api", filepath.Join(bins.Dir, "api"), nil, append(envList(cfg), o.ExtraEnv...), bins.LogDir)
 		if err != nil {
 			return nil, err

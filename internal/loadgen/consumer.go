@@ -39,6 +39,7 @@ type ConsumerResult struct {
 	Prefetch            int               `json:"prefetch"`
 	ProviderLatencyMs   float64           `json:"providerLatencyMs,omitempty"`
 	ProviderConcurrency int               `json:"providerConcurrency,omitempty"`
+	ProviderPrefetch    int               `json:"providerPrefetch,omitempty"`
 	Config              map[string]string `json:"config"`
 	Rounds              []ConsumerRound   `json:"rounds"`
 	Median              ConsumerMedian    `json:"median"`
@@ -83,7 +84,9 @@ func (p *noop) SendSMS(context.Context, provider.SMS) (provider.Receipt, error) 
 func Consumer(ctx context.Context, o *Options, c ConsumerOptions) (*ConsumerResult, error) {
 	res := &ConsumerResult{Messages: c.Messages, Concurrency: c.Concurrency, Prefetch: c.Prefetch,
 		ProviderLatencyMs: float64(c.ProviderLatency) / float64(time.Millisecond), ProviderConcurrency: c.ProviderConcurrency}
-	if c.ProviderLatency <= 0 {
+	if c.ProviderLatency > 0 {
+		res.ProviderPrefetch = slowPrefetch(c)
+	} else {
 		res.ProviderConcurrency = 0
 	}
 	env, err := NewEnv(ctx, *o, "consumer")

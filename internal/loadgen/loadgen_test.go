@@ -246,12 +246,15 @@ pkg: github.com/msgpulse/msgpulse/internal/verify
 BenchmarkCode-2   	 1000000	      1000 ns/op	  12.5 MB/s
 BenchmarkCode-2   	 1000000	      3000 ns/op	  10.5 MB/s
 --- BENCH: BenchmarkNoise
+--- FAIL: BenchmarkBroken
+    bench_test.go:45: broker blocked publishing (resource alarm)
 ok  	github.com/msgpulse/msgpulse/internal/verify	2.1s
 `
 
 func TestParseGoBenchMedians(t *testing.T) {
-	bs, err := ParseGoBench(strings.NewReader(goBenchOut))
+	bs, failed, err := ParseGoBench(strings.NewReader(goBenchOut))
 	require.NoError(t, err)
+	require.Equal(t, []string{"BenchmarkBroken: bench_test.go:45: broker blocked publishing (resource alarm)"}, failed)
 	require.Len(t, bs, 2)
 	require.Equal(t, "github.com/msgpulse/msgpulse/internal/ratelimit", bs[0].Pkg)
 	require.Equal(t, "BenchmarkTake-2", bs[0].Name)
@@ -267,10 +270,10 @@ func TestWriteMarkdown(t *testing.T) {
 	r := goodReport()
 	r.Consumer.Median.Slow = 1500 // one missed
 	r.Targets = Evaluate(r)
-	bs, err := ParseGoBench(strings.NewReader(goBenchOut))
+	bs, failed, err := ParseGoBench(strings.NewReader(goBenchOut))
 	require.NoError(t, err)
 	var buf bytes.Buffer
-	WriteMarkdown(&buf, MarkdownInput{Report: r, Commands: []string{"make bench"}, GoBench: bs, WallTime: "6m10s"})
+	WriteMarkdown(&buf, MarkdownInput{Report: r, Commands: []string{"make bench"}, GoBench: bs, GoFailed: failed, WallTime: "6m10s"})
 	md := buf.String()
 	for _, want := range []string{
 		"# Benchmarks", "make bench", "Wall time of the whole `make bench`: 6m10s.",
@@ -281,6 +284,7 @@ func TestWriteMarkdown(t *testing.T) {
 		"api / raw path = **0.89**", "no-op / raw consume+ack = **0.48**",
 		"| internal/ratelimit | BenchmarkTake-2 | 3 | 110000 | 2048 | 30 |  |",
 		"| internal/verify | BenchmarkCode-2 | 2 | 2000 |  |  | 11.5 MB/s |",
+		"- BenchmarkBroken: bench_test.go:45: broker blocked publishing (resource alarm)",
 	} {
 		require.Contains(t, md, want)
 	}

@@ -116,8 +116,9 @@ type GoBench struct {
 }
 
 // ParseGoBench reads `go test -bench` output and returns each benchmark's
-// medians, in the order they first appeared.
-func ParseGoBench(r io.Reader) ([]GoBench, error) {
+// medians, in the order they first appeared, and the benchmarks that
+// failed with their first message line.
+func ParseGoBench(r io.Reader) ([]GoBench, []string, error) {
 	type acc struct {
 		b    GoBench
 		vals map[string][]float64
@@ -125,10 +126,23 @@ func ParseGoBench(r io.Reader) ([]GoBench, error) {
 	var order []string
 	all := map[string]*acc{}
 	pkg := ""
+	var failed []string
+	failing := ""
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
+		if name, ok := strings.CutPrefix(line, "--- FAIL: "); ok {
+			failing = strings.Fields(name + " ?")[0]
+			failed = append(failed, failing)
+			continue
+		}
+		if failing != "" {
+			if msg := strings.TrimSpace(line); msg != "" && strings.HasPrefix(line, "    ") {
+				failed[len(failed)-1] += ": " + msg
+			}
+			failing = ""
+		}
 		if p, ok := strings.CutPrefix(line, "pkg: "); ok {
 			pkg = strings.TrimSpace(p)
 			continue
@@ -172,7 +186,7 @@ func ParseGoBench(r io.Reader) ([]GoBench, error) {
 		}
 		out = append(out, a.b)
 	}
-	return out, sc.Err()
+	return out, failed, sc.Err()
 }
 
 // MarkdownInput is what BENCHMARKS.md is made of.
@@ -180,6 +194,7 @@ type MarkdownInput struct {
 	Report   Report
 	Commands []string  // how the numbers were produced
 	GoBench  []GoBench // may be empty
+	GoFailed []string  // benchmarks that failed, with why
 	WallTime string    // of the whole make bench, if known
 }
 
@@ -283,7 +298,7 @@ func WriteMarkdown(w io.Writer, in MarkdownInput) {
 		p("|---|---:|---|")
 		p("| no-op provider (dispatch in-process: claim, status, render, ack) | %.0f | CONCURRENCY=%d PREFETCH=%d |", m.Noop, c.Concurrency, c.Prefetch)
 		if m.Slow > 0 {
-			p("| provider taking %.0f ms per send (consumer binary, webhook SMS provider) | %.0f | CONCURRENCY=%d PREFETCH=%d |", c.ProviderLatencyMs, m.Slow, c.ProviderConcurrency, c.Prefetch)
+			p("| provider taking %.0f ms per send (consumer binary, webhook SMS provider) | %.0f | CONCURRENCY=%d PREFETCH=%d |", c.ProviderLatencyMs, m.Slow, c.ProviderConcurrency, c.ProviderPrefetch)
 		}
 		p("| SMTP sink on loopback (consumer binary) | %.0f | CONCURRENCY=%d SMTP_POOL_SIZE=%d |", m.SMTP, c.Concurrency, c.Concurrency)
 		if m.RawConsume > 0 {
@@ -359,6 +374,14 @@ func WriteMarkdown(w io.Writer, in MarkdownInput) {
 			}
 			p("| %s | %s | %d | %s | %s | %s | %s |", strings.TrimPrefix(b.Pkg, "github.com/msgpulse/msgpulse/"), b.Name, b.Runs,
 				fmtUnit(b, "ns/op"), fmtUnit(b, "B/op"), fmtUnit(b, "allocs/op"), strings.Join(other, ", "))
+		}
+	}
+	if len(in.GoFailed) > 0 {
+		p("")
+		p("Failed in this run (no numbers):")
+		p("")
+		for _, f := range in.GoFailed {
+			p("- %s", f)
 		}
 	}
 	if len(r.Errors) > 0 {

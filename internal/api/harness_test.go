@@ -123,7 +123,7 @@ func setup(t *testing.T, o options) *harness {
 	h.logs = logs
 	h.srv, err = New(Deps{
 		Log: zap.New(core), Model: m, Publisher: pub, Delayed: delay.NewPublisher(pub, planner, m.Delay, nil),
-		Limiter: ratelimit.New(h.redis.Client, h.redis.Prefix), RateLimits: rl, Codes: codes, Keys: h.keys, Status: st, Templates: tpl,
+		Limiter: ratelimit.New(h.redis.Client, h.redis.Prefix), RateLimits: rl, Codes: codes, Keys: h.keys, Status: st, Redis: h.redis.Client, Templates: tpl,
 		Registry: reg, DLQ: CachedDLQStats(s, m, st, 0),
 		Inspect: func(ctx context.Context, names []string) ([]broker.QueueState, error) {
 			conn, err := s.Conn(ctx)

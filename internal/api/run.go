@@ -114,7 +114,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	}
 	srv, err := New(Deps{
 		Log: log, Model: model, Publisher: pub, Delayed: delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix),
-		RateLimits: rateLimits, Codes: codes, Keys: keys, Status: statuses, Templates: tpl, Registry: reg,
+		RateLimits: rateLimits, Codes: codes, Keys: keys, Status: statuses, Redis: redisClient, Templates: tpl, Registry: reg,
 		DLQ: CachedDLQStats(session, model, statuses, 5*time.Second),
 		Inspect: func(ctx context.Context, names []string) ([]broker.QueueState, error) {
 			conn, err := session.Conn(ctx)

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	apidoc "github.com/msgpulse/msgpulse/api"
@@ -57,9 +58,12 @@ type Deps struct {
 	Codes      *verify.Store
 	Keys       *seal.Keys
 	Status     *status.Store
-	Templates  *template.Store
-	Inspect    QueueInspector
-	DLQ        DLQStats
+	// Redis is the client Codes and Status use: a code request writes both
+	// in one pipelined round trip.
+	Redis     redis.UniversalClient
+	Templates *template.Store
+	Inspect   QueueInspector
+	DLQ       DLQStats
 	// Ready reports each dependency's health ("ok" or the error text).
 	Ready    func(ctx context.Context) map[string]string
 	Registry *prometheus.Registry
@@ -101,7 +105,7 @@ func New(d Deps, opts Options) (*Server, error) {
 		d.Log = zap.NewNop()
 	}
 	if d.Model == nil || d.Publisher == nil || d.Delayed == nil || d.Limiter == nil || d.RateLimits == nil || d.Codes == nil ||
-		d.Keys == nil || d.Status == nil || d.Templates == nil || d.Inspect == nil || d.Ready == nil || d.Registry == nil {
+		d.Keys == nil || d.Status == nil || d.Redis == nil || d.Templates == nil || d.Inspect == nil || d.Ready == nil || d.Registry == nil {
 		return nil, errors.New("api: missing dependency")
 	}
 	if len(opts.APIKeys) == 0 && !opts.AuthDisabled {

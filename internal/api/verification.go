@@ -1,8 +1,11 @@
 package api
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v5"
@@ -10,6 +13,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/logging"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/verify"
 )
 
 // VerificationCode is the 202 answer's data.
@@ -37,15 +41,15 @@ func (s *Server) requestCode(c *echo.Context) error {
 		return limited(err)
 	}
 	taskID := newTaskID()
-	iss, err := s.d.Codes.Issue(ctx, req.Channel, req.Recipient, req.Purpose, taskID)
+	iss, err := s.d.Codes.Prepare(req.Channel, req.Recipient, req.Purpose, taskID)
 	if err != nil {
 		s.rollback(ctx, undo{reservation: res})
-		return unavailable(err, "could not store the code (Redis); nothing was sent, try again")
+		return internal(err)
 	}
 	now := s.now()
 	sealed, err := s.d.Keys.Seal(iss.Code, taskID)
 	if err != nil {
-		s.rollback(ctx, undo{reservation: res, code: iss})
+		s.rollback(ctx, undo{reservation: res})
 		return internal(err)
 	}
 	ttlMinutes := int((s.d.Codes.TTL() + time.Minute - 1) / time.Minute)
@@ -57,9 +61,11 @@ func (s *Server) requestCode(c *echo.Context) error {
 	}
 	rec := status.Record{TaskID: taskID, Status: status.Queued, Channel: req.Channel, Recipient: logging.Mask(req.Recipient),
 		Kind: string(envelope.Verification), Template: "verify_code", CreatedAt: now, UpdatedAt: now}
-	if err := s.d.Status.Create(ctx, rec); err != nil {
-		s.rollback(ctx, undo{reservation: res, code: iss})
-		return unavailable(err, "could not record the message status (Redis); nothing was sent, try again")
+	if err := s.storeCode(ctx, iss, rec); err != nil {
+		// Either write may have landed; undoing both is safe (each undo is
+		// a no-op on what is not there or no longer ours).
+		s.rollback(ctx, undo{reservation: res, code: iss, taskID: taskID})
+		return unavailable(err, "could not store the code (Redis); nothing was sent, try again")
 	}
 	if err := s.publish(ctx, req.Channel, msg, 0); err != nil {
 		s.rollback(ctx, undo{reservation: res, code: iss, taskID: taskID})
@@ -70,6 +76,33 @@ func (s *Server) requestCode(c *echo.Context) error {
 		TaskID: taskID, Status: string(status.Queued),
 		ExpiresAt: iss.ExpiresAt.UTC().Truncate(time.Second), ResendAfter: now.Add(s.opts.Limits.ResendInterval).UTC().Truncate(time.Second),
 	})
+}
+
+// storeCode writes the code and its status record in one pipelined round
+// trip. A pipeline does not fall back to EVAL when Redis has forgotten a
+// script (restart, SCRIPT FLUSH), so on NOSCRIPT the scripts are loaded and
+// the pipeline runs once more: a script that answered NOSCRIPT did not run.
+func (s *Server) storeCode(ctx context.Context, iss *verify.Issued, rec status.Record) error {
+	for attempt := 0; ; attempt++ {
+		pipe := s.d.Redis.Pipeline()
+		issued := s.d.Codes.QueueIssue(ctx, pipe, iss)
+		created, err := s.d.Status.QueueCreate(ctx, pipe, rec)
+		if err != nil {
+			return err
+		}
+		_, _ = pipe.Exec(ctx) // each command's own error is read below
+		err = errors.Join(issued(), created())
+		if err == nil || attempt > 0 || !isNoScript(err) {
+			return err
+		}
+		if lerr := errors.Join(s.d.Codes.LoadScripts(ctx), s.d.Status.LoadScripts(ctx)); lerr != nil {
+			return errors.Join(err, lerr)
+		}
+	}
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "NOSCRIPT")
 }
 
 // VerifyResult is the verify answer's data.

@@ -138,11 +138,13 @@ local now = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]
 // empty createdAt or updatedAt means now.
 var createScript = redis.NewScript(luaNow + `
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local kv = {}
 for i = 2, #ARGV, 2 do
   local v = ARGV[i + 1]
   if v == '' and (ARGV[i] == 'createdAt' or ARGV[i] == 'updatedAt') then v = now end
-  if v ~= '' then redis.call('HSET', KEYS[1], ARGV[i], v) end
+  if v ~= '' then kv[#kv + 1] = ARGV[i]; kv[#kv + 1] = v end
 end
+redis.call('HSET', KEYS[1], unpack(kv))
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return 1`)
 
@@ -192,11 +194,23 @@ func msPtr(t *time.Time) string {
 // Create stores a new record; ErrExists if there is one. An empty Status is
 // Queued; zero CreatedAt and UpdatedAt are set to Redis time.
 func (s *Store) Create(ctx context.Context, r Record) error {
+	done, err := s.QueueCreate(ctx, s.rdb, r)
+	if err != nil {
+		return err
+	}
+	return done()
+}
+
+// QueueCreate is Create through c, which may be a pipeline, so the record
+// can be written in the same round trip as other writes. The returned
+// function reports the outcome once c has run. On a pipeline, a script
+// Redis has forgotten fails with NOSCRIPT (see LoadScripts).
+func (s *Store) QueueCreate(ctx context.Context, c redis.Scripter, r Record) (func() error, error) {
 	if r.Status == "" {
 		r.Status = Queued
 	}
 	if err := validateRecord(r); err != nil {
-		return err
+		return nil, err
 	}
 	args := []any{
 		s.cfg.TTL.Milliseconds(),
@@ -216,12 +230,23 @@ func (s *Store) Create(ctx context.Context, r Record) error {
 		fReason, r.Reason,
 		fProvider, r.Provider,
 	}
-	n, err := createScript.Run(ctx, s.rdb, []string{s.key(r.TaskID)}, args...).Int()
-	if err != nil {
-		return fmt.Errorf("status: create %q: %w", r.TaskID, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("%w: %q", ErrExists, r.TaskID)
+	cmd := createScript.Run(ctx, c, []string{s.key(r.TaskID)}, args...)
+	return func() error {
+		n, err := cmd.Int()
+		if err != nil {
+			return fmt.Errorf("status: create %q: %w", r.TaskID, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("%w: %q", ErrExists, r.TaskID)
+		}
+		return nil
+	}, nil
+}
+
+// LoadScripts loads the script QueueCreate runs, for pipelines.
+func (s *Store) LoadScripts(ctx context.Context) error {
+	if err := createScript.Load(ctx, s.rdb).Err(); err != nil {
+		return fmt.Errorf("status: load scripts: %w", err)
 	}
 	return nil
 }

@@ -3,9 +3,10 @@ package verify
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/big"
+	"math"
 	"strconv"
 	"time"
 
@@ -73,16 +74,29 @@ func (s *Store) Digest(channel, recipient, purpose, code string) string {
 
 // Generate returns a uniformly random code of the configured length.
 func (s *Store) Generate() (string, error) {
-	buf := make([]byte, s.cfg.CodeLength)
-	ten := big.NewInt(10)
-	for i := range buf {
-		n, err := rand.Int(rand.Reader, ten)
-		if err != nil {
+	// One uniform draw below 10^n by rejection sampling (no modulo bias);
+	// a digit at a time through big.Int cost n draws and a dozen
+	// allocations.
+	limit := uint64(1)
+	for range s.cfg.CodeLength {
+		limit *= 10
+	}
+	top := math.MaxUint64 - math.MaxUint64%limit
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
 			return "", fmt.Errorf("verify: random: %w", err)
 		}
-		buf[i] = byte('0' + n.Int64())
+		if v := binary.LittleEndian.Uint64(b[:]); v < top {
+			out := make([]byte, s.cfg.CodeLength)
+			v %= limit
+			for i := len(out) - 1; i >= 0; i-- {
+				out[i] = byte('0' + v%10)
+				v /= 10
+			}
+			return string(out), nil
+		}
 	}
-	return string(buf), nil
 }
 
 // Issued is a freshly stored code. Code is returned once, to be sealed into
@@ -111,18 +125,52 @@ return prev
 
 // Issue generates a code, stores its digest, and returns it.
 func (s *Store) Issue(ctx context.Context, channel, recipient, purpose, taskID string) (*Issued, error) {
+	iss, err := s.Prepare(channel, recipient, purpose, taskID)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.QueueIssue(ctx, s.rdb, iss)(); err != nil {
+		return nil, err
+	}
+	return iss, nil
+}
+
+// Prepare generates a code for QueueIssue; nothing is stored yet.
+func (s *Store) Prepare(channel, recipient, purpose, taskID string) (*Issued, error) {
 	code, err := s.Generate()
 	if err != nil {
 		return nil, err
 	}
 	exp := time.Now().Add(s.cfg.TTL)
-	iss := &Issued{Code: code, Digest: s.Digest(channel, recipient, purpose, code), TaskID: taskID, ExpiresAt: exp, key: s.key(channel, recipient, purpose)}
-	res, err := issueScript.Run(ctx, s.rdb, []string{iss.key}, iss.Digest, taskID, exp.UnixMilli(), s.cfg.TTL.Milliseconds()).StringSlice()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("verify: store code: %w", err)
+	return &Issued{Code: code, Digest: s.Digest(channel, recipient, purpose, code), TaskID: taskID, ExpiresAt: exp, key: s.key(channel, recipient, purpose)}, nil
+}
+
+// QueueIssue stores iss through c, which may be a pipeline, so a caller can
+// store the code together with other writes in one round trip. The
+// returned function reports the outcome once c has run (a pipeline's Exec);
+// until it returns nil, iss cannot be rolled back.
+//
+// On a pipeline a script Redis has forgotten (restart, SCRIPT FLUSH) fails
+// with NOSCRIPT instead of falling back to EVAL; LoadScripts and a retry
+// fix that, and the failed script did not run.
+func (s *Store) QueueIssue(ctx context.Context, c redis.Scripter, iss *Issued) func() error {
+	cmd := issueScript.Run(ctx, c, []string{iss.key}, iss.Digest, iss.TaskID, iss.ExpiresAt.UnixMilli(), s.cfg.TTL.Milliseconds())
+	return func() error {
+		res, err := cmd.StringSlice()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("verify: store code: %w", err)
+		}
+		iss.prev = res
+		return nil
 	}
-	iss.prev = res
-	return iss, nil
+}
+
+// LoadScripts loads the scripts QueueIssue runs, for pipelines (see there).
+func (s *Store) LoadScripts(ctx context.Context) error {
+	if err := issueScript.Load(ctx, s.rdb).Err(); err != nil {
+		return fmt.Errorf("verify: load scripts: %w", err)
+	}
+	return nil
 }
 
 // Put back the replaced code, but only if the current one is still ours: a

@@ -176,3 +176,24 @@ func TestConfigValidate(t *testing.T) {
 		require.Error(t, c.Validate(), "%+v", c)
 	}
 }
+
+// Every digit is equally likely in every position, leading zeros included:
+// a biased generator would shrink the space a brute force has to search.
+// With 100k draws a digit's count has a standard deviation near 95, so
+// the ±600 bound (over 6σ) fails only on a real bias.
+func TestGenerateIsUniform(t *testing.T) {
+	s, _ := setup(t, Config{CodeLength: 4})
+	var counts [4][10]int
+	for range 100_000 {
+		c, err := s.Generate()
+		require.NoError(t, err)
+		for i := range 4 {
+			counts[i][c[i]-'0']++
+		}
+	}
+	for pos, row := range counts {
+		for d, n := range row {
+			require.InDelta(t, 10_000, n, 600, "digit %d at position %d", d, pos)
+		}
+	}
+}

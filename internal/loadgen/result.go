@@ -165,11 +165,11 @@ func Evaluate(r Report) []Target {
 
 	t = Target{Figure: "Lost messages in any e2e run", Want: "0", Value: notMeasured}
 	if e := r.E2E; e != nil && len(e.Rounds) > 0 {
-		lost := 0
+		lost, dead, expired := 0, 0, 0
 		for _, rd := range e.Rounds {
-			lost += rd.Lost
+			lost, dead, expired = lost+rd.Lost, dead+rd.DeadLettered, expired+rd.Expired
 		}
-		t.Value = fmt.Sprintf("%d (of %d accepted in %d rounds)", lost, e.TotalAccepted(), len(e.Rounds))
+		t.Value = fmt.Sprintf("%d (of %d accepted in %d rounds; %d dead-lettered, %d expired)", lost, e.TotalAccepted(), len(e.Rounds), dead, expired)
 		t.Met = b(lost == 0)
 	}
 	ts = append(ts, t)

@@ -5,13 +5,14 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v5"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/logging"
+	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/verify"
 )
@@ -79,30 +80,18 @@ func (s *Server) requestCode(c *echo.Context) error {
 }
 
 // storeCode writes the code and its status record in one pipelined round
-// trip. A pipeline does not fall back to EVAL when Redis has forgotten a
-// script (restart, SCRIPT FLUSH), so on NOSCRIPT the scripts are loaded and
-// the pipeline runs once more: a script that answered NOSCRIPT did not run.
+// trip.
 func (s *Server) storeCode(ctx context.Context, iss *verify.Issued, rec status.Record) error {
-	for attempt := 0; ; attempt++ {
-		pipe := s.d.Redis.Pipeline()
-		issued := s.d.Codes.QueueIssue(ctx, pipe, iss)
-		created, err := s.d.Status.QueueCreate(ctx, pipe, rec)
+	return rdb.Pipelined(ctx, s.d.Redis, func(p redis.Pipeliner) (func() error, error) {
+		issued := s.d.Codes.QueueIssue(ctx, p, iss)
+		created, err := s.d.Status.QueueCreate(ctx, p, rec)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		_, _ = pipe.Exec(ctx) // each command's own error is read below
-		err = errors.Join(issued(), created())
-		if err == nil || attempt > 0 || !isNoScript(err) {
-			return err
-		}
-		if lerr := errors.Join(s.d.Codes.LoadScripts(ctx), s.d.Status.LoadScripts(ctx)); lerr != nil {
-			return errors.Join(err, lerr)
-		}
-	}
-}
-
-func isNoScript(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "NOSCRIPT")
+		return func() error { return errors.Join(issued(), created()) }, nil
+	}, func(ctx context.Context) error {
+		return errors.Join(s.d.Codes.LoadScripts(ctx), s.d.Status.LoadScripts(ctx))
+	})
 }
 
 // VerifyResult is the verify answer's data.

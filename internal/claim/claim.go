@@ -124,11 +124,39 @@ return {1, '', 0}
 
 // Acquire tries to claim key for owner (a consumer id, for logs and HeldBy).
 func (c *Claimer) Acquire(ctx context.Context, key, owner string) (Result, error) {
+	a, err := c.QueueAcquire(ctx, c.rdb, key, owner)
+	if err != nil {
+		return Result{}, err
+	}
+	return a.Result()
+}
+
+// Acquisition is an Acquire queued on a pipeline (QueueAcquire): the lease
+// value is known before it runs, so later commands in the same pipeline
+// can be made conditional on it (status.Guard).
+type Acquisition struct {
+	c          *Claimer
+	key, owner string
+	Lease      string // the value the key holds if the claim is ours
+	cmd        *redis.Cmd
+}
+
+// QueueAcquire queues an Acquire on sc, which may be a pipeline; read the
+// outcome with Result once sc has run. On a pipeline, a script Redis has
+// forgotten fails with NOSCRIPT (see LoadScripts).
+func (c *Claimer) QueueAcquire(ctx context.Context, sc redis.Scripter, key, owner string) (*Acquisition, error) {
 	if key == "" || owner == "" {
-		return Result{}, errors.New("claim: key and owner are required")
+		return nil, errors.New("claim: key and owner are required")
 	}
 	lease := leasePrefix + rand.Text() + ":" + owner
-	out, err := acquireScript.Run(ctx, c.rdb, []string{key}, lease, c.cfg.Lease.Milliseconds()).Slice()
+	return &Acquisition{c: c, key: key, owner: owner, Lease: lease,
+		cmd: acquireScript.Run(ctx, sc, []string{key}, lease, c.cfg.Lease.Milliseconds())}, nil
+}
+
+// Result is the queued Acquire's outcome.
+func (a *Acquisition) Result() (Result, error) {
+	key := a.key
+	out, err := a.cmd.Slice()
 	if err != nil {
 		return Result{}, fmt.Errorf("claim: acquire %q: %w", key, err)
 	}
@@ -140,13 +168,24 @@ func (c *Claimer) Acquire(ctx context.Context, key, owner string) (Result, error
 	ms, _ := out[2].(int64)
 	switch code {
 	case 1:
-		return Result{Outcome: Claimed, Claim: &Claim{c: c, key: key, owner: owner, lease: lease, lost: make(chan struct{})}}, nil
+		return Result{Outcome: Claimed, Claim: &Claim{c: a.c, key: key, owner: a.owner, lease: a.Lease, lost: make(chan struct{})}}, nil
 	case 2:
 		return Result{Outcome: AlreadySent}, nil
 	case 3:
 		return Result{Outcome: Held, HeldBy: leaseOwner(value), HeldFor: time.Duration(ms) * time.Millisecond}, nil
 	}
 	return Result{}, fmt.Errorf("claim: acquire %q: unexpected reply %v", key, out)
+}
+
+// LoadScripts loads the scripts QueueAcquire and QueueMarkSent run, for
+// pipelines.
+func (c *Claimer) LoadScripts(ctx context.Context) error {
+	for _, sc := range []*redis.Script{acquireScript, markSentScript} {
+		if err := sc.Load(ctx, c.rdb).Err(); err != nil {
+			return fmt.Errorf("claim: load scripts: %w", err)
+		}
+	}
+	return nil
 }
 
 func leaseOwner(v string) string {
@@ -247,15 +286,24 @@ func (cl *Claim) KeepAlive(ctx context.Context) (stop func()) {
 // send it again), and then also returns ErrLost so the caller can log that
 // the lease ran out mid-send.
 func (cl *Claim) MarkSent(ctx context.Context) error {
-	ok, err := markSentScript.Run(ctx, cl.c.rdb, []string{cl.key}, cl.lease, cl.owner, cl.c.cfg.SentTTL.Milliseconds()).Bool()
-	if err != nil {
-		return fmt.Errorf("claim: mark %q sent: %w", cl.key, err)
+	return cl.QueueMarkSent(ctx, cl.c.rdb)()
+}
+
+// QueueMarkSent is MarkSent on sc, which may be a pipeline; the returned
+// function reports the outcome once sc has run.
+func (cl *Claim) QueueMarkSent(ctx context.Context, sc redis.Scripter) func() error {
+	cmd := markSentScript.Run(ctx, sc, []string{cl.key}, cl.lease, cl.owner, cl.c.cfg.SentTTL.Milliseconds())
+	return func() error {
+		ok, err := cmd.Bool()
+		if err != nil {
+			return fmt.Errorf("claim: mark %q sent: %w", cl.key, err)
+		}
+		if !ok {
+			cl.markLost()
+			return fmt.Errorf("claim: mark %q sent: %w", cl.key, ErrLost)
+		}
+		return nil
 	}
-	if !ok {
-		cl.markLost()
-		return fmt.Errorf("claim: mark %q sent: %w", cl.key, ErrLost)
-	}
-	return nil
 }
 
 // Release gives the key up (the send failed before anything went out), so a

@@ -19,6 +19,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/logging"
 	"github.com/msgpulse/msgpulse/internal/provider"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/template"
@@ -73,7 +74,7 @@ type Config struct {
 	Limiter    *ratelimit.Limiter
 	RateLimits *ratelimit.ConfigStore // per-provider limits; nil = none
 	Callbacks  *Callbacks             // nil = no callbacks
-	Redis      redis.UniversalClient  // pinged while paused
+	Redis      redis.UniversalClient  // pinged while paused, and pipelines claims with status updates
 	Retry      RetryPolicy
 	// SendTimeout bounds one provider call; default 30s.
 	SendTimeout time.Duration
@@ -140,6 +141,9 @@ type job struct {
 	del      *amqp.Delivery
 	msg      *envelope.Message // nil when the body is malformed
 	provider string            // the provider that sent or failed
+
+	claim           *claim.Claim // ours, once the provider accepted the message
+	sendingRecorded bool         // the "sending" status rode with the claim
 }
 
 // Handler returns the broker handler for one channel's main queue.
@@ -207,7 +211,11 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 	if msg.Kind == envelope.Verification {
 		key = d.cfg.Claims.VerificationKey(j.channel, msg.Recipient, msg.CodeDigest, msg.Purpose)
 	}
-	res, err := d.cfg.Claims.Acquire(ctx, key, d.cfg.Owner)
+	var rules []ratelimit.Rule
+	if d.cfg.RateLimits != nil {
+		rules = d.cfg.RateLimits.Rules(j.provider)
+	}
+	res, err := d.claim(ctx, j, key, len(rules) == 0)
 	if err != nil {
 		return fmt.Errorf("%w: claim: %w", errRedis, err)
 	}
@@ -220,16 +228,14 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 		return Snooze(res.HeldFor+time.Second, "claimed by "+res.HeldBy)
 	}
 	cl := res.Claim
-	if d.cfg.RateLimits != nil {
-		if rules := d.cfg.RateLimits.Rules(j.provider); len(rules) > 0 {
-			if _, err := d.cfg.Limiter.Take(ctx, ratelimit.Request{Rules: rules}); err != nil {
-				d.release(ctx, cl)
-				var le *ratelimit.LimitError
-				if errors.As(err, &le) {
-					return Snooze(le.RetryAfter, "provider "+j.provider+" "+le.Error())
-				}
-				return fmt.Errorf("%w: provider limit: %w", errRedis, err)
+	if len(rules) > 0 {
+		if _, err := d.cfg.Limiter.Take(ctx, ratelimit.Request{Rules: rules}); err != nil {
+			d.release(ctx, cl)
+			var le *ratelimit.LimitError
+			if errors.As(err, &le) {
+				return Snooze(le.RetryAfter, "provider "+j.provider+" "+le.Error())
 			}
+			return fmt.Errorf("%w: provider limit: %w", errRedis, err)
 		}
 	}
 	stop := cl.KeepAlive(ctx)
@@ -239,13 +245,94 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 		d.release(ctx, cl)
 		return err
 	}
-	// Mark at once: the gap between the provider's yes and this write is
-	// the only window in which a crash leads to a duplicate.
-	if err := cl.MarkSent(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, claim.ErrLost) {
-		d.log.Error("sent, but could not mark the claim sent; a redelivery within the lease could send again",
-			zap.String("task_id", msg.TaskID), zap.Error(err))
-	}
+	// decide marks the claim sent at once, together with the status: the
+	// gap between the provider's yes and that write is the only window in
+	// which a crash leads to a duplicate.
+	j.claim = cl
 	return nil
+}
+
+// claim acquires the message's idempotency claim. With withSending, the
+// "sending" status update rides in the same round trip, guarded by the
+// claim's lease so that it changes nothing unless the claim is ours; it is
+// left for send when a provider limit may still hold the message back.
+//
+// Only the claim's result decides: a status write never decides a
+// message's fate, and retrying the pipeline after the claim ran would find
+// our own lease.
+func (d *Dispatcher) claim(ctx context.Context, j *job, key string, withSending bool) (claim.Result, error) {
+	var res claim.Result
+	err := rdb.Pipelined(ctx, d.cfg.Redis, func(p redis.Pipeliner) (func() error, error) {
+		a, err := d.cfg.Claims.QueueAcquire(ctx, p, key, d.cfg.Owner)
+		if err != nil {
+			return nil, err
+		}
+		var sending func() (status.Record, error)
+		j.sendingRecorded = false
+		if withSending {
+			u := d.sendingUpdate(j)
+			u.Guard = &status.Guard{Key: key, Value: a.Lease}
+			if sending, err = d.cfg.Status.QueueUpdate(ctx, p, j.msg.TaskID, u); err != nil {
+				return nil, err
+			}
+		}
+		return func() error {
+			if res, err = a.Result(); err != nil {
+				return err
+			}
+			if sending != nil && res.Outcome == claim.Claimed {
+				_, serr := sending()
+				d.logStatusError(j.msg.TaskID, status.Sending, serr)
+				j.sendingRecorded = serr == nil
+			}
+			return nil
+		}, nil
+	}, func(ctx context.Context) error {
+		return errors.Join(d.cfg.Claims.LoadScripts(ctx), d.cfg.Status.LoadScripts(ctx))
+	})
+	return res, err
+}
+
+func (d *Dispatcher) sendingUpdate(j *job) status.Update {
+	return status.Update{Status: status.Sending, IncAttempts: true, Provider: ptr(j.provider)}
+}
+
+// markSent marks the claim sent and records the sent status in one round
+// trip, then fires the callback. Only the claim's mark is retried after a
+// NOSCRIPT: a repeated status update to sent is harmless.
+func (d *Dispatcher) markSent(ctx context.Context, j *job) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	now := d.now()
+	var rec status.Record
+	var recErr error
+	err := rdb.Pipelined(ctx, d.cfg.Redis, func(p redis.Pipeliner) (func() error, error) {
+		marked := j.claim.QueueMarkSent(ctx, p)
+		updated, err := d.cfg.Status.QueueUpdate(ctx, p, j.msg.TaskID, status.Update{Status: status.Sent, SentAt: &now, Provider: ptr(j.provider), LastError: ptr("")})
+		if err != nil {
+			return nil, err
+		}
+		return func() error {
+			rec, recErr = updated()
+			return marked()
+		}, nil
+	}, func(ctx context.Context) error {
+		return errors.Join(d.cfg.Claims.LoadScripts(ctx), d.cfg.Status.LoadScripts(ctx))
+	})
+	if err != nil && !errors.Is(err, claim.ErrLost) {
+		d.log.Error("sent, but could not mark the claim sent; a redelivery within the lease could send again",
+			zap.String("task_id", j.msg.TaskID), zap.Error(err))
+	}
+	d.logStatusError(j.msg.TaskID, status.Sent, recErr)
+	if d.cfg.Callbacks != nil && j.msg.CallbackURL != "" && recErr == nil {
+		d.cfg.Callbacks.Send(j.msg.CallbackURL, rec)
+	}
+}
+
+func (d *Dispatcher) logStatusError(taskID string, st status.State, err error) {
+	if err != nil && !errors.Is(err, status.ErrFinal) && !errors.Is(err, status.ErrGuard) {
+		d.log.Warn("could not update the status record", zap.String("task_id", taskID), zap.String("status", string(st)), zap.Error(err))
+	}
 }
 
 func (d *Dispatcher) release(ctx context.Context, cl *claim.Claim) {
@@ -268,7 +355,9 @@ func (d *Dispatcher) send(ctx context.Context, j *job) error {
 		}
 		vars["code"] = code
 	}
-	d.record(ctx, msg.TaskID, status.Update{Status: status.Sending, IncAttempts: true, Provider: ptr(j.provider)})
+	if !j.sendingRecorded {
+		d.record(ctx, msg.TaskID, d.sendingUpdate(j))
+	}
 	sctx, cancel := context.WithTimeout(ctx, d.cfg.SendTimeout)
 	defer cancel()
 	start := d.now()
@@ -319,9 +408,8 @@ func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Actio
 	}
 	switch {
 	case err == nil:
-		now := d.now()
+		d.markSent(ctx, j)
 		d.cfg.Metrics.Sent.WithLabelValues(j.channel, j.provider).Inc()
-		d.final(ctx, j, status.Update{Status: status.Sent, SentAt: &now, Provider: ptr(j.provider), LastError: ptr("")})
 		log.Info("sent")
 		return broker.Ack
 

@@ -1,6 +1,7 @@
 package rdb
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -90,4 +91,35 @@ func New(rawURL string, opts ...Option) (*redis.Client, error) {
 		opt(o)
 	}
 	return redis.NewClient(o), nil
+}
+
+// Pipelined runs the commands queue puts on a pipeline in one round trip
+// and returns the error of the function queue returned, which reads each
+// command's result.
+//
+// Scripts on a pipeline do not fall back from EVALSHA to EVAL when Redis
+// has forgotten them (a restart, SCRIPT FLUSH): they fail with NOSCRIPT,
+// without having run. Pipelined then calls load and runs the pipeline once
+// more, so callers must queue scripts whose effect a NOSCRIPT reply left
+// undone, which is every script.
+func Pipelined(ctx context.Context, c redis.Cmdable, queue func(redis.Pipeliner) (func() error, error), load func(context.Context) error) error {
+	for attempt := 0; ; attempt++ {
+		p := c.Pipeline()
+		finish, err := queue(p)
+		if err != nil {
+			return err
+		}
+		_, _ = p.Exec(ctx) // each command's own error is read by finish
+		err = finish()
+		if err == nil || attempt > 0 || !isNoScript(err) {
+			return err
+		}
+		if lerr := load(ctx); lerr != nil {
+			return errors.Join(err, lerr)
+		}
+	}
+}
+
+func isNoScript(err error) bool {
+	return strings.Contains(err.Error(), "NOSCRIPT")
 }

@@ -70,7 +70,20 @@ type Update struct {
 	Reason      *string
 	Provider    *string
 	SentAt      *time.Time // when moving to Sent without it, Redis time is used
+	// Guard, when set, makes the update apply only while the key Guard.Key
+	// holds Guard.Value: a consumer queues its "sending" update in the
+	// same pipeline as its idempotency claim, guarded by the claim's
+	// lease, so a claim that failed changes nothing. The guard key must
+	// live on the same Redis node as the record (msgpulse does not use
+	// Redis Cluster).
+	Guard *Guard
 }
+
+// Guard is a condition on another key; see Update.Guard.
+type Guard struct{ Key, Value string }
+
+// ErrGuard: the update was not applied because its Guard did not hold.
+var ErrGuard = errors.New("status: guard does not hold; not updated")
 
 // Config configures a Store.
 type Config struct {
@@ -148,11 +161,16 @@ redis.call('HSET', KEYS[1], unpack(kv))
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return 1`)
 
-// ARGV: ttl ms, task id, new status (empty keeps it), "1" to count an
-// attempt, then field/value pairs to set (an empty value deletes the field).
-// Returns {1, fields} or, for a sent record left untouched, {0, fields}.
+// KEYS: the record, then optionally the guard key. ARGV: ttl ms, task id,
+// new status (empty keeps it), "1" to count an attempt, the guard's value
+// (ignored without a guard key), then field/value pairs to set (an empty
+// value deletes the field). Returns {1, fields}; for a sent record left
+// untouched {0, fields}; when the guard does not hold {2, {}}.
 var updateScript = redis.NewScript(luaNow + `
 local key = KEYS[1]
+if KEYS[2] and redis.call('GET', KEYS[2]) ~= ARGV[5] then
+  return {2, {}}
+end
 if redis.call('HGET', key, 'status') == 'sent' then
   return {0, redis.call('HGETALL', key)}
 end
@@ -163,7 +181,7 @@ if redis.call('EXISTS', key) == 0 then
 end
 if ARGV[3] ~= '' then redis.call('HSET', key, 'status', ARGV[3]) end
 if ARGV[4] == '1' then redis.call('HINCRBY', key, 'attempts', 1) end
-for i = 5, #ARGV, 2 do
+for i = 6, #ARGV, 2 do
   if ARGV[i + 1] == '' then
     redis.call('HDEL', key, ARGV[i])
   else
@@ -243,10 +261,13 @@ func (s *Store) QueueCreate(ctx context.Context, c redis.Scripter, r Record) (fu
 	}, nil
 }
 
-// LoadScripts loads the script QueueCreate runs, for pipelines.
+// LoadScripts loads the scripts QueueCreate and QueueUpdate run, for
+// pipelines.
 func (s *Store) LoadScripts(ctx context.Context) error {
-	if err := createScript.Load(ctx, s.rdb).Err(); err != nil {
-		return fmt.Errorf("status: load scripts: %w", err)
+	for _, sc := range []*redis.Script{createScript, updateScript} {
+		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
+			return fmt.Errorf("status: load scripts: %w", err)
+		}
 	}
 	return nil
 }
@@ -283,17 +304,34 @@ func (s *Store) Get(ctx context.Context, taskID string) (Record, error) {
 // missing record is created with what u gives. A sent record is returned
 // unchanged with ErrFinal.
 func (s *Store) Update(ctx context.Context, taskID string, u Update) (Record, error) {
+	done, err := s.QueueUpdate(ctx, s.rdb, taskID, u)
+	if err != nil {
+		return Record{}, err
+	}
+	return done()
+}
+
+// QueueUpdate is Update through sc, which may be a pipeline; the returned
+// function reports the outcome once sc has run. On a pipeline, a script
+// Redis has forgotten fails with NOSCRIPT (see LoadScripts).
+func (s *Store) QueueUpdate(ctx context.Context, sc redis.Scripter, taskID string, u Update) (func() (Record, error), error) {
 	if taskID == "" {
-		return Record{}, errors.New("status: TaskID is required")
+		return nil, errors.New("status: TaskID is required")
 	}
 	if u.Status != "" && !u.Status.Valid() {
-		return Record{}, fmt.Errorf("status: unknown status %q", u.Status)
+		return nil, fmt.Errorf("status: unknown status %q", u.Status)
 	}
 	inc := "0"
 	if u.IncAttempts {
 		inc = "1"
 	}
-	args := []any{s.cfg.TTL.Milliseconds(), taskID, string(u.Status), inc}
+	keys := []string{s.key(taskID)}
+	guard := ""
+	if u.Guard != nil {
+		keys = append(keys, u.Guard.Key)
+		guard = u.Guard.Value
+	}
+	args := []any{s.cfg.TTL.Milliseconds(), taskID, string(u.Status), inc, guard}
 	for _, f := range []struct {
 		name string
 		v    *string
@@ -305,28 +343,34 @@ func (s *Store) Update(ctx context.Context, taskID string, u Update) (Record, er
 	if u.SentAt != nil {
 		args = append(args, fSentAt, ms(*u.SentAt))
 	}
-	out, err := updateScript.Run(ctx, s.rdb, []string{s.key(taskID)}, args...).Slice()
-	if err != nil {
-		return Record{}, fmt.Errorf("status: update %q: %w", taskID, err)
-	}
-	if len(out) != 2 {
-		return Record{}, fmt.Errorf("status: update %q: unexpected reply %v", taskID, out)
-	}
-	flat, _ := out[1].([]any)
-	m := make(map[string]string, len(flat)/2)
-	for i := 0; i+1 < len(flat); i += 2 {
-		k, _ := flat[i].(string)
-		v, _ := flat[i+1].(string)
-		m[k] = v
-	}
-	r, err := parse(m)
-	if err != nil {
-		return Record{}, err
-	}
-	if code, _ := out[0].(int64); code == 0 {
-		return r, fmt.Errorf("%w: %q", ErrFinal, taskID)
-	}
-	return r, nil
+	cmd := updateScript.Run(ctx, sc, keys, args...)
+	return func() (Record, error) {
+		out, err := cmd.Slice()
+		if err != nil {
+			return Record{}, fmt.Errorf("status: update %q: %w", taskID, err)
+		}
+		if len(out) != 2 {
+			return Record{}, fmt.Errorf("status: update %q: unexpected reply %v", taskID, out)
+		}
+		if code, _ := out[0].(int64); code == 2 {
+			return Record{}, fmt.Errorf("%w: %q", ErrGuard, taskID)
+		}
+		flat, _ := out[1].([]any)
+		m := make(map[string]string, len(flat)/2)
+		for i := 0; i+1 < len(flat); i += 2 {
+			k, _ := flat[i].(string)
+			v, _ := flat[i+1].(string)
+			m[k] = v
+		}
+		r, err := parse(m)
+		if err != nil {
+			return Record{}, err
+		}
+		if code, _ := out[0].(int64); code == 0 {
+			return r, fmt.Errorf("%w: %q", ErrFinal, taskID)
+		}
+		return r, nil
+	}, nil
 }
 
 // Delete removes a record; ErrNotFound if there was none.

@@ -315,3 +315,46 @@ func TestDelete(t *testing.T) {
 	require.ErrorIs(t, err, status.ErrNotFound)
 	require.ErrorIs(t, e.s.Delete(e.ctx, "t"), status.ErrNotFound)
 }
+
+// A guarded update applies only while the guard key holds the value: the
+// consumer pipelines its "sending" update behind its claim, and a claim
+// another consumer holds must leave the record alone.
+func TestGuardedUpdate(t *testing.T) {
+	e := setup(t)
+	require.NoError(t, e.s.Create(e.ctx, status.Record{TaskID: "g1", Channel: "email", Recipient: "a***@example.com", Kind: "notification", Template: "notice"}))
+	guardKey := e.r.Prefix + "lease-of-g1"
+	for _, tc := range []struct {
+		name    string
+		holds   string // what the guard key holds; "" = missing
+		applies bool
+	}{
+		{"guard key missing", "", false},
+		{"another value", "lease:other", false},
+		{"our value", "lease:ours", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.holds == "" {
+				require.NoError(t, e.r.Client.Del(e.ctx, guardKey).Err())
+			} else {
+				require.NoError(t, e.r.Client.Set(e.ctx, guardKey, tc.holds, time.Minute).Err())
+			}
+			before, err := e.s.Get(e.ctx, "g1")
+			require.NoError(t, err)
+			p := e.r.Client.Pipeline()
+			done, err := e.s.QueueUpdate(e.ctx, p, "g1", status.Update{Status: status.Sending, IncAttempts: true, Guard: &status.Guard{Key: guardKey, Value: "lease:ours"}})
+			require.NoError(t, err)
+			_, _ = p.Exec(e.ctx)
+			rec, err := done()
+			after, gerr := e.s.Get(e.ctx, "g1")
+			require.NoError(t, gerr)
+			if !tc.applies {
+				require.ErrorIs(t, err, status.ErrGuard)
+				require.Equal(t, before, after, "a failed guard changes nothing")
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, status.Sending, rec.Status)
+			require.Equal(t, before.Attempts+1, after.Attempts)
+		})
+	}
+}

@@ -294,7 +294,7 @@ func (d *Dispatcher) claim(ctx context.Context, j *job, key string, withSending 
 }
 
 func (d *Dispatcher) sendingUpdate(j *job) status.Update {
-	return status.Update{Status: status.Sending, IncAttempts: true, Provider: ptr(j.provider)}
+	return status.Update{Status: status.Sending, IncAttempts: true, Provider: ptr(j.provider), Blind: true}
 }
 
 // markSent marks the claim sent and records the sent status in one round
@@ -308,7 +308,8 @@ func (d *Dispatcher) markSent(ctx context.Context, j *job) {
 	var recErr error
 	err := rdb.Pipelined(ctx, d.cfg.Redis, func(p redis.Pipeliner) (func() error, error) {
 		marked := j.claim.QueueMarkSent(ctx, p)
-		updated, err := d.cfg.Status.QueueUpdate(ctx, p, j.msg.TaskID, status.Update{Status: status.Sent, SentAt: &now, Provider: ptr(j.provider), LastError: ptr("")})
+		updated, err := d.cfg.Status.QueueUpdate(ctx, p, j.msg.TaskID, status.Update{Status: status.Sent, SentAt: &now, Provider: ptr(j.provider), LastError: ptr(""),
+			Blind: j.msg.CallbackURL == "" || d.cfg.Callbacks == nil})
 		if err != nil {
 			return nil, err
 		}

@@ -77,6 +77,10 @@ type Update struct {
 	// live on the same Redis node as the record (msgpulse does not use
 	// Redis Cluster).
 	Guard *Guard
+	// Blind skips reading the record back: the update returns a zero
+	// Record. For the consumer's hot path, which needs the record only
+	// for a callback.
+	Blind bool
 }
 
 // Guard is a condition on another key; see Update.Guard.
@@ -163,37 +167,51 @@ return 1`)
 
 // KEYS: the record, then optionally the guard key. ARGV: ttl ms, task id,
 // new status (empty keeps it), "1" to count an attempt, the guard's value
-// (ignored without a guard key), then field/value pairs to set (an empty
-// value deletes the field). Returns {1, fields}; for a sent record left
-// untouched {0, fields}; when the guard does not hold {2, {}}.
+// (ignored without a guard key), "1" to read the record back, then
+// field/value pairs to set (an empty value deletes the field). Returns {1,
+// fields}; for a sent record left untouched {0, fields}; when the guard
+// does not hold {2, {}}. fields is empty unless asked for.
 var updateScript = redis.NewScript(luaNow + `
 local key = KEYS[1]
 if KEYS[2] and redis.call('GET', KEYS[2]) ~= ARGV[5] then
   return {2, {}}
 end
-if redis.call('HGET', key, 'status') == 'sent' then
-  return {0, redis.call('HGETALL', key)}
+local back = ARGV[6] == '1'
+local st = redis.call('HGET', key, 'status')
+if st == 'sent' then
+  if back then return {0, redis.call('HGETALL', key)} end
+  return {0, {}}
 end
-if redis.call('EXISTS', key) == 0 then
+-- One HSET and at most one HDEL: each redis.call costs more than the
+-- field it writes.
+local kv = {'updatedAt', now}
+if not st and redis.call('EXISTS', key) == 0 then
   -- The message outlived its record (TTL, or a lost Create): start a
   -- minimal one rather than lose the update.
-  redis.call('HSET', key, 'taskId', ARGV[2], 'createdAt', now, 'attempts', 0)
+  kv[#kv + 1] = 'taskId'; kv[#kv + 1] = ARGV[2]
+  kv[#kv + 1] = 'createdAt'; kv[#kv + 1] = now
+  kv[#kv + 1] = 'attempts'; kv[#kv + 1] = '0'
 end
-if ARGV[3] ~= '' then redis.call('HSET', key, 'status', ARGV[3]) end
-if ARGV[4] == '1' then redis.call('HINCRBY', key, 'attempts', 1) end
-for i = 6, #ARGV, 2 do
+if ARGV[3] ~= '' then kv[#kv + 1] = 'status'; kv[#kv + 1] = ARGV[3] end
+local del = {}
+local hasSentAt = false
+for i = 7, #ARGV, 2 do
+  if ARGV[i] == 'sentAt' then hasSentAt = true end
   if ARGV[i + 1] == '' then
-    redis.call('HDEL', key, ARGV[i])
+    del[#del + 1] = ARGV[i]
   else
-    redis.call('HSET', key, ARGV[i], ARGV[i + 1])
+    kv[#kv + 1] = ARGV[i]; kv[#kv + 1] = ARGV[i + 1]
   end
 end
-if ARGV[3] == 'sent' and redis.call('HEXISTS', key, 'sentAt') == 0 then
-  redis.call('HSET', key, 'sentAt', now)
+if ARGV[3] == 'sent' and not hasSentAt and redis.call('HEXISTS', key, 'sentAt') == 0 then
+  kv[#kv + 1] = 'sentAt'; kv[#kv + 1] = now
 end
-redis.call('HSET', key, 'updatedAt', now)
+redis.call('HSET', key, unpack(kv))
+if #del > 0 then redis.call('HDEL', key, unpack(del)) end
+if ARGV[4] == '1' then redis.call('HINCRBY', key, 'attempts', 1) end
 redis.call('PEXPIRE', key, ARGV[1])
-return {1, redis.call('HGETALL', key)}`)
+if back then return {1, redis.call('HGETALL', key)} end
+return {1, {}}`)
 
 func ms(t time.Time) string {
 	if t.IsZero() {
@@ -331,7 +349,11 @@ func (s *Store) QueueUpdate(ctx context.Context, sc redis.Scripter, taskID strin
 		keys = append(keys, u.Guard.Key)
 		guard = u.Guard.Value
 	}
-	args := []any{s.cfg.TTL.Milliseconds(), taskID, string(u.Status), inc, guard}
+	back := "1"
+	if u.Blind {
+		back = "0"
+	}
+	args := []any{s.cfg.TTL.Milliseconds(), taskID, string(u.Status), inc, guard, back}
 	for _, f := range []struct {
 		name string
 		v    *string
@@ -352,8 +374,14 @@ func (s *Store) QueueUpdate(ctx context.Context, sc redis.Scripter, taskID strin
 		if len(out) != 2 {
 			return Record{}, fmt.Errorf("status: update %q: unexpected reply %v", taskID, out)
 		}
-		if code, _ := out[0].(int64); code == 2 {
+		code, _ := out[0].(int64)
+		switch {
+		case code == 2:
 			return Record{}, fmt.Errorf("%w: %q", ErrGuard, taskID)
+		case u.Blind && code == 0:
+			return Record{}, fmt.Errorf("%w: %q", ErrFinal, taskID)
+		case u.Blind:
+			return Record{}, nil
 		}
 		flat, _ := out[1].([]any)
 		m := make(map[string]string, len(flat)/2)

@@ -403,9 +403,9 @@ func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Actio
 	if j.msg != nil {
 		taskID = j.msg.TaskID
 	}
-	log := d.log.With(zap.String("task_id", taskID), zap.String("channel", j.channel), zap.String("provider", j.provider))
+	log := d.log.WithLazy(zap.String("task_id", taskID), zap.String("channel", j.channel), zap.String("provider", j.provider))
 	if j.msg != nil {
-		log = log.With(zap.String("recipient", logging.Mask(j.msg.Recipient)), zap.Int("attempt", j.msg.Attempt+1))
+		log = log.WithLazy(zap.String("recipient", logging.Mask(j.msg.Recipient)), zap.Int("attempt", j.msg.Attempt+1))
 	}
 	switch {
 	case err == nil:

@@ -26,8 +26,12 @@ run: services build ## run the whole system locally: topology, mail catcher, API
 	@./scripts/run.sh
 
 .PHONY: test
-test: services ## run every test (unit + integration, -race) against the real RabbitMQ and Redis
+test: services ## run every test (unit + integration, -race) against the real RabbitMQ and Redis, then the fault scenarios
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@# The fault scenarios run after, one at a time: one raises a broker-wide
+	@# alarm that would stall the packages above. Their counts are printed.
+	@set -o pipefail; MSGPULSE_FAULTS=1 $(GO) test -race -count=1 -p 1 -v -timeout $(TEST_TIMEOUT) -run . ./internal/fault/... 2>&1 \
+	  | grep -E '^(FAULT |--- |ok |FAIL|panic:)' || { echo "fault scenarios failed (rerun: make test-faults)"; exit 1; }
 
 .PHONY: test-short
 test-short: ## unit tests only (no broker, no Redis)

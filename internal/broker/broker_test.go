@@ -444,3 +444,55 @@ func TestSharedLaneAttributesReturnsUnderConcurrency(t *testing.T) {
 	}
 	require.Equal(t, routed, e.depth(t, "q"))
 }
+
+// Acks are coalesced into multiple-acks; rejects and requeues go out on
+// their own. Mixed outcomes finishing out of order must still settle each
+// message exactly as its handler said: acked ones gone, rejected ones in
+// the DLQ, and nothing left unacknowledged once the queue is idle, well
+// before any stop flushes.
+func TestCoalescedAcksSettleEveryDeliveryAsDecided(t *testing.T) {
+	e := setup(t)
+	e.workWithDLQ(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const n = 500
+	var handled atomic.Int64
+	c, err := NewConsumer(ConsumerConfig{Session: e.s, Queue: "work", Concurrency: 16, Prefetch: 64,
+		Handler: func(_ context.Context, d *amqp.Delivery) Action {
+			handled.Add(1)
+			var i int
+			_, _ = fmt.Sscan(d.MessageId, &i)
+			if i%5 == 0 {
+				return Reject
+			}
+			return Ack
+		}})
+	require.NoError(t, err)
+	for i := range n {
+		require.NoError(t, e.pub.Publish(ctx, "x", "work", amqp.Publishing{MessageId: fmt.Sprint(i)}))
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	testenv.WaitFor(t, 20*time.Second, "every delivery handled", func() bool { return handled.Load() == n })
+	testenv.WaitFor(t, 10*time.Second, "the rejected fifth is dead-lettered", func() bool { return e.depth(t, "dlq") == n/5 })
+	// Every ack must have reached the broker while idle, not only at a
+	// stop: cut the connection, and whatever was still unacknowledged
+	// would be requeued ahead of a sentinel published after the cut and
+	// handled again before it.
+	conn, ok := e.s.Current()
+	require.True(t, ok)
+	_ = conn.CloseDeadline(time.Now())
+	testenv.WaitFor(t, 10*time.Second, "the session reconnects", func() bool {
+		c2, ok := e.s.Current()
+		return ok && c2 != conn
+	})
+	testenv.WaitFor(t, 10*time.Second, "the sentinel is published", func() bool {
+		return e.pub.Publish(ctx, "x", "work", amqp.Publishing{MessageId: "1"}) == nil
+	})
+	testenv.WaitFor(t, 10*time.Second, "the sentinel is handled", func() bool { return handled.Load() >= n+1 })
+	cancel()
+	require.NoError(t, <-done)
+	require.EqualValues(t, n+1, handled.Load(), "a delivery came back: its ack was never sent")
+	require.Equal(t, 0, e.depth(t, "work"))
+	require.Equal(t, n/5, e.depth(t, "dlq"))
+}

@@ -162,6 +162,8 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 		for range closed { //nolint:revive // drain until the library closes it
 		}
 	}()
+	acks := newAcker(ch)
+	defer acks.close()
 	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
 		return fmt.Errorf("qos: %w", err)
 	}
@@ -188,14 +190,14 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 			for d := range deliveries {
 				if stopping.Load() {
 					// Never started: give it back for another consumer.
-					_ = d.Nack(false, true)
+					_ = acks.requeue(d.DeliveryTag)
 					continue
 				}
 				if c.cfg.BatchHandler != nil {
-					c.handleBatch(hctx, c.gather(d, deliveries), log)
+					c.handleBatch(hctx, acks, c.gather(d, deliveries), log)
 					continue
 				}
-				c.handle(hctx, &d, log)
+				c.handle(hctx, acks, &d, log)
 			}
 		}()
 	}
@@ -218,6 +220,11 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 			log.Warn("grace period over; abandoning in-flight handlers (their messages will be redelivered)", zap.Int64("in_flight", c.inFlight.Load()))
 			hcancel()
 			<-workersDone
+		}
+		// The owed acks go out before the channel closes; without them
+		// every message finished in the last millisecond would come back.
+		if err := acks.flush(); err != nil {
+			log.Warn("could not send the last acks; those messages will be redelivered", zap.Error(err))
 		}
 		return nil
 	case e := <-closed:
@@ -254,12 +261,12 @@ func (c *Consumer) gather(first amqp.Delivery, deliveries <-chan amqp.Delivery) 
 	return batch
 }
 
-func (c *Consumer) handleBatch(ctx context.Context, ds []*amqp.Delivery, log *zap.Logger) {
+func (c *Consumer) handleBatch(ctx context.Context, acks *acker, ds []*amqp.Delivery, log *zap.Logger) {
 	c.inFlight.Add(int64(len(ds)))
 	defer c.inFlight.Add(-int64(len(ds)))
 	actions := c.safeHandleBatch(ctx, ds)
 	for i, d := range ds {
-		c.settle(d, actions[i], log)
+		c.settle(acks, d, actions[i], log)
 	}
 }
 
@@ -288,21 +295,21 @@ func (c *Consumer) safeHandleBatch(ctx context.Context, ds []*amqp.Delivery) (ac
 	return c.cfg.BatchHandler(ctx, ds)
 }
 
-func (c *Consumer) handle(ctx context.Context, d *amqp.Delivery, log *zap.Logger) {
+func (c *Consumer) handle(ctx context.Context, acks *acker, d *amqp.Delivery, log *zap.Logger) {
 	c.inFlight.Add(1)
 	defer c.inFlight.Add(-1)
-	c.settle(d, c.safeHandle(ctx, d), log)
+	c.settle(acks, d, c.safeHandle(ctx, d), log)
 }
 
-func (c *Consumer) settle(d *amqp.Delivery, action Action, log *zap.Logger) {
+func (c *Consumer) settle(acks *acker, d *amqp.Delivery, action Action, log *zap.Logger) {
 	var err error
 	switch action {
 	case Ack:
-		err = d.Ack(false)
+		err = acks.ack(d.DeliveryTag)
 	case Reject:
-		err = d.Reject(false)
+		err = acks.reject(d.DeliveryTag)
 	default:
-		err = d.Nack(false, true)
+		err = acks.requeue(d.DeliveryTag)
 	}
 	if err != nil {
 		log.Warn("could not settle delivery; the broker will redeliver it", zap.String("action", action.String()), zap.String("message_id", d.MessageId), zap.Error(err))

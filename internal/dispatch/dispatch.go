@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/msgpulse/msgpulse/internal/breaker"
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/delay"
@@ -439,6 +440,24 @@ func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Actio
 
 	case errors.Is(err, ErrTemplate), errors.Is(err, provider.ErrPermanent):
 		return d.deadLetter(ctx, j, log, ReasonPermanent, classOf(err), err)
+
+	case errors.Is(err, breaker.ErrOpen):
+		// Nothing was attempted: an open breaker refused the send. Come
+		// back when it may let a probe through, without spending one of
+		// the message's retries on a send that never happened.
+		wait := time.Second
+		var pe *provider.Error
+		if errors.As(err, &pe) && pe.RetryAfter > 0 {
+			wait = pe.RetryAfter
+		}
+		wait += time.Duration(rand.Int64N(int64(wait/4) + 1)) // the refused ones must not all return at once
+		if !d.later(ctx, j, wait, false) {
+			return broker.Requeue
+		}
+		d.cfg.Metrics.Skipped.WithLabelValues(j.channel, "breaker_open").Inc()
+		d.record(ctx, taskID, status.Update{Status: status.Retrying, ErrorClass: ptr("circuit_open"), LastError: ptr(err.Error())})
+		log.Info("circuit breaker open; the message comes back later", zap.Duration("in", wait))
+		return broker.Ack
 	}
 
 	// Transient (timeouts, 4xx SMTP, throttling, vendor 5xx) and anything

@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/msgpulse/msgpulse/internal/breaker"
 	"github.com/msgpulse/msgpulse/internal/dispatch"
 	"github.com/msgpulse/msgpulse/internal/dispatch/dispatchtest"
 	"github.com/msgpulse/msgpulse/internal/envelope"
@@ -413,4 +414,38 @@ func TestRetryPolicyWait(t *testing.T) {
 	} {
 		require.Equal(t, tc.want, p.Wait(tc.n, tc.throttled, tc.hint), "%+v", tc)
 	}
+}
+
+// openBreaker refuses the first n sends the way an open circuit breaker
+// does (guard.go, the SMS router): nothing reaches the server.
+type openBreaker struct {
+	provider.Mailer
+	refuse atomic.Int64
+}
+
+func (o *openBreaker) SendMail(ctx context.Context, m provider.Mail) (provider.Receipt, error) {
+	if o.refuse.Add(-1) >= 0 {
+		return provider.Receipt{}, &provider.Error{Provider: "smtp", Class: provider.Transient, Code: "circuit_open",
+			Message: "circuit breaker open", RetryAfter: 100 * time.Millisecond, Err: breaker.ErrOpen}
+	}
+	return o.Mailer.SendMail(ctx, m)
+}
+
+// A send an open breaker refused never happened, so it must not spend one
+// of the message's retries: with one retry allowed, three refusals in a
+// row still end in one mail, not in the DLQ.
+func TestOpenBreakerRefusalsDoNotSpendRetries(t *testing.T) {
+	ob := &openBreaker{}
+	ob.refuse.Store(3)
+	s := setup(t, dispatchtest.Options{
+		Retry:  dispatch.RetryPolicy{MaxRetries: 1, Backoff: []time.Duration{100 * time.Millisecond}},
+		Mailer: func(m provider.Mailer) provider.Mailer { ob.Mailer = m; return ob },
+	})
+	s.StartConsumer("c1", 1)
+	taskID := s.Notice(topology.Mail, "erin@example.com", "breaker", nil)
+	waitStatus(t, s, taskID, status.Sent)
+	require.Equal(t, 1, s.MailsTo("erin@example.com"))
+	require.Zero(t, s.Depth("queue.mail.dlq"))
+	require.Equal(t, 3.0, testutil.ToFloat64(s.Metrics.Skipped.WithLabelValues("mail", "breaker_open")))
+	require.Zero(t, testutil.ToFloat64(s.Metrics.Retried.WithLabelValues("mail", "smtp", "transient")))
 }

@@ -20,7 +20,7 @@ func (g guardedMailer) SendMail(ctx context.Context, m provider.Mail) (provider.
 	ok, retryIn := g.b.Allow()
 	if !ok {
 		return provider.Receipt{}, &provider.Error{Provider: g.Name(), Class: provider.Transient, Code: "circuit_open",
-			Message: "circuit breaker open after repeated failures", RetryAfter: retryIn}
+			Message: "circuit breaker open after repeated failures", RetryAfter: retryIn, Err: breaker.ErrOpen}
 	}
 	r, err := g.Mailer.SendMail(ctx, m)
 	var pe *provider.Error

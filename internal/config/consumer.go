@@ -17,6 +17,7 @@ type Consumer struct {
 	Model            topology.Config
 	Channels         []string
 	PprofAddr        string
+	RedisTimeout     time.Duration
 	Concurrency      int
 	Prefetch         int
 	ShutdownTimeout  time.Duration
@@ -48,6 +49,7 @@ type Consumer struct {
 func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader) {
 	l := envconf.New(lookup)
 	c := Consumer{Common: loadCommon(l), Model: loadTopology(l)}
+	c.RedisTimeout = l.Duration("REDIS_TIMEOUT", time.Second, 10*time.Millisecond, 30*time.Second, "longest wait for each Redis call (connect, read, write, free pooled connection), never retried: a worker notices a dead Redis within it and pauses; overrides REDIS_URL timeouts")
 	c.PprofAddr = l.String("PPROF_ADDR", "", "address of a net/http/pprof server for profiling under load (empty = off; keep it on localhost or a private network)")
 	c.Channels = l.List("CHANNELS", "mail,sms", "main queues to consume: mail, sms or both")
 	if len(c.Channels) == 0 {

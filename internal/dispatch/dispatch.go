@@ -450,7 +450,7 @@ func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Actio
 		if errors.As(err, &pe) && pe.RetryAfter > 0 {
 			wait = pe.RetryAfter
 		}
-		wait += time.Duration(rand.Int64N(int64(wait/4) + 1)) // the refused ones must not all return at once
+		wait += time.Duration(rand.Int64N(int64(wait/4) + 1)) //nolint:gosec // spreading returns, not a secret
 		if !d.later(ctx, j, wait, false) {
 			return broker.Requeue
 		}

@@ -80,7 +80,9 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	if err != nil {
 		return fmt.Errorf("TEMPLATES_DIR: %w", err)
 	}
-	redisClient, err := rdb.New(cfg.RedisURL)
+	// Fail fast: a worker that notices a dead Redis pauses (see pause)
+	// instead of waiting out go-redis's retries.
+	redisClient, err := rdb.New(cfg.RedisURL, rdb.FailFast(cfg.RedisTimeout))
 	if err != nil {
 		return fmt.Errorf("REDIS_URL: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/zap"
 )
 
 // acker settles one channel's deliveries, coalescing acks: an ack is owed
@@ -21,7 +22,8 @@ import (
 // Delaying an ack by ackDelay risks nothing but a redelivery if the
 // process dies in between, which the consumer's idempotency makes a no-op.
 type acker struct {
-	ch *amqp.Channel
+	ch  *amqp.Channel
+	log *zap.Logger
 
 	mu      sync.Mutex
 	next    uint64          // lowest tag not yet settled; the broker numbers from 1
@@ -38,14 +40,19 @@ const (
 	ackDelay = time.Millisecond
 )
 
-func newAcker(ch *amqp.Channel) *acker {
-	return &acker{ch: ch, next: 1, settled: map[uint64]bool{}}
+func newAcker(ch *amqp.Channel, log *zap.Logger) *acker {
+	return &acker{ch: ch, log: log, next: 1, settled: map[uint64]bool{}}
 }
 
 // ack settles tag; the ack itself may be sent later (flush).
 func (a *acker) ack(tag uint64) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.closed || a.ch.IsClosed() {
+		// Say so now, as an immediate ack would: this delivery will come
+		// back, and the caller logs it.
+		return amqp.ErrClosed
+	}
 	a.owed++
 	a.markLocked(tag, true)
 	return a.scheduleLocked()
@@ -62,7 +69,11 @@ func (a *acker) scheduleLocked() error {
 		return a.flushLocked()
 	}
 	if a.timer == nil {
-		a.timer = time.AfterFunc(ackDelay, func() { _ = a.flush() })
+		a.timer = time.AfterFunc(ackDelay, func() {
+			if err := a.flush(); err != nil {
+				a.log.Warn("could not settle deliveries (a multiple ack); the broker will redeliver them", zap.Error(err))
+			}
+		})
 	}
 	return nil
 }

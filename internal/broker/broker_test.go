@@ -205,8 +205,14 @@ func TestConsumerActionsAndPanic(t *testing.T) {
 	for _, body := range []string{"ack", "reject", "panic", "requeue-once", "after-panic"} {
 		require.NoError(t, e.pub.Publish(ctx, "x", "work", amqp.Publishing{Body: []byte(body)}))
 	}
-	testenv.WaitFor(t, 10*time.Second, "work drained, reject and panic dead-lettered", func() bool {
-		return e.depth(t, "work") == 0 && e.depth(t, "dlq") == 2 && c.InFlight() == 0
+	handledTwice := func(body string) bool {
+		n, ok := handled.Load(body)
+		return ok && n.(*atomic.Int64).Load() >= 2
+	}
+	// A requeued delivery is neither ready nor in a handler while it is on
+	// its way back: wait for its second handling, not for an empty queue.
+	testenv.WaitFor(t, 10*time.Second, "work drained, requeued one handled again, reject and panic dead-lettered", func() bool {
+		return handledTwice("requeue-once") && e.depth(t, "work") == 0 && e.depth(t, "dlq") == 2 && c.InFlight() == 0
 	})
 	n, _ := handled.Load("requeue-once")
 	require.EqualValues(t, 2, n.(*atomic.Int64).Load())

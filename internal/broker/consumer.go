@@ -162,7 +162,7 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 		for range closed { //nolint:revive // drain until the library closes it
 		}
 	}()
-	acks := newAcker(ch)
+	acks := newAcker(ch, log)
 	defer acks.close()
 	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
 		return fmt.Errorf("qos: %w", err)

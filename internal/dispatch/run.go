@@ -205,6 +205,16 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 		log.Info("metrics listening", zap.String("addr", ln.Addr().String()))
 	}
 
+	// Consuming before the provider limits are loaded would send past a
+	// vendor's limit for as long as the load takes.
+	select {
+	case <-rateLimits.Ready():
+	case <-time.After(10 * time.Second):
+		return errors.New("rate-limit configs did not load from Redis within 10s")
+	case <-ctx.Done():
+		return nil
+	}
+
 	// The consumers and the relay run on ctx: cancelling it starts the
 	// graceful stop. They are the last to start and the first to stop.
 	var wg sync.WaitGroup

@@ -253,7 +253,9 @@ var redisBound = 2*redisTimeout + 2*time.Second + 500*time.Millisecond
 func TestSMTPSlowThenFailing(t *testing.T) {
 	s := newSystem(t, "smtp-slow-then-4xx")
 	_, c := s.api()
-	s.consumer("c1", "RETRY_BACKOFF=500ms,1s,2s", "MAX_RETRIES=60", "BREAKER_FAILURES=5", "BREAKER_OPEN_FOR=2s")
+	// Refusals by the open breaker spend no retries (dispatch snoozes them);
+	// only the real 451s and the half-open probes do.
+	s.consumer("c1", "RETRY_BACKOFF=500ms,1s,2s", "MAX_RETRIES=10", "BREAKER_FAILURES=5", "BREAKER_OPEN_FOR=2s")
 	const (
 		normal int32 = iota
 		slow

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -445,19 +444,4 @@ func TestDLQStats(t *testing.T) {
 	require.Equal(t, 1, sms.ByReason["malformed"], "%v", sms.ByReason)
 	require.Equal(t, 1, sms.ByReason["rejected"], "%v", sms.ByReason)
 	require.Equal(t, 2, h.depth("queue.sms.dlq"), "reading for stats keeps every message")
-}
-
-// A code request writes the code and its status record in one pipeline,
-// which cannot fall back to EVAL by itself: after Redis forgot its scripts
-// (a restart, SCRIPT FLUSH) the request must still succeed, and the code
-// must still verify.
-func TestCodeRequestSurvivesRedisForgettingItsScripts(t *testing.T) {
-	h := setup(t, options{})
-	require.NoError(t, h.redis.Client.ScriptFlush(context.Background()).Err())
-	require.Equal(t, http.StatusAccepted, h.do("POST", "/api/verification-codes", codeRequest("flush@example.com", "login")).Status)
-	code := h.code(h.get("queue.mail"))
-	r := h.do("POST", "/api/verification-codes/verify", map[string]any{"channel": "email", "recipient": "flush@example.com", "purpose": "login", "code": code})
-	var v VerifyResult
-	r.data(t, &v)
-	require.True(t, v.Valid)
 }

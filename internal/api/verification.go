@@ -8,11 +8,9 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v5"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/logging"
-	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/verify"
 )
@@ -79,19 +77,17 @@ func (s *Server) requestCode(c *echo.Context) error {
 	})
 }
 
-// storeCode writes the code and its status record in one pipelined round
-// trip.
+// storeCode writes the code and its status record in one round trip, one
+// MULTI/EXEC of plain commands.
 func (s *Server) storeCode(ctx context.Context, iss *verify.Issued, rec status.Record) error {
-	return rdb.Pipelined(ctx, s.d.Redis, func(p redis.Pipeliner) (func() error, error) {
-		issued := s.d.Codes.QueueIssue(ctx, p, iss)
-		created, err := s.d.Status.QueueCreate(ctx, p, rec)
-		if err != nil {
-			return nil, err
-		}
-		return func() error { return errors.Join(issued(), created()) }, nil
-	}, func(ctx context.Context) error {
-		return errors.Join(s.d.Codes.LoadScripts(ctx), s.d.Status.LoadScripts(ctx))
-	})
+	p := s.d.Redis.TxPipeline()
+	issued := s.d.Codes.QueueIssue(ctx, p, iss)
+	inserted, err := s.d.Status.QueueInsert(ctx, p, rec)
+	if err != nil {
+		return err
+	}
+	_, _ = p.Exec(ctx) // each command's own error is read below
+	return errors.Join(issued(), inserted())
 }
 
 // VerifyResult is the verify answer's data.

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/msgpulse/msgpulse/internal/rdb"
@@ -97,4 +98,31 @@ func TestNewTalksToRealRedis(t *testing.T) {
 	v, err := r.Client.Get(ctx, r.Prefix+"k").Result()
 	require.NoError(t, err)
 	require.Equal(t, "v", v)
+}
+
+// A script on a pipeline does not fall back to EVAL when Redis has
+// forgotten it (restart, SCRIPT FLUSH). Pipelined loads the scripts and runs
+// the pipeline again; the NOSCRIPT attempt did not run, so the script's
+// effect happens exactly once.
+func TestPipelinedReloadsForgottenScripts(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := testenv.Context(t, 10*time.Second)
+	incr := redis.NewScript(`return redis.call('INCR', KEYS[1])`)
+	key := r.Prefix + "counter"
+	require.NoError(t, r.Client.ScriptFlush(ctx).Err())
+	loads := 0
+	var got int64
+	err := rdb.Pipelined(ctx, r.Client, func(p redis.Pipeliner) (func() error, error) {
+		cmd := incr.Run(ctx, p, []string{key})
+		return func() (err error) { got, err = cmd.Int64(); return err }, nil
+	}, func(ctx context.Context) error {
+		loads++
+		return incr.Load(ctx, r.Client).Err()
+	})
+	require.NoError(t, err)
+	require.Equal(t, 1, loads, "NOSCRIPT made it load the script once")
+	require.EqualValues(t, 1, got)
+	n, err := r.Client.Get(ctx, key).Int()
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the script ran once")
 }

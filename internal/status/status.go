@@ -248,8 +248,25 @@ func (s *Store) QueueCreate(ctx context.Context, c redis.Scripter, r Record) (fu
 	if err := validateRecord(r); err != nil {
 		return nil, err
 	}
-	args := []any{
-		s.cfg.TTL.Milliseconds(),
+	args := append([]any{s.cfg.TTL.Milliseconds()}, fields(r)...)
+	cmd := createScript.Run(ctx, c, []string{s.key(r.TaskID)}, args...)
+	return func() error {
+		n, err := cmd.Int()
+		if err != nil {
+			return fmt.Errorf("status: create %q: %w", r.TaskID, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("%w: %q", ErrExists, r.TaskID)
+		}
+		return nil
+	}, nil
+}
+
+// fields are r's hash fields as name/value pairs; an empty value means
+// "not stored" (the create script leaves it out, or stamps Redis time for
+// createdAt and updatedAt).
+func fields(r Record) []any {
+	return []any{
 		fTaskID, r.TaskID,
 		fStatus, string(r.Status),
 		fChannel, r.Channel,
@@ -266,14 +283,36 @@ func (s *Store) QueueCreate(ctx context.Context, c redis.Scripter, r Record) (fu
 		fReason, r.Reason,
 		fProvider, r.Provider,
 	}
-	cmd := createScript.Run(ctx, c, []string{s.key(r.TaskID)}, args...)
-	return func() error {
-		n, err := cmd.Int()
-		if err != nil {
-			return fmt.Errorf("status: create %q: %w", r.TaskID, err)
+}
+
+// QueueInsert writes a new record through p with plain commands (HSET,
+// PEXPIRE), without Create's check for an existing one: for a caller that
+// has just generated the task ID, on the request path, where a script
+// costs Redis several times the writes it makes. CreatedAt and UpdatedAt
+// must be set. The returned function reports the outcome once p has run.
+func (s *Store) QueueInsert(ctx context.Context, p redis.Pipeliner, r Record) (func() error, error) {
+	if r.Status == "" {
+		r.Status = Queued
+	}
+	if err := validateRecord(r); err != nil {
+		return nil, err
+	}
+	if r.CreatedAt.IsZero() || r.UpdatedAt.IsZero() {
+		return nil, errors.New("status: insert needs CreatedAt and UpdatedAt")
+	}
+	all := fields(r)
+	kv := make([]any, 0, len(all))
+	for i := 0; i+1 < len(all); i += 2 {
+		if v, _ := all[i+1].(string); v != "" {
+			kv = append(kv, all[i], v)
 		}
-		if n == 0 {
-			return fmt.Errorf("%w: %q", ErrExists, r.TaskID)
+	}
+	key := s.key(r.TaskID)
+	set := p.HSet(ctx, key, kv...)
+	exp := p.PExpire(ctx, key, s.cfg.TTL)
+	return func() error {
+		if err := errors.Join(set.Err(), exp.Err()); err != nil {
+			return fmt.Errorf("status: insert %q: %w", r.TaskID, err)
 		}
 		return nil
 	}, nil

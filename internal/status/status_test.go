@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/testenv"
 )
@@ -340,11 +342,14 @@ func TestGuardedUpdate(t *testing.T) {
 			}
 			before, err := e.s.Get(e.ctx, "g1")
 			require.NoError(t, err)
-			p := e.r.Client.Pipeline()
-			done, err := e.s.QueueUpdate(e.ctx, p, "g1", status.Update{Status: status.Sending, IncAttempts: true, Guard: &status.Guard{Key: guardKey, Value: "lease:ours"}})
-			require.NoError(t, err)
-			_, _ = p.Exec(e.ctx)
-			rec, err := done()
+			var rec status.Record
+			err = rdb.Pipelined(e.ctx, e.r.Client, func(p redis.Pipeliner) (func() error, error) {
+				done, err := e.s.QueueUpdate(e.ctx, p, "g1", status.Update{Status: status.Sending, IncAttempts: true, Guard: &status.Guard{Key: guardKey, Value: "lease:ours"}})
+				if err != nil {
+					return nil, err
+				}
+				return func() (err error) { rec, err = done(); return err }, nil
+			}, e.s.LoadScripts)
 			after, gerr := e.s.Get(e.ctx, "g1")
 			require.NoError(t, gerr)
 			if !tc.applies {

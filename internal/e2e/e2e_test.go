@@ -69,7 +69,7 @@ func TestConsumerKilledMidSendLosesAndDuplicatesNothing(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the send never reached the SMTP server")
 	}
-	a.kill(t) // crash mid-send: no ack, no release, no sent mark
+	a.Kill(t) // crash mid-send: no ack, no release, no sent mark
 	close(release)
 	s.mail.SetHook(nil)
 	s.consumer("survivor")
@@ -153,10 +153,10 @@ func TestRollingRestartLosesAndDuplicatesNothing(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); send(t, c, n, "roll") }()
 	testenv.WaitFor(t, 30*time.Second, "sending under way", func() bool { return s.mail.Count() >= 20 })
-	a.term(t)
+	a.Term(t)
 	s.consumer("a2", "CONCURRENCY=4")
 	testenv.WaitFor(t, 30*time.Second, "more sent", func() bool { return s.mail.Count() >= 60 })
-	b.term(t)
+	b.Term(t)
 	s.consumer("b2", "CONCURRENCY=4")
 	<-done
 	testenv.WaitFor(t, 60*time.Second, "all mailed", func() bool { return s.mail.Count() >= n })

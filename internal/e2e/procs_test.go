@@ -1,18 +1,13 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -32,15 +27,9 @@ func TestMain(m *testing.M) {
 	if testing.Short() {
 		os.Exit(m.Run()) // every test here skips in -short
 	}
-	dir, err := os.MkdirTemp("", "msgpulse-e2e-")
+	dir, err := testenv.BuildCommands("msgpulse-e2e-", "../../cmd/api", "../../cmd/consumer", "../../cmd/topology")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "../../cmd/api", "../../cmd/consumer", "../../cmd/topology")
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: build:", err)
+		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(1)
 	}
 	binDir = dir
@@ -87,95 +76,21 @@ func (s *system) run(name string, args ...string) (int, string) {
 
 func (s *system) runEnv(extra []string, name string, args ...string) (int, string) {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(binDir, name), args...)
-	cmd.Env = append(append([]string{}, s.env...), extra...)
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode(), string(out)
-	}
-	require.NoError(s.t, err)
-	return 0, string(out)
+	return testenv.RunCommand(s.t, filepath.Join(binDir, name), append(append([]string{}, s.env...), extra...), args...)
 }
 
 // proc is a long-running msgpulse process.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	out  *safeBuffer
-	done chan struct{} // closed when the process has exited
-	err  error         // its exit status, once done is closed
-}
-
-type safeBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *safeBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *safeBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+type proc = testenv.Proc
 
 func (s *system) start(name string, extra ...string) *proc {
 	s.t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, name))
-	cmd.Env = append(append([]string{}, s.env...), extra...)
-	p := &proc{name: name, cmd: cmd, out: &safeBuffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	require.NoError(s.t, cmd.Start())
-	go func() { p.err = cmd.Wait(); close(p.done) }()
-	s.t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.done
-		if s.t.Failed() {
-			s.t.Logf("--- %s output:\n%s", name, p.out.String())
-		}
-	})
-	return p
-}
-
-// term sends SIGTERM and waits for a clean exit.
-func (p *proc) term(t *testing.T) {
-	t.Helper()
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case <-p.done:
-		require.NoError(t, p.err, "%s exits 0 on SIGTERM:\n%s", p.name, p.out.String())
-	case <-time.After(45 * time.Second):
-		t.Fatalf("%s did not stop on SIGTERM", p.name)
-	}
-}
-
-// kill is a crash: SIGKILL, no chance to ack or clean up.
-func (p *proc) kill(t *testing.T) {
-	t.Helper()
-	require.NoError(t, p.cmd.Process.Kill())
-	<-p.done
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
+	return testenv.StartProc(s.t, name, filepath.Join(binDir, name), append(append([]string{}, s.env...), extra...))
 }
 
 // api starts the API and returns a client for it.
 func (s *system) api() (*proc, *client.Client) {
 	s.t.Helper()
-	addr := freePort(s.t)
+	addr := testenv.FreeAddr(s.t)
 	p := s.start("api", "HTTP_ADDR="+addr)
 	c, err := client.New("http://"+addr, apiKey)
 	require.NoError(s.t, err)
@@ -191,7 +106,7 @@ func (s *system) consumer(id string, extra ...string) *proc {
 	s.t.Helper()
 	p := s.start("consumer", append([]string{"CONSUMER_ID=" + id}, extra...)...)
 	testenv.WaitFor(s.t, 20*time.Second, id+" consuming", func() bool {
-		return strings.Contains(p.out.String(), `"consumer started"`)
+		return strings.Contains(p.Output(), `"consumer started"`)
 	})
 	return p
 }

@@ -51,7 +51,7 @@ func TestAMQPCutDuringPublishing(t *testing.T) {
 		kv("apiReconnects", s.countLogs("api", `"broker connected"`)-1))
 	require.Empty(t, confirmedDuringCut, "202s for requests made while no broker connection could exist")
 	require.NotEmpty(t, withStatus(during, 503), "the cut was answered with 503s")
-	require.False(t, api.exited(), "the API recovered without a restart")
+	require.False(t, api.Exited(), "the API recovered without a restart")
 }
 
 // firstAcceptedAfter is how long after t the first request that started
@@ -332,7 +332,7 @@ func TestBrokerResourceAlarm(t *testing.T) {
 		kv("blockedNotices", s.countLogs("api", `"broker blocked publishing"`)), kv("recoveredIn", recovered.Round(time.Millisecond)))
 	require.LessOrEqual(t, slow, publishTimeout+time.Second, "a publish outlived PUBLISH_TIMEOUT during the alarm")
 	require.LessOrEqual(t, cnt.Slowest, publishTimeout+time.Second, "a publish outlived PUBLISH_TIMEOUT around the alarm")
-	require.False(t, api.exited())
+	require.False(t, api.Exited())
 }
 
 // 7. Both consumers are replaced one after the other with SIGTERM while

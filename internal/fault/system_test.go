@@ -1,19 +1,15 @@
 package fault
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -38,15 +34,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "fault:", err)
 		os.Exit(1)
 	}
-	dir, err := os.MkdirTemp("", "msgpulse-fault-")
+	dir, err := testenv.BuildCommands("msgpulse-fault-", "../../cmd/api", "../../cmd/consumer", "../../cmd/topology")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "../../cmd/api", "../../cmd/consumer", "../../cmd/topology")
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "fault: build:", err)
+		fmt.Fprintln(os.Stderr, "fault:", err)
 		os.Exit(1)
 	}
 	binDir = dir
@@ -146,102 +136,20 @@ func targetOf(t *testing.T, raw string) string {
 
 func (s *system) run(name string, args ...string) (int, string) {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(binDir, name), args...)
-	cmd.Env = s.env
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode(), string(out)
-	}
-	require.NoError(s.t, err)
-	return 0, string(out)
+	return testenv.RunCommand(s.t, filepath.Join(binDir, name), s.env, args...)
 }
 
 // proc is a running msgpulse process.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	out  *logBuffer
-	done chan struct{} // closed when the process has exited
-	err  error         // its exit status, once done is closed
-}
-
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-// count is how many log lines contain substr.
-func (p *proc) count(substr string) int {
-	n := 0
-	for _, l := range strings.Split(p.out.String(), "\n") {
-		if strings.Contains(l, substr) {
-			n++
-		}
-	}
-	return n
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
+type proc = testenv.Proc
 
 // start runs binary bin as a process called name (in logs and countLogs).
 func (s *system) start(bin, name string, env ...string) *proc {
 	s.t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, bin))
-	cmd.Env = append(append([]string{}, s.env...), env...)
-	p := &proc{name: name, cmd: cmd, out: &logBuffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	require.NoError(s.t, cmd.Start())
-	go func() { p.err = cmd.Wait(); close(p.done) }()
+	p := testenv.StartProc(s.t, name, filepath.Join(binDir, bin), append(append([]string{}, s.env...), env...))
 	s.mu.Lock()
 	s.all = append(s.all, p)
 	s.mu.Unlock()
-	s.t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.done
-		if s.t.Failed() {
-			s.t.Logf("--- %s output (last lines):\n%s", p.name, tail(p.out.String(), 60))
-		}
-	})
 	return p
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
 }
 
 // api starts the API and returns a client whose calls give up after 30 s,
@@ -249,7 +157,7 @@ func freePort(t *testing.T) string {
 // slow one instead of blocking the load.
 func (s *system) api(env ...string) (*proc, *client.Client) {
 	s.t.Helper()
-	addr := freePort(s.t)
+	addr := testenv.FreeAddr(s.t)
 	p := s.start("api", "api", append([]string{"HTTP_ADDR=" + addr, "PUBLISH_TIMEOUT=2s"}, env...)...)
 	c, err := client.New("http://"+addr, apiKey, client.WithTimeout(30*time.Second))
 	require.NoError(s.t, err)
@@ -267,9 +175,9 @@ func (s *system) consumer(id string, env ...string) *proc {
 	s.t.Helper()
 	p := s.start("consumer", "consumer "+id, append([]string{"CONSUMER_ID=" + id}, env...)...)
 	testenv.WaitFor(s.t, 20*time.Second, id+" consuming", func() bool {
-		return strings.Contains(p.out.String(), `"consumer started"`) || p.exited()
+		return strings.Contains(p.Output(), `"consumer started"`) || p.Exited()
 	})
-	require.False(s.t, p.exited(), "%s exited at start:\n%s", id, p.out.String())
+	require.False(s.t, p.Exited(), "%s exited at start:\n%s", id, p.Output())
 	s.mu.Lock()
 	s.consumers[id] = p
 	s.mu.Unlock()
@@ -280,21 +188,14 @@ func (s *system) consumer(id string, env ...string) *proc {
 // back what it holds.
 func (s *system) term(p *proc) {
 	s.t.Helper()
-	require.NoError(s.t, p.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case <-p.done:
-		require.NoError(s.t, p.err, "%s exits 0 on SIGTERM:\n%s", p.name, tail(p.out.String(), 40))
-	case <-time.After(45 * time.Second):
-		s.t.Fatalf("%s did not stop within 45s of SIGTERM", p.name)
-	}
+	p.Term(s.t)
 	s.forget(p)
 }
 
 // kill is a crash: SIGKILL, no ack, no release, no sent mark.
 func (s *system) kill(p *proc) {
 	s.t.Helper()
-	require.NoError(s.t, p.cmd.Process.Kill())
-	<-p.done
+	p.Kill(s.t)
 	s.forget(p)
 }
 
@@ -325,8 +226,8 @@ func (s *system) countLogs(prefix, substr string) int {
 	defer s.mu.Unlock()
 	n := 0
 	for _, p := range s.all {
-		if strings.HasPrefix(p.name, prefix) {
-			n += p.count(substr)
+		if strings.HasPrefix(p.Name, prefix) {
+			n += p.Count(substr)
 		}
 	}
 	return n

@@ -135,12 +135,11 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	}
 	// Serving before the rate-limit configs are loaded would admit traffic
 	// that an enabled global limit should refuse.
-	select {
-	case <-rateLimits.Ready():
-	case <-time.After(10 * time.Second):
-		return errors.New("rate-limit configs did not load from Redis within 10s")
-	case <-ctx.Done():
-		return nil
+	if err := rateLimits.WaitReady(ctx, 10*time.Second); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
 	}
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.HTTPAddr)
 	if err != nil {

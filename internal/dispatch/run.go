@@ -207,12 +207,11 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 
 	// Consuming before the provider limits are loaded would send past a
 	// vendor's limit for as long as the load takes.
-	select {
-	case <-rateLimits.Ready():
-	case <-time.After(10 * time.Second):
-		return errors.New("rate-limit configs did not load from Redis within 10s")
-	case <-ctx.Done():
-		return nil
+	if err := rateLimits.WaitReady(ctx, 10*time.Second); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
 	}
 
 	// The consumers and the relay run on ctx: cancelling it starts the

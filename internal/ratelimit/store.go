@@ -222,6 +222,21 @@ func (s *ConfigStore) Delete(ctx context.Context, id string) error {
 // takes traffic.
 func (s *ConfigStore) Ready() <-chan struct{} { return s.ready }
 
+// WaitReady waits up to within for the first load. It returns ctx's error
+// if ctx ends first, which a caller that is stopping treats as no error.
+func (s *ConfigStore) WaitReady(ctx context.Context, within time.Duration) error {
+	t := time.NewTimer(within)
+	defer t.Stop()
+	select {
+	case <-s.ready:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("rate-limit configs did not load from Redis within %s", within)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Rules returns the rules of the enabled configs for provider, from the
 // cache: provider "" gives the global configs, any other the configs of that
 // provider. The slice is the caller's; the Windows in it are shared and must

@@ -196,11 +196,8 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	wg.Add(2)
 	go func() { defer wg.Done(); session.Run(bg) }()
 	go func() { defer wg.Done(); _ = rl.Run(bg) }()
-	select { // as dispatch.Run does: provider limits in force before the first send
-	case <-rl.Ready():
-	case <-time.After(10 * time.Second):
-		t.Fatal("rate-limit configs did not load")
-	}
+	// As dispatch.Run does: provider limits in force before the first send.
+	require.NoError(t, rl.WaitReady(context.Background(), 10*time.Second))
 	var workers sync.WaitGroup
 	for _, ch := range topology.Channels {
 		ct, err := s.Model.Channel(ch)

@@ -160,12 +160,17 @@ func (p *Publisher) publishShared(ctx context.Context, conn *amqp.Connection, ex
 		// The slot stays taken until the broker answers or the channel
 		// closes, so the window bounds what is really outstanding. A late
 		// return is cleared with it.
+		//
+		// The lane is not retired: closing it would fail every publish in
+		// flight on it, and a message the broker had taken but not yet
+		// confirmed would be answered 503 and delivered anyway (a code
+		// that no longer verifies). A broker that stays silent is a dead
+		// connection, which the session replaces, and the lanes with it.
 		go func() {
 			<-dc.Done()
 			l.takeReturn(msg.MessageId)
 			<-l.window
 		}()
-		p.retire(l) // suspect: the next publish gets a fresh channel
 		return fmt.Errorf("%w: %w", ErrConfirmTimeout, ctx.Err())
 	}
 	if r, returned := l.takeReturn(msg.MessageId); returned {

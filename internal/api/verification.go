@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -11,8 +10,8 @@ import (
 
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/logging"
+	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/status"
-	"github.com/msgpulse/msgpulse/internal/verify"
 )
 
 // VerificationCode is the 202 answer's data.
@@ -35,20 +34,14 @@ func (s *Server) requestCode(c *echo.Context) error {
 		return e
 	}
 	ctx := c.Request().Context()
-	res, err := s.d.Limiter.Take(ctx, s.verifyRequest(apiKeyName(c), &req))
-	if err != nil {
-		return limited(err)
-	}
 	taskID := newTaskID()
 	iss, err := s.d.Codes.Prepare(req.Channel, req.Recipient, req.Purpose, taskID)
 	if err != nil {
-		s.rollback(ctx, undo{reservation: res})
 		return internal(err)
 	}
 	now := s.now()
 	sealed, err := s.d.Keys.Seal(iss.Code, taskID)
 	if err != nil {
-		s.rollback(ctx, undo{reservation: res})
 		return internal(err)
 	}
 	ttlMinutes := int((s.d.Codes.TTL() + time.Minute - 1) / time.Minute)
@@ -60,9 +53,26 @@ func (s *Server) requestCode(c *echo.Context) error {
 	}
 	rec := status.Record{TaskID: taskID, Status: status.Queued, Channel: req.Channel, Recipient: logging.Mask(req.Recipient),
 		Kind: string(envelope.Verification), Template: "verify_code", CreatedAt: now, UpdatedAt: now}
-	if err := s.storeCode(ctx, iss, rec); err != nil {
-		// Either write may have landed; undoing both is safe (each undo is
-		// a no-op on what is not there or no longer ours).
+	// One round trip: the limits, and only if they admit the request, the
+	// code and its status record, in the limiter's script.
+	issue := s.d.Codes.IssueCommands(iss)
+	insert, err := s.d.Status.InsertCommands(rec)
+	if err != nil {
+		return internal(err)
+	}
+	lr := s.verifyRequest(apiKeyName(c), &req)
+	lr.Then = append(issue, insert...)
+	res, err := s.d.Limiter.Take(ctx, lr)
+	if err != nil {
+		if !errors.Is(err, ratelimit.ErrLimited) {
+			// The script may have failed part-way (it is not a
+			// transaction): undo what could have landed; each undo is a
+			// no-op on what is not there or no longer ours.
+			s.rollback(ctx, undo{code: iss, taskID: taskID})
+		}
+		return limited(err)
+	}
+	if err := s.d.Codes.IssueResult(iss, res.Replies[:len(issue)]); err != nil {
 		s.rollback(ctx, undo{reservation: res, code: iss, taskID: taskID})
 		return unavailable(err, "could not store the code (Redis); nothing was sent, try again")
 	}
@@ -75,19 +85,6 @@ func (s *Server) requestCode(c *echo.Context) error {
 		TaskID: taskID, Status: string(status.Queued),
 		ExpiresAt: iss.ExpiresAt.UTC().Truncate(time.Second), ResendAfter: now.Add(s.opts.Limits.ResendInterval).UTC().Truncate(time.Second),
 	})
-}
-
-// storeCode writes the code and its status record in one round trip, one
-// MULTI/EXEC of plain commands.
-func (s *Server) storeCode(ctx context.Context, iss *verify.Issued, rec status.Record) error {
-	p := s.d.Redis.TxPipeline()
-	issued := s.d.Codes.QueueIssue(ctx, p, iss)
-	inserted, err := s.d.Status.QueueInsert(ctx, p, rec)
-	if err != nil {
-		return err
-	}
-	_, _ = p.Exec(ctx) // each command's own error is read below
-	return errors.Join(issued(), inserted())
 }
 
 // VerifyResult is the verify answer's data.

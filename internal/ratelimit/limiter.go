@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/msgpulse/msgpulse/internal/rdb"
 )
 
 // ErrLimited is matched (errors.Is) by every *LimitError.
@@ -41,6 +43,13 @@ type Cooldown struct {
 type Request struct {
 	Rules    []Rule
 	Cooldown *Cooldown
+	// Then are writes that belong to the admitted request (a code, its
+	// status record): the script runs them, in order, right after it
+	// records the request, and only if it admits it. One round trip, and
+	// a refused request writes nothing. Their replies are in
+	// Reservation.Replies. Their keys must live on the same Redis node
+	// (msgpulse does not use Redis Cluster).
+	Then []rdb.Command
 }
 
 // Reservation is what Take recorded, with enough to undo it from any replica.
@@ -48,6 +57,7 @@ type Reservation struct {
 	ID          string   // member written to every log and value of the cooldown key
 	Keys        []string // full Redis keys of the logs holding ID
 	CooldownKey string   // full Redis key of the cooldown, "" when none was set
+	Replies     []any    // one per Request.Then command, in order
 }
 
 // LimitError says which limit denied a request and when to retry.
@@ -126,9 +136,12 @@ func ceilMS(d time.Duration) int64 {
 // KEYS: the rule logs, then the cooldown key when ARGV[2] > 0.
 // ARGV: reservation id, cooldown ms (0 = none), number of rules, then per
 // rule: number of windows, then (length ms, limit) per window.
-// Returns {0} when admitted, else {1, rule, window, retry ms} for the
-// violation with the longest retry (rule 0 = the cooldown); rule and window
-// are 1-based positions in the arguments.
+// After the rules: the number of Then commands, then per command its
+// number of words and the words.
+// Returns {0, replies} when admitted (replies: one per Then command), else
+// {1, rule, window, retry ms} for the violation with the longest retry
+// (rule 0 = the cooldown); rule and window are 1-based positions in the
+// arguments.
 //
 // A window is (now-length, now]. Its entries are the highest-scored ones of
 // the log, so when count >= limit the entry whose departure makes room
@@ -180,7 +193,15 @@ end
 if cdms > 0 then
   redis.call('SET', KEYS[nrules + 1], id, 'PX', cdms)
 end
-return {0}
+local replies = {}
+local ncmds = tonumber(ARGV[a]) or 0
+a = a + 1
+for c = 1, ncmds do
+  local n = tonumber(ARGV[a])
+  replies[c] = redis.call(unpack(ARGV, a + 1, a + n))
+  a = a + 1 + n
+end
+return {0, replies}
 `)
 
 // rollbackScript removes one reservation. KEYS: the logs, then the cooldown
@@ -255,19 +276,32 @@ func (l *Limiter) Take(ctx context.Context, req Request) (*Reservation, error) {
 		keys = append(keys, res.CooldownKey)
 		args[1] = ceilMS(cd.For)
 	}
-	if len(keys) == 0 {
+	if len(keys) == 0 && len(req.Then) == 0 {
 		return res, nil
 	}
+	args = append(args, len(req.Then))
+	for _, c := range req.Then {
+		args = append(args, len(c))
+		args = append(args, c...)
+	}
 
-	out, err := takeScript.Run(ctx, l.rdb, keys, args...).Int64Slice()
+	raw, err := takeScript.Run(ctx, l.rdb, keys, args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: take: %w", err)
 	}
-	if len(out) == 1 && out[0] == 0 {
+	if len(raw) == 2 && raw[0] == int64(0) {
+		res.Replies, _ = raw[1].([]any)
+		if len(res.Replies) != len(req.Then) {
+			return nil, fmt.Errorf("ratelimit: take: %d replies for %d commands", len(res.Replies), len(req.Then))
+		}
 		return res, nil
 	}
+	out := make([]int64, len(raw))
+	for i, v := range raw {
+		out[i], _ = v.(int64)
+	}
 	if len(out) != 4 {
-		return nil, fmt.Errorf("ratelimit: take: unexpected reply %v", out)
+		return nil, fmt.Errorf("ratelimit: take: unexpected reply %v", raw)
 	}
 	rule, window, retry := int(out[1]), int(out[2]), time.Duration(out[3])*time.Millisecond
 	if rule == 0 {

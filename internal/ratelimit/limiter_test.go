@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/testenv"
 )
 
@@ -497,4 +498,29 @@ func BenchmarkTake(b *testing.B) {
 			}
 		})
 	})
+}
+
+// Then's writes belong to the admitted request: they run in the same
+// script, in order, with their replies returned, and a refused request
+// writes nothing. With no limit at all they still run.
+func TestThenRunsOnlyWhenAdmitted(t *testing.T) {
+	e := setup(t)
+	key := e.r.Prefix + "then"
+	then := []rdb.Command{{"HSET", key, "n", 1}, {"HGETALL", key}, {"PEXPIRE", key, 60000}}
+	req := ratelimit.Request{Rules: []ratelimit.Rule{rule("r", "then-rule", win(time.Minute, 1))}, Then: then}
+
+	res, err := e.lim.Take(e.ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, []any{int64(1), []any{"n", "1"}, int64(1)}, res.Replies)
+
+	require.NoError(t, e.r.Client.Del(e.ctx, key).Err())
+	_, err = e.lim.Take(e.ctx, req)
+	require.ErrorIs(t, err, ratelimit.ErrLimited)
+	n, err := e.r.Client.Exists(e.ctx, key).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "a refused request wrote nothing")
+
+	res, err = e.lim.Take(e.ctx, ratelimit.Request{Then: then})
+	require.NoError(t, err)
+	require.Len(t, res.Replies, 3, "no limits, and the writes still ran")
 }

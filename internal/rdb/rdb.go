@@ -54,6 +54,15 @@ func WithTimeouts(dial, read, write time.Duration) Option {
 	}
 }
 
+// Command is one Redis command as data: its name, then its arguments. It
+// lets a package hand its writes to another package's script (see
+// ratelimit.Request.Then) or to a pipeline (Do) without either knowing the
+// other's keys.
+type Command []any
+
+// Do queues c on p.
+func (c Command) Do(ctx context.Context, p redis.Pipeliner) *redis.Cmd { return p.Do(ctx, c...) }
+
 // FailFast bounds every wait of a call by d (connect, read, write, a free
 // pooled connection) and turns go-redis's retries off. By default a
 // timed-out call is retried three times, so a Redis that stopped answering

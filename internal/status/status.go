@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/msgpulse/msgpulse/internal/rdb"
 )
 
 // State is where a message is in its life.
@@ -285,12 +287,13 @@ func fields(r Record) []any {
 	}
 }
 
-// QueueInsert writes a new record through p with plain commands (HSET,
-// PEXPIRE), without Create's check for an existing one: for a caller that
-// has just generated the task ID, on the request path, where a script
-// costs Redis several times the writes it makes. CreatedAt and UpdatedAt
-// must be set. The returned function reports the outcome once p has run.
-func (s *Store) QueueInsert(ctx context.Context, p redis.Pipeliner, r Record) (func() error, error) {
+// InsertCommands are the plain writes (HSET, PEXPIRE) that store a new
+// record without Create's check for an existing one: for a caller that has
+// just minted the task ID, on the request path, where a script of its own
+// would cost Redis several times the writes. CreatedAt and UpdatedAt must
+// be set. Run them in a pipeline (rdb.Command.Do) or inside another
+// package's script (ratelimit.Request.Then).
+func (s *Store) InsertCommands(r Record) ([]rdb.Command, error) {
 	if r.Status == "" {
 		r.Status = Queued
 	}
@@ -300,22 +303,15 @@ func (s *Store) QueueInsert(ctx context.Context, p redis.Pipeliner, r Record) (f
 	if r.CreatedAt.IsZero() || r.UpdatedAt.IsZero() {
 		return nil, errors.New("status: insert needs CreatedAt and UpdatedAt")
 	}
+	key := s.key(r.TaskID)
 	all := fields(r)
-	kv := make([]any, 0, len(all))
+	hset := rdb.Command{"HSET", key}
 	for i := 0; i+1 < len(all); i += 2 {
 		if v, _ := all[i+1].(string); v != "" {
-			kv = append(kv, all[i], v)
+			hset = append(hset, all[i], v)
 		}
 	}
-	key := s.key(r.TaskID)
-	set := p.HSet(ctx, key, kv...)
-	exp := p.PExpire(ctx, key, s.cfg.TTL)
-	return func() error {
-		if err := errors.Join(set.Err(), exp.Err()); err != nil {
-			return fmt.Errorf("status: insert %q: %w", r.TaskID, err)
-		}
-		return nil
-	}, nil
+	return []rdb.Command{hset, {"PEXPIRE", key, s.cfg.TTL.Milliseconds()}}, nil
 }
 
 // LoadScripts loads the scripts QueueCreate and QueueUpdate run, for

@@ -363,3 +363,27 @@ func TestGuardedUpdate(t *testing.T) {
 		})
 	}
 }
+
+// InsertCommands store the same record Create does, with plain commands.
+func TestInsertCommandsStoreTheRecord(t *testing.T) {
+	e := setup(t)
+	now := time.Now().Truncate(time.Millisecond)
+	rec := status.Record{TaskID: "ins1", Channel: "email", Recipient: "a***@example.com", Kind: "verification", Template: "verify_code", CreatedAt: now, UpdatedAt: now}
+	cmds, err := e.s.InsertCommands(rec)
+	require.NoError(t, err)
+	p := e.r.Client.TxPipeline()
+	for _, c := range cmds {
+		c.Do(e.ctx, p)
+	}
+	_, err = p.Exec(e.ctx)
+	require.NoError(t, err)
+	got, err := e.s.Get(e.ctx, "ins1")
+	require.NoError(t, err)
+	require.Equal(t, status.Queued, got.Status)
+	require.Equal(t, "a***@example.com", got.Recipient)
+	require.True(t, got.CreatedAt.Equal(now))
+	require.Greater(t, e.ttl(t, "ins1"), 50*time.Minute)
+
+	_, err = e.s.InsertCommands(status.Record{TaskID: "ins2", Channel: "email", Recipient: "x", Kind: "verification", Template: "t"})
+	require.Error(t, err, "times are required")
+}

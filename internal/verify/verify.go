@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/seal"
 )
 
@@ -136,30 +136,68 @@ func (s *Store) Prepare(channel, recipient, purpose, taskID string) (*Issued, er
 	return &Issued{Code: code, Digest: s.Digest(channel, recipient, purpose, code), TaskID: taskID, ExpiresAt: exp, key: s.key(channel, recipient, purpose)}, nil
 }
 
-// QueueIssue stores iss through p, so a caller can store the code
-// together with other writes in one round trip. p must be a transaction
-// pipeline (TxPipeline): the old code is read and replaced in one
-// MULTI/EXEC, with plain commands, which cost Redis a fraction of a
-// script's call. The returned function reports the outcome once p has
-// run; until it returns nil, iss cannot be rolled back.
+// IssueCommands are the writes that store iss, replacing the code for its
+// (channel, recipient, purpose) and reading the old one first so a failed
+// publish can put it back: the user may still hold it. They must run
+// atomically and in order, in a MULTI/EXEC (QueueIssue) or inside a script
+// (ratelimit.Request.Then); IssueResult reads their replies.
+func (s *Store) IssueCommands(iss *Issued) []rdb.Command {
+	return []rdb.Command{
+		{"HGETALL", iss.key},
+		{"PEXPIRETIME", iss.key},
+		{"DEL", iss.key},
+		{"HSET", iss.key, "digest", iss.Digest, "taskId", iss.TaskID, "failures", 0, "expiresAt", iss.ExpiresAt.UnixMilli()},
+		{"PEXPIRE", iss.key, s.cfg.TTL.Milliseconds()},
+	}
+}
+
+// IssueResult takes the replies of IssueCommands, in order; until it
+// returns nil, iss cannot be rolled back.
+func (s *Store) IssueResult(iss *Issued, replies []any) error {
+	if len(replies) != 5 {
+		return fmt.Errorf("verify: store code: %d replies, want 5", len(replies))
+	}
+	iss.prev = nil
+	switch old := replies[0].(type) {
+	case []any: // RESP2, and any script's reply
+		for _, v := range old {
+			str, _ := v.(string)
+			iss.prev = append(iss.prev, str)
+		}
+	case map[any]any: // a pipeline on a RESP3 connection
+		for k, v := range old {
+			ks, _ := k.(string)
+			vs, _ := v.(string)
+			iss.prev = append(iss.prev, ks, vs)
+		}
+	}
+	if len(iss.prev) > 0 {
+		pexp, _ := replies[1].(int64)
+		iss.prev = append(iss.prev, "pexpireat", strconv.FormatInt(pexp, 10))
+	}
+	return nil
+}
+
+// QueueIssue stores iss through p, which must be a transaction pipeline
+// (TxPipeline): the old code is read and replaced in one MULTI/EXEC, with
+// plain commands, which cost Redis a fraction of a script call. The
+// returned function reports the outcome once p has run.
 func (s *Store) QueueIssue(ctx context.Context, p redis.Pipeliner, iss *Issued) func() error {
-	prev := p.HGetAll(ctx, iss.key)
-	pexp := p.PExpireTime(ctx, iss.key)
-	p.Del(ctx, iss.key)
-	set := p.HSet(ctx, iss.key, "digest", iss.Digest, "taskId", iss.TaskID, "failures", 0, "expiresAt", iss.ExpiresAt.UnixMilli())
-	exp := p.PExpire(ctx, iss.key, s.cfg.TTL)
+	cmds := s.IssueCommands(iss)
+	queued := make([]*redis.Cmd, len(cmds))
+	for i, c := range cmds {
+		queued[i] = c.Do(ctx, p)
+	}
 	return func() error {
-		if err := errors.Join(prev.Err(), set.Err(), exp.Err()); err != nil {
-			return fmt.Errorf("verify: store code: %w", err)
-		}
-		iss.prev = nil
-		if m := prev.Val(); len(m) > 0 {
-			for k, v := range m {
-				iss.prev = append(iss.prev, k, v)
+		replies := make([]any, len(queued))
+		for i, q := range queued {
+			v, err := q.Result()
+			if err != nil {
+				return fmt.Errorf("verify: store code: %w", err)
 			}
-			iss.prev = append(iss.prev, "pexpireat", strconv.FormatInt(pexp.Val().Milliseconds(), 10))
+			replies[i] = v
 		}
-		return nil
+		return s.IssueResult(iss, replies)
 	}
 }
 

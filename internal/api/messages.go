@@ -11,6 +11,7 @@ import (
 
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/logging"
+	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/template"
 )
@@ -58,10 +59,6 @@ func (s *Server) sendMessage(c *echo.Context) error {
 		}
 	}
 	ctx := c.Request().Context()
-	res, err := s.d.Limiter.Take(ctx, rlRequest(s.commonRules(apiKeyName(c), req.channel)))
-	if err != nil {
-		return limited(err)
-	}
 	taskID := newTaskID()
 	msg := &envelope.Message{
 		Version: envelope.SchemaVersion, TaskID: taskID, Kind: envelope.Notification,
@@ -79,9 +76,20 @@ func (s *Server) sendMessage(c *echo.Context) error {
 		rec.Status, rec.ScheduledAt = status.Scheduled, &at
 		out.Status, out.ScheduledAt = string(status.Scheduled), &at
 	}
-	if err := s.d.Status.Create(ctx, rec); err != nil {
-		s.rollback(ctx, undo{reservation: res})
-		return unavailable(err, "could not record the message status (Redis); nothing was sent, try again")
+	// One round trip: the limits and, only if they admit the message, its
+	// status record.
+	insert, err := s.d.Status.InsertCommands(rec)
+	if err != nil {
+		return internal(err)
+	}
+	lr := rlRequest(s.commonRules(apiKeyName(c), req.channel))
+	lr.Then = insert
+	res, err := s.d.Limiter.Take(ctx, lr)
+	if err != nil {
+		if !errors.Is(err, ratelimit.ErrLimited) {
+			s.rollback(ctx, undo{taskID: taskID}) // the script is not a transaction
+		}
+		return limited(err)
 	}
 	if err := s.publish(ctx, req.channel, msg, req.delay); err != nil {
 		s.rollback(ctx, undo{reservation: res, taskID: taskID})

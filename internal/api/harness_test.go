@@ -135,6 +135,7 @@ func setup(t *testing.T, o options) *harness {
 		Ready: func(context.Context) map[string]string { return map[string]string{"amqp": "ok", "redis": "ok"} },
 	}, Options{APIKeys: []config.APIKey{{Name: "tests", Key: testKey}}, BodyLimit: 4096, Limits: o.limits, PublishTimeout: 3 * time.Second})
 	require.NoError(t, err)
+	t.Cleanup(h.srv.Wait) // background rollbacks end before Redis closes
 	h.http = httptest.NewServer(h.srv.Handler())
 	t.Cleanup(h.http.Close)
 	return h

@@ -87,7 +87,7 @@ func (s *Server) sendMessage(c *echo.Context) error {
 	res, err := s.d.Limiter.Take(ctx, lr)
 	if err != nil {
 		if !errors.Is(err, ratelimit.ErrLimited) {
-			s.rollback(ctx, undo{taskID: taskID}) // the script is not a transaction
+			s.rollbackLater(ctx, undo{taskID: taskID}) // the script is not a transaction
 		}
 		return limited(err)
 	}

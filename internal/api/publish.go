@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/msgpulse/msgpulse/internal/broker"
@@ -86,18 +87,44 @@ type undo struct {
 	taskID      string // status record to delete
 }
 
+// rollbackLater is rollback in the background, for a request whose
+// limiter script failed: Redis is most likely unreachable, each step
+// would wait out REDIS_TIMEOUT, and the caller should get its 503 at
+// once. Nothing depends on the undo having finished: the code and the
+// record it removes were never announced to anyone. Server.Wait waits
+// for it at shutdown.
+func (s *Server) rollbackLater(ctx context.Context, u undo) {
+	s.cleanup.Add(1)
+	go func() {
+		defer s.cleanup.Done()
+		s.rollback(context.WithoutCancel(ctx), u)
+	}()
+}
+
 func (s *Server) rollback(ctx context.Context, u undo) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	var errs []error
+	var steps []func(context.Context) error
 	if u.code != nil {
-		errs = append(errs, s.d.Codes.Rollback(ctx, u.code))
+		steps = append(steps, func(ctx context.Context) error { return s.d.Codes.Rollback(ctx, u.code) })
 	}
 	if u.taskID != "" {
-		errs = append(errs, s.d.Status.Delete(ctx, u.taskID))
+		steps = append(steps, func(ctx context.Context) error { return s.d.Status.Delete(ctx, u.taskID) })
 	}
 	if u.reservation != nil {
-		errs = append(errs, s.d.Limiter.Rollback(ctx, u.reservation))
+		steps = append(steps, func(ctx context.Context) error { return s.d.Limiter.Rollback(ctx, u.reservation) })
+	}
+	var errs []error
+	for _, step := range steps {
+		err := step(ctx)
+		errs = append(errs, err)
+		var reply redis.Error
+		if err != nil && !errors.As(err, &reply) {
+			// Redis did not answer (an error reply would be redis.Error):
+			// the next steps would each wait out REDIS_TIMEOUT too, and the
+			// caller is waiting for its 503.
+			break
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		// What is left expires by itself (the code with CODE_TTL, the

@@ -162,6 +162,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	if err := httpSrv.Shutdown(sctx); err != nil {
 		log.Warn("shutdown did not finish in time", zap.Error(err))
 	}
+	srv.Wait() // background rollbacks, before Redis closes
 	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v5"
@@ -89,7 +90,12 @@ type Server struct {
 	metrics *metrics
 	now     func() time.Time
 	keys    []keyDigest
+	cleanup sync.WaitGroup // rollbacks that outlive their request (see Wait)
 }
+
+// Wait blocks until the rollbacks started in the background have ended;
+// call it after the HTTP server has drained, before closing Redis.
+func (s *Server) Wait() { s.cleanup.Wait() }
 
 // keyDigest is an API key as authenticate compares it: by SHA-256, so every
 // comparison is of 32 bytes whatever length the caller sent, and timing

@@ -68,7 +68,7 @@ func (s *Server) requestCode(c *echo.Context) error {
 			// The script may have failed part-way (it is not a
 			// transaction): undo what could have landed; each undo is a
 			// no-op on what is not there or no longer ours.
-			s.rollback(ctx, undo{code: iss, taskID: taskID})
+			s.rollbackLater(ctx, undo{code: iss, taskID: taskID})
 		}
 		return limited(err)
 	}

@@ -26,24 +26,6 @@ import (
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
-// lockedBuffer is the log SMS provider's output, read while consumers write.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 const attacker = "evil@attacker.test"
 
 // rawBody marshals a message without Validate, as a buggy or hostile
@@ -65,7 +47,7 @@ func baseMessage(channel, recipient string) envelope.Message {
 // injected into what reaches the SMTP server, and the consumer keeps
 // serving: valid messages published after the poison ones are sent once.
 func TestPoisonMessagesAreDeadLetteredOnce(t *testing.T) {
-	out := &lockedBuffer{}
+	out := &testenv.SyncBuffer{} // the log SMS provider's output, read while consumers write
 	logSMS, err := sms.New(sms.NameLog, sms.Config{}.WithDefaults(), zap.NewNop(), out)
 	require.NoError(t, err)
 	s := setup(t, dispatchtest.Options{SMS: logSMS})

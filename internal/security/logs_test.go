@@ -51,26 +51,6 @@ const (
 	smsNotice  = "+8613987654321"
 )
 
-// logBuffer collects the JSON log lines of both programs.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) Sync() error { return nil }
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // smsHook is the SMS vendor: a signed-JSON webhook that refuses each
 // task's first request with a 500 echoing the whole request (number and
 // text, code included, as vendors' error messages do), then accepts.
@@ -178,7 +158,7 @@ func TestLogsHoldNoCodeNoRecipientNoSecret(t *testing.T) {
 	require.NoError(t, broker.Declare(conn, model))
 	require.NoError(t, conn.Close())
 
-	logs := &logBuffer{}
+	logs := &testenv.SyncBuffer{}
 	obsCore, observed := observer.New(zapcore.InfoLevel)
 	enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
 	logger := zap.New(zapcore.NewTee(zapcore.NewCore(enc, logs, zapcore.DebugLevel), obsCore))

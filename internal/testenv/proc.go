@@ -58,7 +58,7 @@ func RunCommand(t testing.TB, bin string, env []string, args ...string) (int, st
 type Proc struct {
 	Name string
 	cmd  *exec.Cmd
-	out  syncBuffer
+	out  SyncBuffer
 	done chan struct{} // closed when the process has exited
 	err  error         // its exit status, once done is closed
 }
@@ -156,20 +156,25 @@ func FreeAddr(t testing.TB) string {
 	return addr
 }
 
-// syncBuffer is a bytes.Buffer a process and a test can share.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer that a writer (a process, a logger, a
+// provider) and a test reading it can share. Sync makes it a
+// zapcore.WriteSyncer.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// Sync is a no-op: everything is in memory already.
+func (b *SyncBuffer) Sync() error { return nil }

@@ -232,36 +232,21 @@ func msPtr(t *time.Time) string {
 // Create stores a new record; ErrExists if there is one. An empty Status is
 // Queued; zero CreatedAt and UpdatedAt are set to Redis time.
 func (s *Store) Create(ctx context.Context, r Record) error {
-	done, err := s.QueueCreate(ctx, s.rdb, r)
-	if err != nil {
-		return err
-	}
-	return done()
-}
-
-// QueueCreate is Create through c, which may be a pipeline, so the record
-// can be written in the same round trip as other writes. The returned
-// function reports the outcome once c has run. On a pipeline, a script
-// Redis has forgotten fails with NOSCRIPT (see LoadScripts).
-func (s *Store) QueueCreate(ctx context.Context, c redis.Scripter, r Record) (func() error, error) {
 	if r.Status == "" {
 		r.Status = Queued
 	}
 	if err := validateRecord(r); err != nil {
-		return nil, err
+		return err
 	}
 	args := append([]any{s.cfg.TTL.Milliseconds()}, fields(r)...)
-	cmd := createScript.Run(ctx, c, []string{s.key(r.TaskID)}, args...)
-	return func() error {
-		n, err := cmd.Int()
-		if err != nil {
-			return fmt.Errorf("status: create %q: %w", r.TaskID, err)
-		}
-		if n == 0 {
-			return fmt.Errorf("%w: %q", ErrExists, r.TaskID)
-		}
-		return nil
-	}, nil
+	n, err := createScript.Run(ctx, s.rdb, []string{s.key(r.TaskID)}, args...).Int()
+	if err != nil {
+		return fmt.Errorf("status: create %q: %w", r.TaskID, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %q", ErrExists, r.TaskID)
+	}
+	return nil
 }
 
 // fields are r's hash fields as name/value pairs; an empty value means
@@ -314,13 +299,10 @@ func (s *Store) InsertCommands(r Record) ([]rdb.Command, error) {
 	return []rdb.Command{hset, {"PEXPIRE", key, s.cfg.TTL.Milliseconds()}}, nil
 }
 
-// LoadScripts loads the scripts QueueCreate and QueueUpdate run, for
-// pipelines.
+// LoadScripts loads the script QueueUpdate runs, for pipelines.
 func (s *Store) LoadScripts(ctx context.Context) error {
-	for _, sc := range []*redis.Script{createScript, updateScript} {
-		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
-			return fmt.Errorf("status: load scripts: %w", err)
-		}
+	if err := updateScript.Load(ctx, s.rdb).Err(); err != nil {
+		return fmt.Errorf("status: load scripts: %w", err)
 	}
 	return nil
 }

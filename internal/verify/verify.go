@@ -117,16 +117,29 @@ func (s *Store) Issue(ctx context.Context, channel, recipient, purpose, taskID s
 	if err != nil {
 		return nil, err
 	}
+	// One MULTI/EXEC: the old code is read and replaced atomically.
+	cmds := s.IssueCommands(iss)
 	p := s.rdb.TxPipeline()
-	done := s.QueueIssue(ctx, p, iss)
-	_, _ = p.Exec(ctx) // read by done
-	if err := done(); err != nil {
+	queued := make([]*redis.Cmd, len(cmds))
+	for i, c := range cmds {
+		queued[i] = c.Do(ctx, p)
+	}
+	_, _ = p.Exec(ctx) // each reply is read below
+	replies := make([]any, len(queued))
+	for i, q := range queued {
+		v, err := q.Result()
+		if err != nil {
+			return nil, fmt.Errorf("verify: store code: %w", err)
+		}
+		replies[i] = v
+	}
+	if err := s.IssueResult(iss, replies); err != nil {
 		return nil, err
 	}
 	return iss, nil
 }
 
-// Prepare generates a code for QueueIssue; nothing is stored yet.
+// Prepare generates a code for IssueCommands; nothing is stored yet.
 func (s *Store) Prepare(channel, recipient, purpose, taskID string) (*Issued, error) {
 	code, err := s.Generate()
 	if err != nil {
@@ -139,7 +152,7 @@ func (s *Store) Prepare(channel, recipient, purpose, taskID string) (*Issued, er
 // IssueCommands are the writes that store iss, replacing the code for its
 // (channel, recipient, purpose) and reading the old one first so a failed
 // publish can put it back: the user may still hold it. They must run
-// atomically and in order, in a MULTI/EXEC (QueueIssue) or inside a script
+// atomically and in order, in a MULTI/EXEC (Issue) or inside a script
 // (ratelimit.Request.Then); IssueResult reads their replies.
 func (s *Store) IssueCommands(iss *Issued) []rdb.Command {
 	return []rdb.Command{
@@ -176,29 +189,6 @@ func (s *Store) IssueResult(iss *Issued, replies []any) error {
 		iss.prev = append(iss.prev, "pexpireat", strconv.FormatInt(pexp, 10))
 	}
 	return nil
-}
-
-// QueueIssue stores iss through p, which must be a transaction pipeline
-// (TxPipeline): the old code is read and replaced in one MULTI/EXEC, with
-// plain commands, which cost Redis a fraction of a script call. The
-// returned function reports the outcome once p has run.
-func (s *Store) QueueIssue(ctx context.Context, p redis.Pipeliner, iss *Issued) func() error {
-	cmds := s.IssueCommands(iss)
-	queued := make([]*redis.Cmd, len(cmds))
-	for i, c := range cmds {
-		queued[i] = c.Do(ctx, p)
-	}
-	return func() error {
-		replies := make([]any, len(queued))
-		for i, q := range queued {
-			v, err := q.Result()
-			if err != nil {
-				return fmt.Errorf("verify: store code: %w", err)
-			}
-			replies[i] = v
-		}
-		return s.IssueResult(iss, replies)
-	}
 }
 
 // Put back the replaced code, but only if the current one is still ours: a

@@ -22,9 +22,7 @@ import (
 // it, so once a publish's confirm is in, its return (if any) is already in
 // the channel's buffer or in the returned map.
 type lane struct {
-	conn    *amqp.Connection
-	ch      *amqp.Channel
-	returns <-chan amqp.Return
+	*pubChannel
 	window  chan struct{}
 	retired atomic.Bool
 
@@ -83,43 +81,19 @@ func (p *Publisher) pickLane(ctx context.Context, conn *amqp.Connection) (*lane,
 	return l, nil
 }
 
-// openLane opens a confirm channel, giving up when ctx ends (a broker
-// under a resource alarm answers nothing until it clears); an abandoned
-// open finishes in the background and closes what it opened.
+// openLane opens the lane's confirm channel (see openWithin), with room
+// for a return per message in flight: publishes drain returns only after
+// their confirm, which comes after the return.
 func (p *Publisher) openLane(ctx context.Context, conn *amqp.Connection) (*lane, error) {
-	type result struct {
-		l   *lane
-		err error
-	}
-	res := make(chan result, 1)
-	go func() {
-		ch, err := conn.Channel()
-		if err != nil {
-			res <- result{nil, fmt.Errorf("%w: open channel: %w", ErrUnavailable, err)}
-			return
+	pc, err := openWithin(ctx, conn, p.cfg.Window+1, func(pc *pubChannel) {
+		if pc != nil {
+			pc.closeQuietly() // already in the background
 		}
-		if err := ch.Confirm(false); err != nil {
-			_ = ch.Close()
-			res <- result{nil, fmt.Errorf("%w: confirm mode: %w", ErrUnavailable, err)}
-			return
-		}
-		// Room for a return per message in flight: the library blocks its
-		// reader on a full returns channel, and publishes drain it only
-		// after their confirm, which comes after the return.
-		returns := ch.NotifyReturn(make(chan amqp.Return, p.cfg.Window+1))
-		res <- result{&lane{conn: conn, ch: ch, returns: returns, window: make(chan struct{}, p.cfg.Window), returned: map[string]amqp.Return{}}, nil}
-	}()
-	select {
-	case r := <-res:
-		return r.l, r.err
-	case <-ctx.Done():
-		go func() {
-			if r := <-res; r.l != nil {
-				p.retire(r.l)
-			}
-		}()
-		return nil, fmt.Errorf("%w: opening a channel: %w", ErrConfirmTimeout, ctx.Err())
+	})
+	if err != nil {
+		return nil, err
 	}
+	return &lane{pubChannel: pc, window: make(chan struct{}, p.cfg.Window), returned: map[string]amqp.Return{}}, nil
 }
 
 // retire closes a lane in the background (its close-ok may never come, see
@@ -129,11 +103,7 @@ func (p *Publisher) retire(l *lane) {
 	if !l.retired.CompareAndSwap(false, true) {
 		return
 	}
-	go func() {
-		_ = l.ch.Close()
-		for range l.returns { //nolint:revive // Close closes returns; drain so nothing is left blocked
-		}
-	}()
+	go l.closeQuietly()
 }
 
 // publishShared is Publish on a lane.

@@ -158,40 +158,51 @@ func (p *Publisher) acquire(ctx context.Context) (*pubChannel, error) {
 	}
 }
 
-// open opens a confirm channel on the slot the caller took, giving up when
-// ctx ends: opening waits for the broker's answers, which a broker that
-// blocks this connection (resource alarm) or a silent network does not give
-// until it recovers. An abandoned open finishes in the background and only
-// then gives the slot back.
+// open opens a confirm channel on the slot the caller took (see
+// openWithin); an abandoned open gives the slot back once it has finished.
 func (p *Publisher) open(ctx context.Context, conn *amqp.Connection) (*pubChannel, error) {
+	pc, err := openWithin(ctx, conn, 16, func(pc *pubChannel) {
+		if pc != nil {
+			p.discard(pc)
+		} else {
+			p.slots <- struct{}{}
+		}
+	})
+	if err != nil && !errors.Is(err, ErrConfirmTimeout) { // abandoned opens give their slot back themselves
+		p.slots <- struct{}{}
+	}
+	return pc, err
+}
+
+// openWithin opens a confirm channel, giving up when ctx ends: opening
+// waits for the broker's answers, which a broker that blocks this
+// connection (resource alarm) or a silent network does not give until it
+// recovers. An abandoned open finishes in the background and hands what it
+// got (nil if it failed) to abandoned.
+func openWithin(ctx context.Context, conn *amqp.Connection, returnsBuf int, abandoned func(*pubChannel)) (*pubChannel, error) {
 	type result struct {
 		pc  *pubChannel
 		err error
 	}
 	res := make(chan result, 1)
 	go func() {
-		pc, err := open(conn)
+		pc, err := open(conn, returnsBuf)
 		res <- result{pc, err}
 	}()
 	select {
 	case r := <-res:
-		if r.err != nil {
-			p.slots <- struct{}{}
-		}
 		return r.pc, r.err
 	case <-ctx.Done():
-		go func() {
-			if r := <-res; r.pc != nil {
-				p.discard(r.pc)
-			} else {
-				p.slots <- struct{}{}
-			}
-		}()
+		go func() { abandoned((<-res).pc) }()
 		return nil, fmt.Errorf("%w: opening a channel: %w", ErrConfirmTimeout, ctx.Err())
 	}
 }
 
-func open(conn *amqp.Connection) (*pubChannel, error) {
+// open opens a confirm channel whose returns are buffered for returnsBuf.
+// They must be drained: the library delivers a return before the matching
+// ack, from its reader goroutine, so a full returns channel would stall the
+// whole connection.
+func open(conn *amqp.Connection, returnsBuf int) (*pubChannel, error) {
 	ch, err := conn.Channel()
 	if err != nil {
 		return nil, fmt.Errorf("%w: open channel: %w", ErrUnavailable, err)
@@ -200,11 +211,17 @@ func open(conn *amqp.Connection) (*pubChannel, error) {
 		_ = ch.Close()
 		return nil, fmt.Errorf("%w: confirm mode: %w", ErrUnavailable, err)
 	}
-	// Buffered and drained after every publish: the library delivers a
-	// return before the matching ack, from its reader goroutine, so an
-	// undrained full channel would stall the whole connection.
-	returns := ch.NotifyReturn(make(chan amqp.Return, 16))
+	returns := ch.NotifyReturn(make(chan amqp.Return, returnsBuf))
 	return &pubChannel{conn: conn, ch: ch, returns: returns}, nil
+}
+
+// closeQuietly closes the channel and drains its returns until the library
+// closes them, so nothing is left blocked. It waits for the broker's
+// close-ok, so callers run it in the background (see discard).
+func (pc *pubChannel) closeQuietly() {
+	_ = pc.ch.Close()
+	for range pc.returns { //nolint:revive // draining is the point
+	}
 }
 
 func (p *Publisher) release(pc *pubChannel) {
@@ -230,9 +247,7 @@ func (p *Publisher) release(pc *pubChannel) {
 // channels still count against Channels.
 func (p *Publisher) discard(pc *pubChannel) {
 	go func() {
-		_ = pc.ch.Close()
-		for range pc.returns { //nolint:revive // Close closes returns; drain so nothing is left blocked
-		}
+		pc.closeQuietly()
 		p.slots <- struct{}{}
 	}()
 }

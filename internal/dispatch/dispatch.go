@@ -288,10 +288,14 @@ func (d *Dispatcher) claim(ctx context.Context, j *job, key string, withSending 
 			}
 			return nil
 		}, nil
-	}, func(ctx context.Context) error {
-		return errors.Join(d.cfg.Claims.LoadScripts(ctx), d.cfg.Status.LoadScripts(ctx))
-	})
+	}, d.loadScripts)
 	return res, err
+}
+
+// loadScripts loads what the claim and status pipelines run, after Redis
+// answered NOSCRIPT (see rdb.Pipelined).
+func (d *Dispatcher) loadScripts(ctx context.Context) error {
+	return errors.Join(d.cfg.Claims.LoadScripts(ctx), d.cfg.Status.LoadScripts(ctx))
 }
 
 func (d *Dispatcher) sendingUpdate(j *job) status.Update {
@@ -318,9 +322,7 @@ func (d *Dispatcher) markSent(ctx context.Context, j *job) {
 			rec, recErr = updated()
 			return marked()
 		}, nil
-	}, func(ctx context.Context) error {
-		return errors.Join(d.cfg.Claims.LoadScripts(ctx), d.cfg.Status.LoadScripts(ctx))
-	})
+	}, d.loadScripts)
 	if err != nil && !errors.Is(err, claim.ErrLost) {
 		d.log.Error("sent, but could not mark the claim sent; a redelivery within the lease could send again",
 			zap.String("task_id", j.msg.TaskID), zap.Error(err))

@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/labstack/echo/v5"
+	"go.uber.org/zap"
 
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
@@ -64,6 +65,7 @@ func (s *Server) createRateLimit(c *echo.Context) error {
 	if err != nil {
 		return rateLimitError(err, rc.ID)
 	}
+	s.logRateLimitChange(c, "rate limit created", out.ID, &out)
 	return reply(c, http.StatusCreated, "rate limit created", out)
 }
 
@@ -93,6 +95,7 @@ func (s *Server) updateRateLimit(c *echo.Context) error {
 	if err != nil {
 		return rateLimitError(err, id)
 	}
+	s.logRateLimitChange(c, "rate limit updated", id, &out)
 	return reply(c, http.StatusOK, "rate limit updated", out)
 }
 
@@ -101,7 +104,18 @@ func (s *Server) deleteRateLimit(c *echo.Context) error {
 	if err := s.d.RateLimits.Delete(c.Request().Context(), id); err != nil {
 		return rateLimitError(err, id)
 	}
+	s.logRateLimitChange(c, "rate limit deleted", id, nil)
 	return reply(c, http.StatusOK, "rate limit deleted", nil)
+}
+
+// logRateLimitChange says who changed the global limits, and to what: an
+// operator asking why traffic is refused finds the key that did it.
+func (s *Server) logRateLimitChange(c *echo.Context, what, id string, rc *ratelimit.Config) {
+	fields := []zap.Field{zap.String("id", id), zap.String("api_key", apiKeyName(c)), zap.String("tenant", Caller(c).Tenant)}
+	if rc != nil {
+		fields = append(fields, zap.Any("config", rc))
+	}
+	s.log.Info(what, fields...)
 }
 
 // QueueStat is one queue in GET /api/queues/stats.

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -94,10 +95,32 @@ func TestVerifyWorksOnceThenFails(t *testing.T) {
 			require.Contains(t, r.Msg, "too many wrong attempts")
 		}
 	}
-	r = h.do("POST", "/api/verification-codes/verify", map[string]any{"channel": "email", "recipient": "a@example.com", "purpose": "reset_password", "code": code})
-	v = VerifyResult{}
-	r.data(t, &v)
-	require.False(t, v.Valid, "a burned code stays dead")
+	// The sixth and seventh checks, the right code among them, are still
+	// 429 (until the burned code would have expired): a locked-out user is
+	// not a mistyped code.
+	for i, c := range []string{code, wrong} {
+		r = h.do("POST", "/api/verification-codes/verify", map[string]any{"channel": "email", "recipient": "a@example.com", "purpose": "reset_password", "code": c})
+		v = VerifyResult{}
+		r.data(t, &v)
+		require.False(t, v.Valid, "a burned code stays dead")
+		require.Equal(t, http.StatusTooManyRequests, r.Status, "check %d", 6+i)
+		require.Contains(t, r.Msg, "too many wrong attempts")
+	}
+	// A new code lifts the lock.
+	require.NoError(t, h.redis.Client.Del(context.Background(), h.keysMatching("verify:cooldown:*")...).Err())
+	require.Equal(t, http.StatusAccepted, h.do("POST", "/api/verification-codes", codeRequest("a@example.com", "reset_password")).Status)
+	code = h.code(h.get("queue.mail"))
+	r, v = verify2(h, "reset_password", code)
+	require.Equal(t, http.StatusOK, r.Status)
+	require.True(t, v.Valid, "a new code after a lock works")
+}
+
+func verify2(h *harness, purpose, code string) (response, VerifyResult) {
+	h.t.Helper()
+	r := h.do("POST", "/api/verification-codes/verify", map[string]any{"channel": "email", "recipient": "a@example.com", "purpose": purpose, "code": code})
+	var v VerifyResult
+	r.data(h.t, &v)
+	return r, v
 }
 
 func TestFrequencyControlAnswers429WithRetryAfter(t *testing.T) {

@@ -18,9 +18,11 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/delay"
+	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/seal"
@@ -54,6 +56,11 @@ type options struct {
 	model  func(*topology.Config)
 	// share another harness's broker and Redis (a second API replica)
 	share *harness
+	// keys replace the one "tests" key (testKey, every scope)
+	keys []apikey.Key
+	// egress is the callbackUrl policy; the zero value refuses internal
+	// addresses, resolving names with the system resolver
+	egress egress.Policy
 }
 
 func defaultLimits() config.Limits {
@@ -65,6 +72,9 @@ func setup(t *testing.T, o options) *harness {
 	t.Helper()
 	if o.limits == (config.Limits{}) {
 		o.limits = defaultLimits()
+	}
+	if o.keys == nil {
+		o.keys = []apikey.Key{apikey.New("tests", testKey, apikey.All)}
 	}
 	h := &harness{t: t}
 	mcfg := topology.DefaultConfig()
@@ -133,7 +143,7 @@ func setup(t *testing.T, o options) *harness {
 			return broker.Inspect(conn, names)
 		},
 		Ready: func(context.Context) map[string]string { return map[string]string{"amqp": "ok", "redis": "ok"} },
-	}, Options{APIKeys: []config.APIKey{{Name: "tests", Key: testKey}}, BodyLimit: 4096, Limits: o.limits, PublishTimeout: 3 * time.Second})
+	}, Options{APIKeys: o.keys, Egress: o.egress, BodyLimit: 4096, Limits: o.limits, PublishTimeout: 3 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(h.srv.Wait) // background rollbacks end before Redis closes
 	h.http = httptest.NewServer(h.srv.Handler())

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 )
 
@@ -15,29 +16,32 @@ func window(d time.Duration, limit int) []ratelimit.Window {
 	return []ratelimit.Window{{Length: d, Limit: limit}}
 }
 
-// commonRules apply to every accepted message: per API key, the global
-// per-channel cap, and the enabled global rate-limit configs.
-func (s *Server) commonRules(apiKey, channel string) []ratelimit.Rule {
+// commonRules apply to every accepted message: per API key, per tenant
+// (across its keys), the global per-channel cap, and the enabled global
+// rate-limit configs. They all go to the limiter's one script: one round
+// trip whatever the number of rules.
+func (s *Server) commonRules(key apikey.Key, channel string) []ratelimit.Rule {
 	L := s.opts.Limits
 	perSecond := L.EmailPerSecond
 	if channel == chSMS {
 		perSecond = L.SMSPerSecond
 	}
 	rules := []ratelimit.Rule{
-		{Name: "per API key", Key: "apikey:" + apiKey, Windows: window(time.Minute, L.PerAPIKeyMinute)},
+		{Name: "per API key", Key: "apikey:" + key.Name, Windows: window(time.Minute, L.PerAPIKeyMinute)},
+		{Name: "per tenant", Key: "tenant:" + key.Tenant, Windows: window(time.Minute, L.PerTenantMinute)},
 		{Name: "global " + channel, Key: "global:" + channel, Windows: window(time.Second, perSecond)},
 	}
 	return append(rules, s.d.RateLimits.Rules("")...)
 }
 
-func (s *Server) verifyRequest(apiKey string, r *VerificationCodeRequest) ratelimit.Request {
+func (s *Server) verifyRequest(key apikey.Key, r *VerificationCodeRequest) ratelimit.Request {
 	L := s.opts.Limits
 	rules := []ratelimit.Rule{{Name: "per recipient", Key: "verify:recipient:" + r.Channel + ":" + r.Recipient,
 		Windows: append(window(time.Hour, L.PerRecipientHour), window(24*time.Hour, L.PerRecipientDay)...)}}
 	if ip, _ := clientKey(r.ClientIP); ip != "" {
 		rules = append(rules, ratelimit.Rule{Name: "per IP", Key: "verify:ip:" + ip, Windows: window(time.Minute, L.PerIPMinute)})
 	}
-	rules = append(rules, s.commonRules(apiKey, r.Channel)...)
+	rules = append(rules, s.commonRules(key, r.Channel)...)
 	return ratelimit.Request{
 		Rules: nonEmpty(rules),
 		// The cooldown also makes two identical requests at the same moment

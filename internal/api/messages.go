@@ -59,17 +59,23 @@ func (s *Server) sendMessage(c *echo.Context) error {
 		}
 	}
 	ctx := c.Request().Context()
+	if req.CallbackURL != "" {
+		if e := s.checkCallbackHost(ctx, req.CallbackURL); e != nil {
+			return e
+		}
+	}
+	caller := Caller(c)
 	taskID := newTaskID()
 	msg := &envelope.Message{
 		Version: envelope.SchemaVersion, TaskID: taskID, Kind: envelope.Notification,
 		Channel: topologyChannel(req.channel), Recipient: req.Recipient, Template: req.TemplateCode, Locale: req.Locale,
-		Variables: req.Variables, CallbackURL: req.CallbackURL, CreatedAt: now,
+		Variables: req.Variables, CallbackURL: req.CallbackURL, Tenant: caller.Tenant, CreatedAt: now,
 	}
 	if req.Priority != nil {
 		msg.Priority = uint8(*req.Priority)
 	}
 	rec := status.Record{TaskID: taskID, Status: status.Queued, Channel: req.channel, Recipient: logging.Mask(req.Recipient),
-		Kind: string(envelope.Notification), Template: req.TemplateCode, CreatedAt: now, UpdatedAt: now}
+		Kind: string(envelope.Notification), Template: req.TemplateCode, Tenant: caller.Tenant, CreatedAt: now, UpdatedAt: now}
 	out := SendResult{TaskID: taskID, Status: string(status.Queued)}
 	if req.delay > 0 {
 		at := now.Add(req.delay).UTC()
@@ -82,7 +88,7 @@ func (s *Server) sendMessage(c *echo.Context) error {
 	if err != nil {
 		return internal(err)
 	}
-	lr := rlRequest(s.commonRules(apiKeyName(c), req.channel))
+	lr := rlRequest(s.commonRules(caller, req.channel))
 	lr.Then = insert
 	res, err := s.d.Limiter.Take(ctx, lr)
 	if err != nil {
@@ -135,11 +141,12 @@ func (s *Server) getMessage(c *echo.Context) error {
 		return badRequest("taskId %q is not a valid task id", truncate(id, 64))
 	}
 	r, err := s.d.Status.Get(c.Request().Context(), id)
-	if errors.Is(err, status.ErrNotFound) {
-		return notFound("no message with taskId %s (records are kept for STATUS_TTL)", id)
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, status.ErrNotFound) {
 		return unavailable(err, "status is unavailable (Redis); try again")
+	}
+	// Another tenant's message gets the very answer of an unknown one.
+	if err != nil || !Visible(c, r.Tenant) {
+		return notFound("no message with taskId %s (records are kept for STATUS_TTL)", id)
 	}
 	return reply(c, http.StatusOK, "ok", MessageView{
 		TaskID: r.TaskID, Status: string(r.Status), Channel: r.Channel, Recipient: r.Recipient, Attempts: r.Attempts,

@@ -16,6 +16,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/delay"
+	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/profile"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
@@ -129,7 +130,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 			return out
 		},
 	}, Options{APIKeys: cfg.APIKeys, AuthDisabled: cfg.AuthDisabled, TrustedProxies: cfg.TrustedProxies, BodyLimit: cfg.BodyLimit,
-		Limits: cfg.Limits, CallbackHTTP: cfg.CallbackHTTP, PublishTimeout: cfg.PublishTimeout})
+		Limits: cfg.Limits, CallbackHTTP: cfg.CallbackHTTP, Egress: egress.Policy{AllowPrivate: cfg.CallbackPrivate}, PublishTimeout: cfg.PublishTimeout})
 	if err != nil {
 		return err
 	}

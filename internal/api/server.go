@@ -2,8 +2,6 @@ package api
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net"
@@ -21,8 +19,10 @@ import (
 	"go.uber.org/zap"
 
 	apidoc "github.com/msgpulse/msgpulse/api"
+	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/config"
+	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
@@ -72,12 +72,15 @@ type Deps struct {
 
 // Options are the API's behaviour settings.
 type Options struct {
-	APIKeys        []config.APIKey
+	APIKeys        []apikey.Key
 	AuthDisabled   bool
 	TrustedProxies []*net.IPNet
 	BodyLimit      int64
 	Limits         config.Limits
 	CallbackHTTP   bool
+	// Egress refuses callbackUrl hosts that are or resolve to internal
+	// addresses (CALLBACK_ALLOW_PRIVATE lifts it).
+	Egress         egress.Policy
 	PublishTimeout time.Duration
 }
 
@@ -89,21 +92,13 @@ type Server struct {
 	e       *echo.Echo
 	metrics *metrics
 	now     func() time.Time
-	keys    []keyDigest
+	keys    *apikey.Set
 	cleanup sync.WaitGroup // rollbacks that outlive their request (see Wait)
 }
 
 // Wait blocks until the rollbacks started in the background have ended;
 // call it after the HTTP server has drained, before closing Redis.
 func (s *Server) Wait() { s.cleanup.Wait() }
-
-// keyDigest is an API key as authenticate compares it: by SHA-256, so every
-// comparison is of 32 bytes whatever length the caller sent, and timing
-// cannot tell how long a key is.
-type keyDigest struct {
-	name   string
-	digest [sha256.Size]byte
-}
 
 // New builds the server and its routes.
 func New(d Deps, opts Options) (*Server, error) {
@@ -124,8 +119,9 @@ func New(d Deps, opts Options) (*Server, error) {
 		opts.PublishTimeout = 3 * time.Second
 	}
 	s := &Server{d: d, opts: opts, log: d.Log, metrics: newMetrics(d.Registry), now: time.Now}
-	for _, k := range opts.APIKeys {
-		s.keys = append(s.keys, keyDigest{name: k.Name, digest: sha256.Sum256([]byte(k.Key))})
+	var err error
+	if s.keys, err = apikey.NewSet(opts.APIKeys); err != nil {
+		return nil, fmt.Errorf("api: %w", err)
 	}
 	// Without automatic group 404 routes, a known path with the wrong
 	// method answers 405 rather than 404.
@@ -147,19 +143,29 @@ func New(d Deps, opts Options) (*Server, error) {
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{Registry: d.Registry})))
 	e.GET("/openapi.yaml", func(c *echo.Context) error { return c.Blob(http.StatusOK, "application/yaml", apidoc.OpenAPI) })
 
-	g := e.Group("/api", s.authenticate)
-	g.POST("/verification-codes", s.requestCode)
-	g.POST("/verification-codes/verify", s.verifyCode)
-	g.POST("/messages/send", s.sendMessage)
-	g.GET("/messages/:taskId", s.getMessage)
-	g.GET("/messages", s.getMessage)
-	g.GET("/rate-limits", s.listRateLimits)
-	g.POST("/rate-limits", s.createRateLimit)
-	g.GET("/rate-limits/:id", s.getRateLimit)
-	g.PUT("/rate-limits/:id", s.updateRateLimit)
-	g.DELETE("/rate-limits/:id", s.deleteRateLimit)
-	g.GET("/queues/stats", s.queueStats)
-	g.GET("/dlq/stats", s.dlqStats)
+	// The route table: every /api route and the scope it needs, checked
+	// here and nowhere else (Visible narrows reads to the caller's tenant).
+	g := e.Group("/api", s.Authenticate)
+	for _, r := range []struct {
+		method, path string
+		scope        apikey.Scope
+		h            echo.HandlerFunc
+	}{
+		{http.MethodPost, "/verification-codes", apikey.Send, s.requestCode},
+		{http.MethodPost, "/verification-codes/verify", apikey.Send, s.verifyCode},
+		{http.MethodPost, "/messages/send", apikey.Send, s.sendMessage},
+		{http.MethodGet, "/messages/:taskId", apikey.Read, s.getMessage},
+		{http.MethodGet, "/messages", apikey.Read, s.getMessage},
+		{http.MethodGet, "/rate-limits", apikey.Read, s.listRateLimits},
+		{http.MethodGet, "/rate-limits/:id", apikey.Read, s.getRateLimit},
+		{http.MethodPost, "/rate-limits", apikey.Admin, s.createRateLimit},
+		{http.MethodPut, "/rate-limits/:id", apikey.Admin, s.updateRateLimit},
+		{http.MethodDelete, "/rate-limits/:id", apikey.Admin, s.deleteRateLimit},
+		{http.MethodGet, "/queues/stats", apikey.Admin, s.queueStats},
+		{http.MethodGet, "/dlq/stats", apikey.Admin, s.dlqStats},
+	} {
+		g.Add(r.method, r.path, r.h, Require(r.scope))
+	}
 	s.e = e
 	return s, nil
 }
@@ -176,51 +182,7 @@ func (s *Server) Routes() [][2]string {
 	return out
 }
 
-const ctxAPIKey = "msgpulse.apiKey" //nolint:gosec // a context key name, not a credential
-
-func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c *echo.Context) error {
-		if s.opts.AuthDisabled {
-			c.Set(ctxAPIKey, "anonymous")
-			return next(c)
-		}
-		got := c.Request().Header.Get("X-API-Key")
-		if got == "" {
-			return &apiError{Status: http.StatusUnauthorized, Msg: "missing X-API-Key header"}
-		}
-		name, ok := s.lookupKey(got)
-		if !ok {
-			return &apiError{Status: http.StatusUnauthorized, Msg: "unknown API key"}
-		}
-		c.Set(ctxAPIKey, name)
-		return next(c)
-	}
-}
-
-// lookupKey finds the caller's key. It compares digests of equal length
-// (ConstantTimeCompare returns at once on a length mismatch) against every
-// key, always, without branching on a match, so timing says nothing about
-// a key's length, which key matched, or how much of one.
-func (s *Server) lookupKey(got string) (string, bool) {
-	sum := sha256.Sum256([]byte(got))
-	found, idx := 0, 0
-	for i := range s.keys {
-		eq := subtle.ConstantTimeCompare(sum[:], s.keys[i].digest[:])
-		idx = subtle.ConstantTimeSelect(eq, i, idx)
-		found |= eq
-	}
-	if found == 0 {
-		return "", false
-	}
-	return s.keys[idx].name, true
-}
-
-func apiKeyName(c *echo.Context) string {
-	if v, ok := c.Get(ctxAPIKey).(string); ok {
-		return v
-	}
-	return ""
-}
+func apiKeyName(c *echo.Context) string { return Caller(c).Name }
 
 func (s *Server) recoverer(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c *echo.Context) (err error) {

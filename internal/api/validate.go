@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"net"
@@ -278,6 +279,23 @@ func checkCallback(raw string, allowHTTP bool) *apiError {
 			return badRequest("callbackUrl must be an absolute http(s) URL")
 		}
 		return badRequest("callbackUrl must be an absolute https URL")
+	}
+	return nil
+}
+
+// checkCallbackHost refuses a callbackUrl whose host is, or resolves to, a
+// loopback, link-local, private or other internal address: the consumer
+// would POST there from inside the deployment. The consumer checks again
+// when it dials.
+func (s *Server) checkCallbackHost(ctx context.Context, raw string) *apiError {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return badRequest("callbackUrl must be an absolute https URL")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second) // a slow DNS must not hold the request
+	defer cancel()
+	if err := s.opts.Egress.CheckHost(ctx, u.Hostname()); err != nil {
+		return badRequest("callbackUrl host refused: %v", err)
 	}
 	return nil
 }

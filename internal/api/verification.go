@@ -34,6 +34,7 @@ func (s *Server) requestCode(c *echo.Context) error {
 		return e
 	}
 	ctx := c.Request().Context()
+	caller := Caller(c)
 	taskID := newTaskID()
 	iss, err := s.d.Codes.Prepare(req.Channel, req.Recipient, req.Purpose, taskID)
 	if err != nil {
@@ -49,10 +50,10 @@ func (s *Server) requestCode(c *echo.Context) error {
 		Version: envelope.SchemaVersion, TaskID: taskID, Kind: envelope.Verification,
 		Channel: topologyChannel(req.Channel), Recipient: req.Recipient, Template: "verify_code", Locale: req.Locale,
 		Variables: map[string]string{"ttlMinutes": strconv.Itoa(ttlMinutes)},
-		Purpose:   req.Purpose, SealedCode: sealed, CodeDigest: iss.Digest, Deadline: &iss.ExpiresAt, CreatedAt: now,
+		Purpose:   req.Purpose, SealedCode: sealed, CodeDigest: iss.Digest, Deadline: &iss.ExpiresAt, Tenant: caller.Tenant, CreatedAt: now,
 	}
 	rec := status.Record{TaskID: taskID, Status: status.Queued, Channel: req.Channel, Recipient: logging.Mask(req.Recipient),
-		Kind: string(envelope.Verification), Template: "verify_code", CreatedAt: now, UpdatedAt: now}
+		Kind: string(envelope.Verification), Template: "verify_code", Tenant: caller.Tenant, CreatedAt: now, UpdatedAt: now}
 	// One round trip: the limits, and only if they admit the request, the
 	// code and its status record, in the limiter's script.
 	issue := s.d.Codes.IssueCommands(iss)
@@ -60,7 +61,7 @@ func (s *Server) requestCode(c *echo.Context) error {
 	if err != nil {
 		return internal(err)
 	}
-	lr := s.verifyRequest(apiKeyName(c), &req)
+	lr := s.verifyRequest(caller, &req)
 	lr.Then = append(issue, insert...)
 	res, err := s.d.Limiter.Take(ctx, lr)
 	if err != nil {
@@ -113,7 +114,7 @@ func (s *Server) verifyCode(c *echo.Context) error {
 	case res.Valid:
 		s.metrics.checks.WithLabelValues("valid").Inc()
 		return reply(c, http.StatusOK, "code is valid", data)
-	case res.Burned:
+	case res.Burned || res.Locked:
 		s.metrics.checks.WithLabelValues("burned").Inc()
 		return &apiError{Status: http.StatusTooManyRequests, Msg: "too many wrong attempts: the code is no longer valid, request a new one", Data: data, Limit: "verify attempts"}
 	}

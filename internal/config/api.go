@@ -6,16 +6,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
-
-// APIKey is one caller's key.
-type APIKey struct {
-	Name string // shown in logs and metrics; defaults to key-<n>
-	Key  string
-}
 
 // Limits are the API's frequency-control settings (0 = unlimited).
 type Limits struct {
@@ -24,6 +19,7 @@ type Limits struct {
 	PerRecipientDay    int
 	PerIPMinute        int
 	PerAPIKeyMinute    int
+	PerTenantMinute    int
 	EmailPerSecond     int
 	SMSPerSecond       int
 	ConfigRefreshEvery time.Duration
@@ -35,7 +31,7 @@ type API struct {
 	Model           topology.Config
 	HTTPAddr        string
 	PprofAddr       string
-	APIKeys         []APIKey
+	APIKeys         []apikey.Key
 	AuthDisabled    bool
 	TrustedProxies  []*net.IPNet
 	BodyLimit       int64
@@ -53,6 +49,9 @@ type API struct {
 	PublishWindow   int
 	ShutdownTimeout time.Duration
 	CallbackHTTP    bool
+	// CallbackPrivate accepts callbackUrl hosts on loopback, link-local,
+	// private and other internal addresses (development only).
+	CallbackPrivate bool
 	Templates       Templates
 	Delay           Delay
 }
@@ -71,16 +70,18 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	c := API{Common: loadCommon(l), Model: loadTopology(l)}
 	c.PprofAddr = l.String("PPROF_ADDR", "", "address of a net/http/pprof server for profiling under load (empty = off; keep it on localhost or a private network)")
 	c.HTTPAddr = l.String("HTTP_ADDR", ":8080", "address the HTTP API listens on")
-	keys := l.List("API_KEYS", "", "comma-separated API keys; `name:key` names a caller (required unless API_AUTH=disabled)")
+	keys := l.List("API_KEYS", "", "comma-separated API keys: `name:key`, `name:key:scopes` or `name:sha256=HEX[:scopes]` (HEX = SHA-256 of the key); "+
+		"scopes join send, read, admin with + (none = all three); the tenant is the name's part before / (else default); required unless API_AUTH=disabled")
 	for i, k := range keys {
-		name, key, named := strings.Cut(k, ":")
-		if !named {
-			name, key = fmt.Sprintf("key-%d", i+1), k
+		key, err := apikey.Parse(k, i+1)
+		if err != nil {
+			l.Fail("API_KEYS", "", "%v", err)
+			continue
 		}
-		if len(key) < 8 {
-			l.Fail("API_KEYS", "", "key %d (%s) is shorter than 8 characters", i+1, name)
-		}
-		c.APIKeys = append(c.APIKeys, APIKey{Name: name, Key: key})
+		c.APIKeys = append(c.APIKeys, key)
+	}
+	if _, err := apikey.NewSet(c.APIKeys); err != nil {
+		l.Fail("API_KEYS", "", "%v", err)
 	}
 	c.AuthDisabled = l.Enum("API_AUTH", "enabled", []string{"enabled", "disabled"}, "`disabled` turns off X-API-Key checks (local development only)") == "disabled"
 	if len(c.APIKeys) == 0 && !c.AuthDisabled {
@@ -112,6 +113,7 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 		PerRecipientDay:    l.Int("VERIFY_MAX_PER_DAY", 10, 0, 1_000_000, "codes per recipient per sliding day (0 = unlimited)"),
 		PerIPMinute:        l.Int("VERIFY_MAX_PER_IP_PER_MINUTE", 20, 0, 1_000_000, "codes per end-user IP (clientIp) per sliding minute (0 = unlimited)"),
 		PerAPIKeyMinute:    l.Int("LIMIT_PER_API_KEY_PER_MINUTE", 6000, 0, 100_000_000, "requests (codes and messages) per API key per sliding minute (0 = unlimited)"),
+		PerTenantMinute:    l.Int("LIMIT_PER_TENANT_PER_MINUTE", 0, 0, 100_000_000, "requests (codes and messages) per tenant, across its keys, per sliding minute (0 = unlimited)"),
 		EmailPerSecond:     l.Int("LIMIT_EMAIL_PER_SECOND", 500, 0, 1_000_000, "global cap on accepted email per sliding second (0 = unlimited)"),
 		SMSPerSecond:       l.Int("LIMIT_SMS_PER_SECOND", 200, 0, 1_000_000, "global cap on accepted SMS per sliding second (0 = unlimited)"),
 		ConfigRefreshEvery: l.Duration("RATE_LIMIT_REFRESH", 30*time.Second, time.Second, time.Hour, "full reload of rate-limit configs (changes also arrive at once by pub/sub)"),
@@ -124,6 +126,7 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	c.PublishWindow = l.Int("PUBLISH_WINDOW", 256, 1, 10_000, "unconfirmed publishes in flight per shared channel; more wait up to PUBLISH_TIMEOUT")
 	c.ShutdownTimeout = l.Duration("SHUTDOWN_TIMEOUT", 15*time.Second, time.Second, 10*time.Minute, "how long in-flight requests may finish on SIGTERM")
 	c.CallbackHTTP = l.Bool("CALLBACK_ALLOW_HTTP", false, "accept http:// callbackUrl (otherwise https only)")
+	c.CallbackPrivate = loadCallbackPrivate(l)
 	c.Templates = loadTemplates(l)
 	c.Delay = loadDelay(l)
 	return c, l

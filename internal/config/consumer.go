@@ -38,6 +38,7 @@ type Consumer struct {
 	CallbackSecret   string
 	CallbackTimeout  time.Duration
 	CallbackAttempts int
+	CallbackPrivate  bool
 	RateLimitRefresh time.Duration
 	SMTP             mail.Config
 	SMS              sms.Config
@@ -91,10 +92,17 @@ func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader
 	}
 	c.CallbackTimeout = l.Duration("CALLBACK_TIMEOUT", 5*time.Second, 100*time.Millisecond, time.Minute, "timeout of one callback POST")
 	c.CallbackAttempts = l.Int("CALLBACK_ATTEMPTS", 3, 1, 20, "callback attempts before giving up")
+	c.CallbackPrivate = loadCallbackPrivate(l)
 	c.RateLimitRefresh = l.Duration("RATE_LIMIT_REFRESH", 30*time.Second, time.Second, time.Hour, "full reload of per-provider rate-limit configs (changes also arrive at once by pub/sub)")
 	c.SMTP = loadSMTP(l)
 	c.SMS = loadSMS(l)
 	c.Templates = loadTemplates(l)
 	c.Delay = loadDelay(l)
 	return c, l
+}
+
+// loadCallbackPrivate is read by api (request time) and consumer (dial
+// time): the same switch lifts both checks.
+func loadCallbackPrivate(l *envconf.Loader) bool {
+	return l.Bool("CALLBACK_ALLOW_PRIVATE", false, "accept callbackUrl hosts on loopback, link-local, private, unique-local and other internal addresses (development only)")
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -17,6 +18,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/msgpulse/msgpulse/internal/egress"
+	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/status"
 )
 
@@ -30,6 +33,10 @@ type CallbackConfig struct {
 	Queue    int           // callbacks waiting at most; default 1000
 	Logger   *zap.Logger
 	Metrics  *Metrics
+	// Egress refuses to connect to loopback, link-local, private and other
+	// internal addresses (unless it allows them), checked on the address
+	// being dialled, whatever the API saw when it accepted the URL.
+	Egress egress.Policy
 }
 
 // Validate fills defaults.
@@ -102,7 +109,11 @@ func NewCallbacks(cfg CallbackConfig) (*Callbacks, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Callbacks{cfg: cfg, client: &http.Client{Timeout: cfg.Timeout}, jobs: make(chan callbackJob, cfg.Queue), stop: make(chan struct{})}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.Proxy = nil // a proxy would dial for us, past the check
+	transport.DialContext = cfg.Egress.DialContext(&net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second})
+	client := &http.Client{Timeout: cfg.Timeout, Transport: transport}
+	c := &Callbacks{cfg: cfg, client: client, jobs: make(chan callbackJob, cfg.Queue), stop: make(chan struct{})}
 	for range cfg.Workers {
 		c.wg.Add(1)
 		go c.work()
@@ -167,8 +178,14 @@ func (c *Callbacks) deliver(j callbackJob) {
 		}
 		wait *= 2
 	}
+	if errors.Is(last, egress.ErrBlocked) {
+		c.cfg.Metrics.Callbacks.WithLabelValues("refused").Inc()
+		c.cfg.Logger.Warn("callback refused: its host is not a public address", zap.String("task_id", j.task),
+			zap.String("url", envconf.Redact(j.url)), zap.String("error", envconf.Redact(last.Error())))
+		return
+	}
 	c.cfg.Metrics.Callbacks.WithLabelValues("failed").Inc()
-	c.cfg.Logger.Warn("callback failed", zap.String("task_id", j.task), zap.Error(last))
+	c.cfg.Logger.Warn("callback failed", zap.String("task_id", j.task), zap.String("error", envconf.Redact(last.Error())))
 }
 
 func (c *Callbacks) post(j callbackJob) (retry bool, err error) {
@@ -184,9 +201,9 @@ func (c *Callbacks) post(j callbackJob) (retry bool, err error) {
 	req.Header.Set("X-Msgpulse-Event", "message.status")
 	req.Header.Set("X-Msgpulse-Timestamp", strconv.FormatInt(ts, 10))
 	req.Header.Set("X-Msgpulse-Signature", Sign(c.cfg.Secret, ts, j.body))
-	resp, err := c.client.Do(req) //nolint:gosec // callback URLs come from authenticated backend callers (validated by the API)
+	resp, err := c.client.Do(req) //nolint:gosec // callback URLs come from authenticated callers; the dialer refuses internal addresses
 	if err != nil {
-		return true, err
+		return !errors.Is(err, egress.ErrBlocked), err
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()

@@ -21,6 +21,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/delay"
+	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/profile"
 	"github.com/msgpulse/msgpulse/internal/provider"
 	"github.com/msgpulse/msgpulse/internal/provider/mail"
@@ -168,7 +169,8 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	if err != nil {
 		return err
 	}
-	callbacks, err := NewCallbacks(CallbackConfig{Secret: cfg.CallbackSecret, Timeout: cfg.CallbackTimeout, Attempts: cfg.CallbackAttempts, Logger: log.Named("callback"), Metrics: metrics})
+	callbacks, err := NewCallbacks(CallbackConfig{Secret: cfg.CallbackSecret, Timeout: cfg.CallbackTimeout, Attempts: cfg.CallbackAttempts, Logger: log.Named("callback"), Metrics: metrics,
+		Egress: egress.Policy{AllowPrivate: cfg.CallbackPrivate}})
 	if err != nil {
 		return err
 	}

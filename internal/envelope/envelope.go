@@ -69,7 +69,10 @@ type Message struct {
 	Deadline    *time.Time `json:"deadline,omitempty"` // do not send after this
 	CallbackURL string     `json:"callbackUrl,omitempty"`
 	Priority    uint8      `json:"priority,omitempty"`
-	CreatedAt   time.Time  `json:"createdAt"`
+	// Tenant is the sending API key's tenant, for logs and tools; access
+	// is decided on the status record's copy.
+	Tenant    string    `json:"tenant,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
 	// Attempt counts send attempts already made; 0 on the first delivery.
 	Attempt int `json:"attempt"`
 }

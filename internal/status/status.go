@@ -60,6 +60,9 @@ type Record struct {
 	ErrorClass  string     `json:"errorClass,omitempty"`
 	Reason      string     `json:"reason,omitempty"`
 	Provider    string     `json:"provider,omitempty"`
+	// Tenant owns the message (the API key's tenant); "" on records written
+	// before tenants existed, which belong to the default tenant.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // Update changes a record; nil and zero fields are left as they are, and a
@@ -145,6 +148,7 @@ const (
 	fErrorClass  = "errorClass"
 	fReason      = "reason"
 	fProvider    = "provider"
+	fTenant      = "tenant"
 )
 
 // Times are stamped in the scripts so that every writer uses one clock.
@@ -269,6 +273,7 @@ func fields(r Record) []any {
 		fErrorClass, r.ErrorClass,
 		fReason, r.Reason,
 		fProvider, r.Provider,
+		fTenant, r.Tenant,
 	}
 }
 
@@ -442,6 +447,7 @@ func parse(m map[string]string) (Record, error) {
 		ErrorClass: m[fErrorClass],
 		Reason:     m[fReason],
 		Provider:   m[fProvider],
+		Tenant:     m[fTenant],
 	}
 	var err error
 	num := func(f string) int64 {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -26,7 +27,8 @@ func wrongCodes(code string, digits, n int) []string {
 
 // An attacker who does not hold the code gets exactly MaxAttempts guesses:
 // MaxAttempts distinct wrong codes burn it, and after that even the right
-// code fails, and further guesses are not counted against anything.
+// code fails, further guesses are not counted against anything, and every
+// check says the code is locked until it would have expired.
 func TestBruteForceBurnsTheCodeAtTheLimit(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ digits, attempts int }{{6, 5}, {6, 1}, {4, 3}, {8, 10}} {
@@ -42,16 +44,19 @@ func TestBruteForceBurnsTheCodeAtTheLimit(t *testing.T) {
 				left := tc.attempts - i - 1
 				require.Equal(t, Result{AttemptsLeft: left, Burned: left == 0}, res, "guess %d", i+1)
 			}
-			n, err := r.Client.Exists(ctx, s.key(ch, rcpt, purpose)).Result()
+			left, err := r.Client.HExists(ctx, s.key(ch, rcpt, purpose), "digest").Result()
 			require.NoError(t, err)
-			require.Zero(t, n, "the burned code is deleted")
+			require.False(t, left, "the burned code's digest is deleted")
+			ttl, err := r.Client.PTTL(ctx, s.key(ch, rcpt, purpose)).Result()
+			require.NoError(t, err)
+			require.Greater(t, ttl, time.Duration(0), "the lock lasts as long as the code would have")
 			res, err := s.Check(ctx, ch, rcpt, purpose, iss.Code)
 			require.NoError(t, err)
-			require.Equal(t, Result{}, res, "the right code after the limit fails too")
+			require.Equal(t, Result{Locked: true}, res, "the right code after the limit fails too")
 			for _, guess := range wrongCodes(iss.Code, tc.digits, 3) {
 				res, err := s.Check(ctx, ch, rcpt, purpose, guess)
 				require.NoError(t, err)
-				require.Equal(t, Result{}, res, "nothing left to guess at")
+				require.Equal(t, Result{Locked: true}, res, "nothing left to guess at, and the caller is told so")
 			}
 		})
 	}
@@ -146,9 +151,9 @@ func TestConcurrentGuessesNeverExceedTheLimit(t *testing.T) {
 			require.Less(t, len(counted), attempts, "round %d: success after the code was burned", round)
 			won++
 		}
-		n, err := r.Client.Exists(ctx, s.key("sms", rcpt, "login")).Result()
+		n, err := r.Client.HExists(ctx, s.key("sms", rcpt, "login"), "digest").Result()
 		require.NoError(t, err)
-		require.Zero(t, n, "round %d: the code is consumed or burned", round)
+		require.False(t, n, "round %d: the code is consumed or burned", round)
 		res, err := s.Check(ctx, "sms", rcpt, "login", iss.Code)
 		require.NoError(t, err)
 		require.False(t, res.Valid, "round %d: the code works again afterwards", round)

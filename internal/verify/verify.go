@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -233,8 +234,12 @@ type Result struct {
 	Valid        bool
 	AttemptsLeft int
 	// Burned is true when this wrong guess used the last attempt: the code
-	// is deleted and a new one must be requested.
+	// can no longer be used and a new one must be requested.
 	Burned bool
+	// Locked is true when earlier guesses burned the code, until it would
+	// have expired (or a new one is issued): the caller can tell a
+	// locked-out user from a mistyped code.
+	Locked bool
 }
 
 // Consume the code only if it is still the one we compared against.
@@ -245,10 +250,17 @@ return 1
 `)
 
 // Count a failure against the code we compared against; burn it at max.
+// A burned code loses its digest (nothing can match it any more) but keeps
+// its key, marked burned, until its own expiry: later checks must still
+// answer "too many attempts", not "wrong code", or a locked-out user would
+// look like one who mistyped. A new code replaces the whole hash.
 var failScript = redis.NewScript(`
 if redis.call('HGET', KEYS[1], 'digest') ~= ARGV[1] then return -1 end
 local f = redis.call('HINCRBY', KEYS[1], 'failures', 1)
-if f >= tonumber(ARGV[2]) then redis.call('DEL', KEYS[1]) end
+if f >= tonumber(ARGV[2]) then
+  redis.call('HDEL', KEYS[1], 'digest')
+  redis.call('HSET', KEYS[1], 'burned', '1')
+end
 return f
 `)
 
@@ -256,11 +268,14 @@ return f
 // counts against the code's attempts.
 func (s *Store) Check(ctx context.Context, channel, recipient, purpose, code string) (Result, error) {
 	key := s.key(channel, recipient, purpose)
-	stored, err := s.rdb.HMGet(ctx, key, "digest", "failures").Result()
+	stored, err := s.rdb.HMGet(ctx, key, "digest", "failures", "burned").Result()
 	if err != nil {
 		return Result{}, fmt.Errorf("verify: read code: %w", err)
 	}
 	digest, _ := stored[0].(string)
+	if burned, _ := stored[2].(string); burned == "1" {
+		return Result{Locked: true}, nil
+	}
 	if digest == "" {
 		return Result{Valid: false, AttemptsLeft: 0}, nil
 	}
@@ -280,8 +295,12 @@ func (s *Store) Check(ctx context.Context, channel, recipient, purpose, code str
 	if err != nil {
 		return Result{}, fmt.Errorf("verify: count failure: %w", err)
 	}
-	if f < 0 { // replaced or consumed meanwhile
-		return Result{Valid: false, AttemptsLeft: 0}, nil
+	if f < 0 { // replaced, consumed or burned meanwhile: read it again
+		burned, err := s.rdb.HGet(ctx, key, "burned").Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return Result{}, fmt.Errorf("verify: read code: %w", err)
+		}
+		return Result{Locked: burned == "1"}, nil
 	}
 	left := max(s.cfg.MaxAttempts-f, 0)
 	return Result{Valid: false, AttemptsLeft: left, Burned: left == 0}, nil

@@ -1,0 +1,215 @@
+package apikey
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Scope is one right a key may carry.
+type Scope uint8
+
+// The scopes. An entry without scopes has all of them.
+const (
+	// Send: request codes, verify them, send messages and batches.
+	Send Scope = 1 << iota
+	// Read: status of the key's own tenant's messages and batches.
+	Read
+	// Admin: rate-limit writes, queue and DLQ statistics, every tenant's
+	// status.
+	Admin
+)
+
+// Scopes is a set of Scope.
+type Scopes uint8
+
+// All is every scope: what an entry without scopes gets.
+const All = Scopes(Send | Read | Admin)
+
+var names = []struct {
+	s    Scope
+	name string
+}{{Send, "send"}, {Read, "read"}, {Admin, "admin"}}
+
+// String is the scope's name as API_KEYS spells it.
+func (s Scope) String() string {
+	for _, n := range names {
+		if n.s == s {
+			return n.name
+		}
+	}
+	return fmt.Sprintf("scope(%d)", uint8(s))
+}
+
+// Has reports whether the set holds s.
+func (ss Scopes) Has(s Scope) bool { return ss&Scopes(s) != 0 }
+
+// String joins the set's names with "+", as API_KEYS spells it.
+func (ss Scopes) String() string {
+	var out []string
+	for _, n := range names {
+		if ss.Has(n.s) {
+			out = append(out, n.name)
+		}
+	}
+	return strings.Join(out, "+")
+}
+
+// ParseScopes reads "send+read+admin" (any non-empty subset, any order).
+func ParseScopes(s string) (Scopes, error) {
+	var out Scopes
+	for part := range strings.SplitSeq(s, "+") {
+		found := false
+		for _, n := range names {
+			if part == n.name {
+				out |= Scopes(n.s)
+				found = true
+			}
+		}
+		if !found {
+			return 0, fmt.Errorf("unknown scope %q (want send, read or admin joined by +)", part)
+		}
+	}
+	return out, nil
+}
+
+// DefaultTenant owns every key whose name has no "/".
+const DefaultTenant = "default"
+
+// TenantOf is the tenant of a key name: the part before the first "/"
+// ("shop/backend" is tenant "shop"), else DefaultTenant.
+func TenantOf(name string) string {
+	if t, _, ok := strings.Cut(name, "/"); ok {
+		return t
+	}
+	return DefaultTenant
+}
+
+// Key is one configured key. Only its digest is kept.
+type Key struct {
+	Name   string
+	Tenant string
+	Scopes Scopes
+	// FromDigest: API_KEYS gave the digest (sha256=HEX), not the key.
+	FromDigest bool
+	digest     [sha256.Size]byte
+}
+
+// New is a key from its plaintext, for tests and programs that mint keys.
+func New(name, key string, scopes Scopes) Key {
+	return Key{Name: name, Tenant: TenantOf(name), Scopes: scopes, digest: sha256.Sum256([]byte(key))}
+}
+
+// Anonymous is the caller when authentication is disabled: every scope,
+// the default tenant.
+var Anonymous = Key{Name: "anonymous", Tenant: DefaultTenant, Scopes: All}
+
+// MinKeyLen is the shortest plaintext key accepted.
+const MinKeyLen = 8
+
+const digestPrefix = "sha256="
+
+// Parse reads the i-th (1-based) API_KEYS entry: "key", "name:key",
+// "name:key:scopes", "name:sha256=HEX" or "name:sha256=HEX:scopes". What
+// follows the last ":" is a scope list when it is only letters and "+"; a
+// key may contain ":" otherwise. Errors name the entry, never its key.
+func Parse(entry string, i int) (Key, error) {
+	name, rest, named := strings.Cut(entry, ":")
+	if !named {
+		name, rest = fmt.Sprintf("key-%d", i), entry
+	}
+	fail := func(format string, args ...any) (Key, error) {
+		return Key{}, fmt.Errorf("key %d (%s): %s", i, name, fmt.Sprintf(format, args...))
+	}
+	if name == "" || strings.HasPrefix(name, "/") || strings.HasSuffix(name, "/") {
+		return fail("a name needs text on both sides of its \"/\" (tenant/name)")
+	}
+	scopes := All
+	if j := strings.LastIndexByte(rest, ':'); named && j >= 0 && looksLikeScopes(rest[j+1:]) {
+		s, err := ParseScopes(rest[j+1:])
+		if err != nil {
+			return fail("%v", err)
+		}
+		scopes, rest = s, rest[:j]
+	}
+	k := Key{Name: name, Tenant: TenantOf(name), Scopes: scopes}
+	if hexDigest, ok := strings.CutPrefix(rest, digestPrefix); ok {
+		b, err := hex.DecodeString(hexDigest)
+		if err != nil || len(b) != sha256.Size {
+			return fail("sha256= needs %d hex digits (the SHA-256 of the key)", 2*sha256.Size)
+		}
+		copy(k.digest[:], b)
+		k.FromDigest = true
+		return k, nil
+	}
+	if len(rest) < MinKeyLen {
+		return fail("key is shorter than %d characters", MinKeyLen)
+	}
+	k.digest = sha256.Sum256([]byte(rest))
+	return k, nil
+}
+
+func looksLikeScopes(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && r != '+' {
+			return false
+		}
+	}
+	return true
+}
+
+// Set is the configured keys.
+type Set struct{ keys []Key }
+
+// ErrDuplicate: two entries share a name or a key.
+var ErrDuplicate = errors.New("apikey: duplicate")
+
+// NewSet checks that names and keys are unique: two entries with one key
+// would make the key's tenant and scopes depend on their order.
+func NewSet(keys []Key) (*Set, error) {
+	seenName := map[string]bool{}
+	seenKey := map[[sha256.Size]byte]string{}
+	for _, k := range keys {
+		if seenName[k.Name] {
+			return nil, fmt.Errorf("%w name %s", ErrDuplicate, k.Name)
+		}
+		if other, ok := seenKey[k.digest]; ok {
+			return nil, fmt.Errorf("%w key: %s and %s have the same key", ErrDuplicate, other, k.Name)
+		}
+		seenName[k.Name], seenKey[k.digest] = true, k.Name
+	}
+	return &Set{keys: append([]Key(nil), keys...)}, nil
+}
+
+// Len is the number of keys.
+func (s *Set) Len() int { return len(s.keys) }
+
+// Lookup finds the presented key. It compares digests of equal length
+// (ConstantTimeCompare returns at once on a length mismatch) against every
+// key, always, without branching on a match, so timing says nothing about
+// a key's length, which key matched, or how much of one.
+func (s *Set) Lookup(got string) (Key, bool) {
+	sum := sha256.Sum256([]byte(got))
+	found, idx := 0, 0
+	for i := range s.keys {
+		eq := subtle.ConstantTimeCompare(sum[:], s.keys[i].digest[:])
+		idx = subtle.ConstantTimeSelect(eq, i, idx)
+		found |= eq
+	}
+	if found == 0 {
+		return Key{}, false
+	}
+	return s.keys[idx], true
+}
+
+// Digest is the hex SHA-256 of a key, as "name:sha256=HEX" expects it.
+func Digest(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}

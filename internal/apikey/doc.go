@@ -1,0 +1,9 @@
+// Package apikey is who may call the API: the keys from API_KEYS, each with
+// a name, a tenant (the part of the name before "/", else "default") and
+// scopes (send, read, admin), and the constant-time lookup of a presented
+// key.
+//
+// It keeps only SHA-256 digests of keys, never their plaintext, and never
+// puts a key or a digest into an error: an error names the entry by its
+// position and name. It imports nothing of msgpulse's.
+package apikey

@@ -41,7 +41,7 @@ func (s *Server) Authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 func Require(scope apikey.Scope) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c *echo.Context) error {
-			if k := Caller(c); !k.Scopes.Has(scope) {
+			if k := Caller(c); !k.Scopes.Allows(scope) {
 				return &apiError{Status: http.StatusForbidden,
 					Msg: fmt.Sprintf("API key %s lacks the %s scope (it has %s)", k.Name, scope, scopesText(k.Scopes))}
 			}

@@ -19,7 +19,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_ratelimit_rejections_total", Help: "Requests refused by frequency control, by the limit hit."}, []string{"limit"}),
 		publish:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_publish_total", Help: "Publishes to RabbitMQ by result (confirmed, nacked, returned, timeout, unavailable, blocked, overflow)."}, []string{"result"}),
 		codes:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_verification_codes_issued_total", Help: "Verification codes issued and confirmed by the broker, by channel."}, []string{"channel"}),
-		checks:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_verification_checks_total", Help: "Verification checks by result (valid, invalid, burned)."}, []string{"result"}),
+		checks:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_verification_checks_total", Help: "Verification checks by result (valid, invalid, burned, locked: a check of a code burned earlier)."}, []string{"result"}),
 	}
 	reg.MustRegister(m.requests, m.latency, m.rejections, m.publish, m.codes, m.checks)
 	return m

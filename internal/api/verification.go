@@ -114,9 +114,12 @@ func (s *Server) verifyCode(c *echo.Context) error {
 	case res.Valid:
 		s.metrics.checks.WithLabelValues("valid").Inc()
 		return reply(c, http.StatusOK, "code is valid", data)
-	case res.Burned || res.Locked:
+	case res.Burned:
 		s.metrics.checks.WithLabelValues("burned").Inc()
 		return &apiError{Status: http.StatusTooManyRequests, Msg: "too many wrong attempts: the code is no longer valid, request a new one", Data: data, Limit: "verify attempts"}
+	case res.Locked: // still 429, not "wrong code": the user is locked out, not mistyping
+		s.metrics.checks.WithLabelValues("locked").Inc()
+		return &apiError{Status: http.StatusTooManyRequests, Msg: "too many wrong attempts: the code is locked until it would have expired, request a new one", Data: data, Limit: "verify attempts"}
 	}
 	s.metrics.checks.WithLabelValues("invalid").Inc()
 	return reply(c, http.StatusOK, "code is not valid", data)

@@ -47,6 +47,12 @@ func (s Scope) String() string {
 // Has reports whether the set holds s.
 func (ss Scopes) Has(s Scope) bool { return ss&Scopes(s) != 0 }
 
+// Allows reports whether the set grants s: Admin grants Read too (every
+// tenant's status), so an on-call key needs no more than admin.
+func (ss Scopes) Allows(s Scope) bool {
+	return ss.Has(s) || (s == Read && ss.Has(Admin))
+}
+
 // String joins the set's names with "+", as API_KEYS spells it.
 func (ss Scopes) String() string {
 	var out []string

@@ -1,0 +1,122 @@
+package apikey
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParse(t *testing.T) {
+	t.Parallel()
+	const hexOf = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08" // sha256("test")
+	for _, tc := range []struct {
+		entry      string
+		name       string
+		tenant     string
+		scopes     Scopes
+		fromDigest bool
+		key        string // plaintext that must authenticate
+		wantErr    string
+	}{
+		{entry: "k-0123456789", name: "key-1", tenant: "default", scopes: All, key: "k-0123456789"},
+		{entry: "backend:k-0123456789", name: "backend", tenant: "default", scopes: All, key: "k-0123456789"},
+		{entry: "shop/backend:k-0123456789", name: "shop/backend", tenant: "shop", scopes: All, key: "k-0123456789"},
+		{entry: "shop/backend:k-0123456789:send+read", name: "shop/backend", tenant: "shop", scopes: Scopes(Send | Read), key: "k-0123456789"},
+		{entry: "ops:k-0123456789:admin", name: "ops", tenant: "default", scopes: Scopes(Admin), key: "k-0123456789"},
+		{entry: "a/b/c:k-0123456789:read+send", name: "a/b/c", tenant: "a", scopes: Scopes(Send | Read), key: "k-0123456789"},
+		{entry: "colon:k-01:23456789", name: "colon", tenant: "default", scopes: All, key: "k-01:23456789"},
+		{entry: "dig:sha256=" + hexOf, name: "dig", tenant: "default", scopes: All, fromDigest: true, key: "test"},
+		{entry: "t/dig:sha256=" + strings.ToUpper(hexOf) + ":read", name: "t/dig", tenant: "t", scopes: Scopes(Read), fromDigest: true, key: "test"},
+		{entry: "short:abc", wantErr: "key 1 (short): key is shorter than 8"},
+		{entry: "bad:k-0123456789:send+wrte", wantErr: `unknown scope "wrte"`},
+		{entry: "bad:k-0123456789:", wantErr: ""}, // empty suffix: part of the key
+		{entry: "bad:sha256=abcd", wantErr: "sha256= needs 64 hex digits"},
+		{entry: "bad:sha256=" + hexOf[:63] + "x", wantErr: "sha256= needs 64 hex digits"},
+		{entry: "/x:k-0123456789", wantErr: "needs text on both sides"},
+		{entry: "x/:k-0123456789", wantErr: "needs text on both sides"},
+	} {
+		t.Run(tc.entry, func(t *testing.T) {
+			k, err := Parse(tc.entry, 1)
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				require.NotContains(t, err.Error(), "0123456789", "an error never quotes the key")
+				return
+			}
+			require.NoError(t, err)
+			if tc.name == "" {
+				return
+			}
+			require.Equal(t, tc.name, k.Name)
+			require.Equal(t, tc.tenant, k.Tenant)
+			require.Equal(t, tc.scopes, k.Scopes)
+			require.Equal(t, tc.fromDigest, k.FromDigest)
+			set, err := NewSet([]Key{k})
+			require.NoError(t, err)
+			got, ok := set.Lookup(tc.key)
+			require.True(t, ok)
+			require.Equal(t, k, got)
+			_, ok = set.Lookup(tc.key + "x")
+			require.False(t, ok)
+		})
+	}
+}
+
+func TestScopes(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "send+read+admin", All.String())
+	s, err := ParseScopes("admin+send")
+	require.NoError(t, err)
+	require.True(t, s.Has(Admin))
+	require.True(t, s.Has(Send))
+	require.False(t, s.Has(Read))
+	require.Equal(t, "send+admin", s.String())
+	require.True(t, Scopes(Admin).Allows(Read), "admin reads every tenant's status")
+	require.False(t, Scopes(Admin).Allows(Send))
+	require.False(t, Scopes(Read).Allows(Admin))
+	_, err = ParseScopes("")
+	require.Error(t, err)
+	require.Equal(t, "default", TenantOf("backend"))
+	require.Equal(t, "shop", TenantOf("shop/backend"))
+}
+
+func TestNewSetRefusesDuplicates(t *testing.T) {
+	t.Parallel()
+	_, err := NewSet([]Key{New("a", "k-0123456789", All), New("a", "k-9876543210", All)})
+	require.ErrorIs(t, err, ErrDuplicate)
+	_, err = NewSet([]Key{New("a", "k-0123456789", All), New("b", "k-0123456789", Scopes(Read))})
+	require.ErrorIs(t, err, ErrDuplicate)
+	require.NotContains(t, err.Error(), "0123456789")
+}
+
+// Lookup accepts exactly the configured keys and names the caller; nothing
+// near a key (a prefix, an extension, another case, another caller's name)
+// passes.
+func TestLookupIsExact(t *testing.T) {
+	t.Parallel()
+	plain := map[string]string{
+		"billing":     "k-0123456789abcdef",
+		"auth":        "k-0123456789abcdef0", // the first one plus a character
+		"short":       "abcdefgh",
+		"same-length": "k-0123456789abcdeg",
+	}
+	var keys []Key
+	for name, k := range plain {
+		keys = append(keys, New(name, k, All))
+	}
+	s, err := NewSet(keys)
+	require.NoError(t, err)
+	for name, k := range plain {
+		got, ok := s.Lookup(k)
+		require.True(t, ok, name)
+		require.Equal(t, name, got.Name)
+	}
+	for _, bad := range []string{
+		"", "k", "k-0123456789abcde", "k-0123456789abcdef01", "K-0123456789ABCDEF", "k-0123456789abcdeh",
+		"abcdefg", "abcdefghi", "billing", "billing:k-0123456789abcdef", " k-0123456789abcdef", "k-0123456789abcdef\x00",
+		strings.Repeat("a", 4096),
+	} {
+		_, ok := s.Lookup(bad)
+		require.False(t, ok, "%q must not authenticate", bad)
+	}
+}

@@ -8,8 +8,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,13 +19,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/msgpulse/msgpulse/internal/breaker"
 	"github.com/msgpulse/msgpulse/internal/dispatch"
 	"github.com/msgpulse/msgpulse/internal/dispatch/dispatchtest"
+	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/mailcatcher"
 	"github.com/msgpulse/msgpulse/internal/provider"
@@ -381,7 +388,8 @@ func TestCallbackIsSignedAndDelivered(t *testing.T) {
 		got <- cb
 	}))
 	t.Cleanup(srv.Close)
-	cbs, err := dispatch.NewCallbacks(dispatch.CallbackConfig{Secret: secret, Backoff: 50 * time.Millisecond})
+	// The test server listens on loopback: allowed here, as in development.
+	cbs, err := dispatch.NewCallbacks(dispatch.CallbackConfig{Secret: secret, Backoff: 50 * time.Millisecond, Egress: egress.Policy{AllowPrivate: true}})
 	require.NoError(t, err)
 	t.Cleanup(func() { cbs.Close(context.Background()) })
 	cbs.Send(srv.URL, status.Record{TaskID: "t1", Status: status.Sent, Channel: "email", Recipient: "a***e@example.com", Attempts: 1, UpdatedAt: time.Now()})
@@ -394,6 +402,64 @@ func TestCallbackIsSignedAndDelivered(t *testing.T) {
 		t.Fatal("no callback")
 	}
 	require.EqualValues(t, 2, calls.Load())
+}
+
+// A callback host that resolved to a public address when the API accepted
+// it, but resolves to an internal one when the consumer dials, is not
+// delivered: the dialer checks the address it connects to. It is logged,
+// counted, and not retried. The name resolves (through the test's lookup,
+// not DNS) to the loopback address of a live server, so a missing check
+// would deliver.
+func TestCallbackToPrivateAddressAtDialTimeIsRefused(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	_, port, err := net.SplitHostPort(srv.Listener.Addr().String())
+	require.NoError(t, err)
+	lookup := func(_ context.Context, host string) ([]netip.Addr, error) {
+		if host == "hooks.shop.example" {
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+		}
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	for _, tc := range []struct {
+		name      string
+		allow     bool
+		delivered bool
+	}{
+		{"refused", false, false},
+		{"allowed for development", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			core, logs := observer.New(zapcore.DebugLevel)
+			metrics := dispatch.NewMetrics(prometheus.NewRegistry())
+			cbs, err := dispatch.NewCallbacks(dispatch.CallbackConfig{Secret: "s", Backoff: 10 * time.Millisecond, Logger: zap.New(core),
+				Metrics: metrics, Egress: egress.Policy{AllowPrivate: tc.allow, Lookup: lookup}})
+			require.NoError(t, err)
+			before := calls.Load()
+			cbs.Send("http://user:hunter2@hooks.shop.example:"+port+"/cb", status.Record{TaskID: "t-" + tc.name, Status: status.Sent, Channel: "sms", UpdatedAt: time.Now()})
+			cbs.Close(context.Background()) // waits for the queued callback
+			if tc.delivered {
+				require.Equal(t, before+1, calls.Load())
+				require.Equal(t, 1.0, testutil.ToFloat64(metrics.Callbacks.WithLabelValues("delivered")))
+				return
+			}
+			require.Equal(t, before, calls.Load(), "nothing reached the server")
+			require.Equal(t, 1.0, testutil.ToFloat64(metrics.Callbacks.WithLabelValues("refused")))
+			refused := logs.FilterMessageSnippet("callback refused").All()
+			require.Len(t, refused, 1, "logged once: a refused address is not retried")
+			fields := refused[0].ContextMap()
+			require.Equal(t, "t-"+tc.name, fields["task_id"])
+			require.Contains(t, fields["error"], "127.0.0.1")
+			require.Contains(t, fields["error"], "not a public address")
+			require.NotContains(t, fields["url"], "hunter2", "credentials in a callback URL are masked")
+			require.NotContains(t, fields["error"], "hunter2")
+		})
+	}
 }
 
 func TestRetryPolicyWait(t *testing.T) {

@@ -28,11 +28,13 @@ type Error struct {
 	Msg   string
 }
 
+// Error quotes the value with the password of any URL in it, or in the
+// message, masked: whichever getter or check produced it.
 func (e *Error) Error() string {
 	if e.Value == "" {
-		return fmt.Sprintf("%s: %s", e.Name, e.Msg)
+		return Redact(fmt.Sprintf("%s: %s", e.Name, e.Msg))
 	}
-	return fmt.Sprintf("%s=%q: %s", e.Name, e.Value, e.Msg)
+	return Redact(fmt.Sprintf("%s=%q: %s", e.Name, e.Value, e.Msg))
 }
 
 // Loader collects values and errors; check Err once after all getters ran.
@@ -288,14 +290,88 @@ func FormatDuration(d time.Duration) string {
 	return d.String()
 }
 
-// Redact hides the password of a URL so it can be logged or printed.
+// Redact hides the password of every URL in s (a URL, an error text, a log
+// line) so it can be logged or printed: "amqp://guest:guest@host" becomes
+// "amqp://guest:xxxxx@host". It also finds credentials in what url.Parse
+// refuses or misreads (a password with "#", "%" or "@" in it, "http:/" with
+// one slash, no scheme at all): a mistyped URL is exactly the one quoted in
+// an error. It may mask a little more than a password, never less.
 func Redact(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
+	if !strings.Contains(s, "@") {
 		return s
 	}
-	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	var b strings.Builder
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i < len(s) && !isTokenSep(s[i]) {
+			continue
+		}
+		b.WriteString(redactToken(s[start:i]))
+		if i < len(s) {
+			b.WriteByte(s[i])
+		}
+		start = i + 1
 	}
-	return u.String()
+	return b.String()
+}
+
+func isTokenSep(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '"' || c == '\'' || c == '`'
+}
+
+// redactToken masks the password of one URL-like token: what lies between
+// the scheme's slashes (or the token's start) and the token's last "@",
+// after the first ":", unless that ":" starts a port followed by a path
+// (host:8080/a@b is not a password).
+func redactToken(t string) string {
+	at := strings.LastIndexByte(t, '@')
+	if at < 0 {
+		return t
+	}
+	begin := 0
+	if i := strings.Index(t, ":/"); i > 0 && isScheme(t[:i]) {
+		begin = i + 1
+		for begin < len(t) && t[begin] == '/' {
+			begin++
+		}
+	}
+	if begin >= at {
+		return t
+	}
+	userinfo := t[begin:at]
+	colon := strings.IndexByte(userinfo, ':')
+	if colon < 0 {
+		return t
+	}
+	if slash := strings.LastIndexByte(userinfo[:colon], '/'); slash >= 0 { // "http//user:pw@": a mistyped scheme
+		begin += slash + 1
+		userinfo = t[begin:at]
+		colon -= slash + 1
+	}
+	if rest := userinfo[colon+1:]; strings.Contains(rest, "/") {
+		port, _, _ := strings.Cut(rest, "/")
+		if isDigits(port) {
+			return t
+		}
+	}
+	return t[:begin+colon+1] + "xxxxx" + t[at:]
+}
+
+func isScheme(s string) bool {
+	for i, c := range s {
+		letter := (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+		if !letter && (i == 0 || ((c < '0' || c > '9') && c != '+' && c != '-' && c != '.')) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func isDigits(s string) bool {
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return s != ""
 }

@@ -11,6 +11,8 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/msgpulse/msgpulse/internal/envconf"
 )
 
 // New returns a logger at level (debug|info|warn|error) in format
@@ -36,7 +38,64 @@ func New(level, format string) (*zap.Logger, error) {
 	cfg.Sampling = nil // every failure line matters more than log volume here
 	// Stack traces only for errors: a warning (a retry, a pause) is an
 	// expected event, not a bug to locate.
-	return cfg.Build(zap.AddStacktrace(zapcore.ErrorLevel))
+	return cfg.Build(zap.AddStacktrace(zapcore.ErrorLevel), zap.WrapCore(Redacting))
+}
+
+// Redacting wraps a core so that no line it writes carries the password of
+// a URL (a broker, Redis or management URL in an error, a callback URL),
+// whichever package logged it: messages, string fields, errors and
+// Stringers pass through envconf.Redact. It costs a scan for "@" per field.
+func Redacting(c zapcore.Core) zapcore.Core { return redactCore{c} }
+
+type redactCore struct{ zapcore.Core }
+
+func (r redactCore) With(fields []zapcore.Field) zapcore.Core {
+	return redactCore{r.Core.With(redactFields(fields))}
+}
+
+func (r redactCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if r.Enabled(e.Level) {
+		return ce.AddCore(e, r)
+	}
+	return ce
+}
+
+func (r redactCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	e.Message = envconf.Redact(e.Message)
+	return r.Core.Write(e, redactFields(fields))
+}
+
+func redactFields(fields []zapcore.Field) []zapcore.Field {
+	var out []zapcore.Field
+	for i, f := range fields {
+		var text string
+		switch f.Type {
+		case zapcore.StringType:
+			text = f.String
+		case zapcore.ErrorType:
+			if err, ok := f.Interface.(error); ok && err != nil {
+				text = err.Error()
+			}
+		case zapcore.StringerType:
+			if st, ok := f.Interface.(fmt.Stringer); ok && st != nil {
+				text = st.String()
+			}
+		default:
+			continue
+		}
+		red := envconf.Redact(text)
+		if red == text {
+			continue
+		}
+		if out == nil {
+			out = append([]zapcore.Field(nil), fields...)
+		}
+		out[i] = zap.String(f.Key, red)
+	}
+	if out == nil {
+		return fields
+	}
+	return out
 }
 
 // Mask hides most of a recipient: "alice@example.com" -> "a***e@example.com",

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
@@ -33,7 +34,7 @@ var ErrUnreachable = errors.New("management API unreachable")
 func New(rawURL string, timeout time.Duration) (*Client, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("management URL %q: not an absolute URL", rawURL)
+		return nil, fmt.Errorf("management URL %q: not an absolute URL", envconf.Redact(rawURL))
 	}
 	c := &Client{base: u, http: &http.Client{Timeout: timeout}}
 	if u.User != nil {

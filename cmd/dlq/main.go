@@ -20,6 +20,7 @@ func main() {
 		Synopsis:  dlq.Usage,
 		Load:      config.LoadDLQ,
 		TakesArgs: true,
+		Quiet:     true,
 		// SIGINT stops a replay or purge between two messages; whatever it
 		// holds goes back to the DLQ.
 		Run: func(ctx context.Context, cfg config.DLQ, log *zap.Logger, args []string) int {

@@ -18,6 +18,7 @@ func main() {
 		Synopsis:  declare.Usage,
 		Load:      config.LoadTopology,
 		TakesArgs: true,
+		Quiet:     true,
 		Run: func(ctx context.Context, cfg config.Topology, log *zap.Logger, args []string) int {
 			return declare.Main(ctx, cfg, log, args, os.Stdout, os.Stderr)
 		},

@@ -41,7 +41,11 @@ type Command[C Config] struct {
 	// TakesArgs: the command reads arguments (subcommands, flags);
 	// otherwise any argument is a usage error.
 	TakesArgs bool
-	Run       func(ctx context.Context, cfg C, log *zap.Logger, args []string) int
+	// Quiet: a command-line tool, silent on stderr unless something is
+	// wrong (warnings and errors) or -v asks for its info lines. -v is
+	// taken out of the arguments before Run sees them.
+	Quiet bool
+	Run   func(ctx context.Context, cfg C, log *zap.Logger, args []string) int
 }
 
 // Main runs c with the process's arguments and environment and returns the
@@ -52,6 +56,13 @@ func Main[C Config](c Command[C]) int {
 
 func main[C Config](c Command[C], args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) int {
 	cfg, env := c.Load(lookup)
+	level, format := cfg.LogSettings()
+	if c.Quiet {
+		var verbose bool
+		if args, verbose = takeVerbose(args); !verbose && (level == "debug" || level == "info") {
+			level = "warn"
+		}
+	}
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 		fmt.Fprint(stdout, c.Synopsis, "\nEnvironment:\n")
 		env.Usage(stdout)
@@ -65,7 +76,7 @@ func main[C Config](c Command[C], args []string, lookup func(string) (string, bo
 		fmt.Fprintf(stderr, "%s: %v\n", c.Name, err)
 		return ExitUsage
 	}
-	log, err := logging.New(cfg.LogSettings())
+	log, err := logging.NewTo(stderr, level, format)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", c.Name, err)
 		return ExitUsage
@@ -74,6 +85,20 @@ func main[C Config](c Command[C], args []string, lookup func(string) (string, bo
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return c.Run(ctx, cfg, log, args)
+}
+
+// takeVerbose removes -v (or --verbose) wherever it is among args.
+func takeVerbose(args []string) ([]string, bool) {
+	out := make([]string, 0, len(args))
+	verbose := false
+	for _, a := range args {
+		if a == "-v" || a == "--verbose" || a == "-verbose" {
+			verbose = true
+			continue
+		}
+		out = append(out, a)
+	}
+	return out, verbose
 }
 
 // Service adapts a long-running program's Run: an error is logged and

@@ -41,6 +41,9 @@ Commands:
             -vhost NAME      vhost in the definitions (default /)
             -dev-user U:P    include a user with full permissions (local stacks only)
             -broker-version  model the given broker version (default: newest)
+
+Quiet on stderr unless something is wrong; -v (anywhere) also prints its
+info lines (broker connected, what was declared).
 `
 
 // Main runs one subcommand and returns the process exit code.

@@ -67,6 +67,8 @@ its status record); unknown. --reason matches either kind.
 
 Reading holds messages unacked and gives back the ones not acted on: their
 order is kept but they are flagged redelivered (see docs/oncall.md).
+Quiet on stderr unless something is wrong (a purge and a reveal are always
+logged there, for audit); -v (anywhere) also prints its info lines.
 Exit codes: 0 ok, 1 error, 2 usage (and purge without --yes).
 `
 

@@ -159,7 +159,9 @@ func (c *cli) purge(ctx context.Context, d *deps, queue string, o opts) (int, er
 	if len(logged) > maxLoggedIDs { // the export file, if any, has them all
 		logged = logged[:maxLoggedIDs]
 	}
-	c.log.Info("purged", zap.String("queue", queue), zap.Int("deleted", acked), zap.String("export", rep.Export),
+	// Warn, like a revealed code: an audit line of a deletion that must
+	// reach stderr even though the tool is otherwise quiet without -v.
+	c.log.Warn("purged", zap.String("queue", queue), zap.Int("deleted", acked), zap.String("export", rep.Export),
 		zap.String("os_user", currentUser()), zap.Strings("task_ids", logged), zap.Bool("task_ids_truncated", len(logged) < len(rep.IDs)))
 	if o.json {
 		return ExitOK, writeJSON(c.stdout, rep)

@@ -7,6 +7,8 @@ package logging
 
 import (
 	"fmt"
+	"io"
+	"os"
 	"strings"
 
 	"go.uber.org/zap"
@@ -17,28 +19,36 @@ import (
 
 // New returns a logger at level (debug|info|warn|error) in format
 // (json|console), writing to stderr.
-func New(level, format string) (*zap.Logger, error) {
+func New(level, format string) (*zap.Logger, error) { return NewTo(os.Stderr, level, format) }
+
+// NewTo is New writing to w.
+func NewTo(w io.Writer, level, format string) (*zap.Logger, error) {
 	var lvl zapcore.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("log level %q: %w", level, err)
 	}
-	var cfg zap.Config
+	var enc zapcore.Encoder
+	opts := []zap.Option{zap.AddCaller(), zap.ErrorOutput(zapcore.Lock(os.Stderr)),
+		// Stack traces only for errors: a warning (a retry, a pause) is an
+		// expected event, not a bug to locate.
+		zap.AddStacktrace(zapcore.ErrorLevel)}
 	switch format {
 	case "json":
-		cfg = zap.NewProductionConfig()
-		cfg.EncoderConfig.TimeKey = "ts"
-		cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+		ec := zap.NewProductionEncoderConfig()
+		ec.TimeKey = "ts"
+		ec.EncodeTime = zapcore.ISO8601TimeEncoder
+		enc = zapcore.NewJSONEncoder(ec)
 	case "console":
-		cfg = zap.NewDevelopmentConfig()
-		cfg.EncoderConfig.EncodeLevel = zapcore.CapitalColorLevelEncoder
+		ec := zap.NewDevelopmentEncoderConfig()
+		ec.EncodeLevel = zapcore.CapitalColorLevelEncoder
+		enc = zapcore.NewConsoleEncoder(ec)
+		opts = append(opts, zap.Development())
 	default:
 		return nil, fmt.Errorf("log format %q: want json or console", format)
 	}
-	cfg.Level = zap.NewAtomicLevelAt(lvl)
-	cfg.Sampling = nil // every failure line matters more than log volume here
-	// Stack traces only for errors: a warning (a retry, a pause) is an
-	// expected event, not a bug to locate.
-	return cfg.Build(zap.AddStacktrace(zapcore.ErrorLevel), zap.WrapCore(Redacting))
+	// No sampling: every failure line matters more than log volume here.
+	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), zap.NewAtomicLevelAt(lvl))
+	return zap.New(Redacting(core), opts...), nil
 }
 
 // Redacting wraps a core so that no line it writes carries the password of

@@ -20,6 +20,38 @@ func readAll(t *testing.T, resp *http.Response) string {
 	return string(b)
 }
 
+// Every /api operation documents the scope its route needs, as the route
+// table in New has it.
+func TestOpenAPIScopesMatchTheRouteTable(t *testing.T) {
+	h := setup(t, options{})
+	var doc struct {
+		Paths map[string]map[string]any `yaml:"paths"`
+	}
+	require.NoError(t, yaml.Unmarshal(apidoc.OpenAPI, &doc))
+	documented := map[string]string{}
+	for path, ops := range doc.Paths {
+		if !strings.HasPrefix(path, "/api/") {
+			continue
+		}
+		for method, op := range ops {
+			if m, ok := op.(map[string]any); ok {
+				documented[strings.ToUpper(method)+" "+path], _ = m["x-msgpulse-scope"].(string)
+			}
+		}
+	}
+	registered := map[string]string{}
+	for k, scope := range h.srv.scopes {
+		path := k[1]
+		for _, seg := range strings.Split(path, "/") {
+			if strings.HasPrefix(seg, ":") {
+				path = strings.Replace(path, seg, "{"+seg[1:]+"}", 1)
+			}
+		}
+		registered[k[0]+" "+path] = scope.String()
+	}
+	require.Equal(t, registered, documented)
+}
+
 // The OpenAPI document and the registered routes describe the same API.
 func TestOpenAPIMatchesRegisteredRoutes(t *testing.T) {
 	h := setup(t, options{})

@@ -93,6 +93,7 @@ type Server struct {
 	metrics *metrics
 	now     func() time.Time
 	keys    *apikey.Set
+	scopes  map[[2]string]apikey.Scope // method, path → the scope the route needs
 	cleanup sync.WaitGroup // rollbacks that outlive their request (see Wait)
 }
 
@@ -118,7 +119,7 @@ func New(d Deps, opts Options) (*Server, error) {
 	if opts.PublishTimeout == 0 {
 		opts.PublishTimeout = 3 * time.Second
 	}
-	s := &Server{d: d, opts: opts, log: d.Log, metrics: newMetrics(d.Registry), now: time.Now}
+	s := &Server{d: d, opts: opts, log: d.Log, metrics: newMetrics(d.Registry), now: time.Now, scopes: map[[2]string]apikey.Scope{}}
 	var err error
 	if s.keys, err = apikey.NewSet(opts.APIKeys); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
@@ -165,6 +166,7 @@ func New(d Deps, opts Options) (*Server, error) {
 		{http.MethodGet, "/dlq/stats", apikey.Admin, s.dlqStats},
 	} {
 		g.Add(r.method, r.path, r.h, Require(r.scope))
+		s.scopes[[2]string{r.method, "/api" + r.path}] = r.scope
 	}
 	s.e = e
 	return s, nil

@@ -24,6 +24,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/msgpulse/msgpulse/internal/api"
+	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/dispatch"
@@ -140,7 +141,9 @@ func TestLogsHoldNoCodeNoRecipientNoSecret(t *testing.T) {
 		"AMQP_URL": b.URL, "REDIS_URL": r.URL, "REDIS_PREFIX": r.Prefix, "RABBITMQ_MANAGEMENT_URL": testenv.ManagementURL,
 		"LOG_LEVEL": "debug", "LOG_FORMAT": "json", "CODE_SECRET": codeSecret,
 		// api
-		"HTTP_ADDR": "127.0.0.1:0", "API_KEYS": "security:" + apiKey, "CALLBACK_ALLOW_HTTP": "true", "CALLBACK_ALLOW_PRIVATE": "true",
+		"HTTP_ADDR": "127.0.0.1:0", "CALLBACK_ALLOW_HTTP": "true", "CALLBACK_ALLOW_PRIVATE": "true",
+		// The digest form: the plaintext key is only in the requests.
+		"API_KEYS": "security:sha256=" + apikey.Digest(apiKey),
 		// consumer
 		"SMTP_HOST": smtpHost, "SMTP_PORT": smtpPort, "SMTP_TLS": "none", "SMTP_USERNAME": "msgpulse", "SMTP_PASSWORD": smtpPassword,
 		"MAIL_FROM": "msgpulse <no-reply@msgpulse.test>", "SMS_PROVIDER": "webhook", "SMS_WEBHOOK_URL": vendor.URL,

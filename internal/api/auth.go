@@ -57,6 +57,13 @@ func scopesText(s apikey.Scopes) string {
 	return s.String()
 }
 
+// Guard is what a route outside the /api group (the on-call console) puts
+// before its handler to need scope: Authenticate, then Require. For
+// example: e.GET("/console", h, s.Guard(apikey.Admin)...).
+func (s *Server) Guard(scope apikey.Scope) []echo.MiddlewareFunc {
+	return []echo.MiddlewareFunc{s.Authenticate, Require(scope)}
+}
+
 // Caller is the authenticated key of the request; the zero Key (no
 // scopes, no tenant) outside Authenticate.
 func Caller(c *echo.Context) apikey.Key {

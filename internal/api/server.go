@@ -94,7 +94,7 @@ type Server struct {
 	now     func() time.Time
 	keys    *apikey.Set
 	scopes  map[[2]string]apikey.Scope // method, path → the scope the route needs
-	cleanup sync.WaitGroup // rollbacks that outlive their request (see Wait)
+	cleanup sync.WaitGroup             // rollbacks that outlive their request (see Wait)
 }
 
 // Wait blocks until the rollbacks started in the background have ended;
@@ -223,7 +223,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 			s.metrics.rejections.WithLabelValues(ae.Limit).Inc()
 		}
 		fields := []zap.Field{zap.String("method", c.Request().Method), zap.String("route", route), zap.Int("status", code),
-			zap.Duration("took", elapsed), zap.String("caller", apiKeyName(c)), zap.String("ip", c.RealIP())}
+			zap.Duration("took", elapsed), zap.String("caller", apiKeyName(c)), zap.String("tenant", Caller(c).Tenant), zap.String("ip", c.RealIP())}
 		switch {
 		case code >= 500:
 			s.log.Warn("request", fields...)

@@ -24,7 +24,7 @@ func TestPublic(t *testing.T) {
 		{"fc00::1", false}, {"fd12:3456::1", false},
 		{"0.0.0.0", false}, {"::", false}, {"0.1.2.3", false},
 		{"100.64.0.1", false}, {"224.0.0.1", false}, {"ff02::1", false}, {"255.255.255.255", false},
-		{"::ffff:127.0.0.1", false}, {"::ffff:10.0.0.1", false}, {"64:ff9b::a00:1", false},
+		{"::ffff:127.0.0.1", false}, {"::7f00:1", false}, {"::ffff:10.0.0.1", false}, {"64:ff9b::a00:1", false},
 		{"93.184.216.34", true}, {"8.8.8.8", true}, {"2606:4700:4700::1111", true}, {"::ffff:8.8.8.8", true},
 	} {
 		require.Equal(t, tc.public, Public(netip.MustParseAddr(tc.ip)), tc.ip)

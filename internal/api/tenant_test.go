@@ -7,9 +7,11 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/labstack/echo/v5"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zapcore"
 
@@ -266,4 +268,30 @@ func TestGuardProtectsRoutesOutsideAPI(t *testing.T) {
 		r := h.do("GET", "/guarded", nil, "X-API-Key", tc.key)
 		require.Equal(t, tc.want, r.Status, "%q: %s", tc.key, r.Msg)
 	}
+}
+
+// roundTrips counts the commands and pipelines a Redis client sends.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { r.n.Add(1); return next(ctx, cmd) }
+}
+func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { r.n.Add(1); return next(ctx, cmds) }
+}
+
+// The tenant limit rides in the limiter's one script with the others: an
+// accepted message still costs Redis one round trip.
+func TestTenantLimitKeepsOneRoundTrip(t *testing.T) {
+	limits := defaultLimits()
+	limits.PerTenantMinute = 100
+	h := setup(t, options{limits: limits, keys: tenantKeys(t)})
+	require.Equal(t, 202, h.send(shopKey, notice("h0@example.com")).Status) // scripts loaded
+	rt := &roundTrips{}
+	h.redis.Client.AddHook(rt)
+	require.Equal(t, 202, h.send(shopKey, notice("h1@example.com")).Status)
+	require.EqualValues(t, 1, rt.n.Load(), "Redis round trips for one accepted message")
+	keys := h.keysMatching("*tenant:shop*")
+	require.NotEmpty(t, keys, "the tenant's window is counted")
 }

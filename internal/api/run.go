@@ -41,6 +41,9 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	if cfg.AuthDisabled {
 		log.Warn("API_AUTH=disabled: /api/* accepts requests without an API key; use this for local development only")
 	}
+	if cfg.CallbackPrivate {
+		log.Warn("CALLBACK_ALLOW_PRIVATE=true: callbackUrl may name loopback, link-local and private addresses; use this for local development only")
+	}
 	model, err := topology.Build(cfg.Model, "")
 	if err != nil {
 		return err

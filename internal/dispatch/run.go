@@ -73,6 +73,9 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	if cfg.CodeSecretIsDev {
 		log.Warn("CODE_SECRET is the development default: set the same secret as the API's in production")
 	}
+	if cfg.CallbackPrivate {
+		log.Warn("CALLBACK_ALLOW_PRIVATE=true: callbacks may reach loopback, link-local and private addresses; use this for local development only")
+	}
 	model, err := topology.Build(cfg.Model, "")
 	if err != nil {
 		return err

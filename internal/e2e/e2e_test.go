@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -194,4 +197,28 @@ func TestCommandsExitCodesAndHelp(t *testing.T) {
 		require.Contains(t, out, tc.wants, tc.name)
 	}
 	_ = context.Background
+}
+
+// dlq and topology print nothing on stderr when all went well; -v brings
+// their info lines back (a replay's session logs "broker connected").
+func TestToolsAreQuietUnlessAskedWithV(t *testing.T) {
+	s := newSystem(t)
+	run := func(name string, args ...string) (stdout, stderr string) {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		cmd := exec.Command(filepath.Join(binDir, name), args...) //nolint:gosec // the binaries this test built
+		cmd.Env, cmd.Stdout, cmd.Stderr = s.env, &out, &errOut
+		require.NoError(t, cmd.Run(), "%s %v: %s", name, args, errOut.String())
+		return out.String(), errOut.String()
+	}
+	replay := []string{"replay", "--channel", "mail", "--all"}
+	for _, tc := range [][]string{{"topology", "declare"}, {"topology", "plan"}, {"dlq", "stats"}, append([]string{"dlq"}, replay...)} {
+		out, errOut := run(tc[0], tc[1:]...)
+		require.Empty(t, errOut, "%v: stderr of a run that went well", tc)
+		require.NotEmpty(t, out, "%v: the answer is on stdout", tc)
+	}
+	_, errOut := run("dlq", append(replay, "-v")...)
+	require.Contains(t, errOut, "broker connected", "-v, even after the command's own flags")
+	_, errOut = run("topology", "-v", "declare")
+	require.NotContains(t, errOut, "error")
 }

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 	if testing.Short() {
 		os.Exit(m.Run()) // every test here skips in -short
 	}
-	dir, err := testenv.BuildCommands("msgpulse-e2e-", "../../cmd/api", "../../cmd/consumer", "../../cmd/topology")
+	dir, err := testenv.BuildCommands("msgpulse-e2e-", "../../cmd/api", "../../cmd/consumer", "../../cmd/topology", "../../cmd/dlq")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(1)

@@ -5,6 +5,11 @@
 // everything the request wrote (the code, the rate-limit reservations, the
 // status record) and answers 503.
 //
+// Every /api route names the scope it needs (send, read, admin) in the
+// route table in New, the one place scopes are checked; a key's tenant
+// (package apikey) is recorded on every message, and Visible is the one
+// check that keeps a tenant's reads to its own messages.
+//
 // Every response, errors included, is the envelope {"code","msg","data"}.
 // The API never sends mail or SMS and never logs a code or a full recipient.
 package api

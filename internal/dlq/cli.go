@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/zap"
 
 	"github.com/msgpulse/msgpulse/internal/broker"
@@ -98,18 +97,9 @@ type opts struct {
 	channel string
 	queue   string
 	json    bool
-	// selection
-	ids    []string
-	all    bool
-	reason string
-	since  time.Duration
-	limit  int
+	Options
 	// show
 	reveal bool
-	// replay
-	rate   float64 // messages per second; 0 = unlimited
-	dryRun bool
-	force  bool
 	// purge
 	yes    bool
 	export string
@@ -152,12 +142,12 @@ func (c *cli) main(ctx context.Context, args []string) int {
 		fmt.Fprintf(c.stderr, "dlq %s: %v\n", o.cmd, err)
 		return ExitUsage
 	}
-	d, err := c.connect(ctx, model)
+	d, closeAll, err := c.connect(ctx, model)
 	if err != nil {
 		fmt.Fprintf(c.stderr, "dlq %s: %v\n", o.cmd, err)
 		return ExitError
 	}
-	defer d.close()
+	defer closeAll()
 	var code int
 	switch o.cmd {
 	case "stats":
@@ -171,10 +161,10 @@ func (c *cli) main(ctx context.Context, args []string) int {
 	case "purge":
 		code, err = c.purge(ctx, d, queues[0], o)
 	}
-	if d.x.worn > 0 {
+	if worn, wornMax := d.Worn(); worn > 0 {
 		c.warn(fmt.Sprintf("%d message(s) read have been delivered %d+ times (x-delivery-count up to %d). On quorum queues RabbitMQ 4 "+
 			"drops a message past the queue's delivery-limit (default 20) since DLQs have no dead-letter exchange: replay them, or "+
-			"purge --export them, rather than listing them again (docs/oncall.md).", d.x.worn, DeliveryCountWarn, d.x.wornMax))
+			"purge --export them, rather than listing them again (docs/oncall.md).", worn, DeliveryCountWarn, wornMax))
 	}
 	if err != nil {
 		fmt.Fprintf(c.stderr, "dlq %s: %v\n", o.cmd, err)
@@ -207,34 +197,34 @@ func parse(cmd string, args []string, scanMax int, stderr io.Writer) (opts, erro
 	fs.BoolVar(&o.json, "json", false, "machine output")
 	var since, rate string
 	sel := func() {
-		fs.Var((*idList)(&o.ids), "id", "message id (= taskId); repeat or comma-separate for more")
-		fs.BoolVar(&o.all, "all", false, "every message in the queue")
+		fs.Var((*idList)(&o.IDs), "id", "message id (= taskId); repeat or comma-separate for more")
+		fs.BoolVar(&o.All, "all", false, "every message in the queue")
 	}
 	filters := func() {
-		fs.StringVar(&o.reason, "reason", "", "only messages with this reason (the broker's or the consumer's)")
+		fs.StringVar(&o.Reason, "reason", "", "only messages with this reason (the broker's or the consumer's)")
 		fs.StringVar(&since, "since", "", "only messages that died within this long (e.g. 30m, 1h, 2d)")
 	}
 	switch cmd {
 	case "stats":
-		fs.IntVar(&o.limit, "limit", scanMax, "most messages read per queue")
+		fs.IntVar(&o.Limit, "limit", scanMax, "most messages read per queue")
 	case "list":
 		filters()
-		fs.IntVar(&o.limit, "limit", 50, "most lines shown (0 = all)")
+		fs.IntVar(&o.Limit, "limit", 50, "most lines shown (0 = all)")
 	case "show":
 		fs.BoolVar(&o.reveal, "reveal", false, "open the sealed verification code (logged)")
 	case "replay":
 		sel()
 		filters()
 		fs.StringVar(&rate, "rate", "", "most republishes per second, e.g. 20/s, 300/m (default: unlimited)")
-		fs.BoolVar(&o.dryRun, "dry-run", false, "say what would be replayed; change nothing")
-		fs.BoolVar(&o.force, "force", false, "also replay messages past their deadline, and malformed ones")
-		fs.IntVar(&o.limit, "limit", 0, "replay at most this many (0 = all selected)")
+		fs.BoolVar(&o.DryRun, "dry-run", false, "say what would be replayed; change nothing")
+		fs.BoolVar(&o.Force, "force", false, "also replay messages past their deadline, and malformed ones")
+		fs.IntVar(&o.Limit, "limit", 0, "replay at most this many (0 = all selected)")
 	case "purge":
 		sel()
 		filters()
 		fs.BoolVar(&o.yes, "yes", false, "really delete")
 		fs.StringVar(&o.export, "export", "", "first write the messages to this new file (JSON lines, fsynced)")
-		fs.IntVar(&o.limit, "limit", 0, "delete at most this many (0 = all selected)")
+		fs.IntVar(&o.Limit, "limit", 0, "delete at most this many (0 = all selected)")
 	default:
 		return opts{}, usagef("unknown command %q", cmd)
 	}
@@ -255,38 +245,38 @@ func parse(cmd string, args []string, scanMax int, stderr io.Writer) (opts, erro
 	if cmd != "stats" && o.channel == "" && o.queue == "" {
 		return o, usagef("%s needs --channel mail|sms or --queue NAME", cmd)
 	}
-	if o.limit < 0 {
+	if o.Limit < 0 {
 		return o, usagef("--limit must not be negative")
 	}
-	if o.reason != "" && !knownReason(o.reason) {
-		return o, usagef("--reason %q: want one of %s", o.reason, strings.Join(Reasons, ", "))
+	if o.Reason != "" && !knownReason(o.Reason) {
+		return o, usagef("--reason %q: want one of %s", o.Reason, strings.Join(Reasons, ", "))
 	}
 	if since != "" {
 		d, err := parseSince(since)
 		if err != nil {
 			return o, usagef("--since %q: %v", since, err)
 		}
-		o.since = d
+		o.Since = d
 	}
 	if rate != "" {
 		r, err := parseRate(rate)
 		if err != nil {
 			return o, usagef("--rate %q: %v", rate, err)
 		}
-		o.rate = r
+		o.Rate = r
 	}
 	switch cmd {
 	case "show":
 		if len(pos) != 1 {
 			return o, usagef("show needs exactly one message id")
 		}
-		o.ids = pos
+		o.IDs = pos
 	case "replay", "purge":
 		if len(pos) > 0 {
 			return o, usagef("unexpected argument %q (ids go after --id)", pos[0])
 		}
 		n := 0
-		for _, set := range []bool{len(o.ids) > 0, o.all, o.reason != ""} {
+		for _, set := range []bool{len(o.IDs) > 0, o.All, o.Reason != ""} {
 			if set {
 				n++
 			}
@@ -373,44 +363,37 @@ func resolveQueues(m *topology.Model, o opts) ([]string, error) {
 	return all, nil
 }
 
-// deps are the connections a command uses.
-type deps struct {
-	conn   *amqp.Connection
-	model  *topology.Model
-	x      *inspector
-	closer []func()
-}
-
-func (d *deps) close() {
-	for i := len(d.closer) - 1; i >= 0; i-- {
-		d.closer[i]()
-	}
-}
-
 func (c *cli) warn(msg string) {
 	fmt.Fprintln(c.stderr, "dlq: warning:", msg)
 }
 
 // connect dials the broker (required) and Redis (optional: without it,
-// reasons are the broker's).
-func (c *cli) connect(ctx context.Context, m *topology.Model) (*deps, error) {
+// reasons are the broker's), and returns the Tool on them and what closes
+// them.
+func (c *cli) connect(ctx context.Context, m *topology.Model) (*Tool, func(), error) {
 	conn, err := broker.Dial(ctx, broker.Config{URL: c.cfg.AMQPURL, ConnectionName: "msgpulse-dlq", Logger: c.log})
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", envconf.Redact(c.cfg.AMQPURL), err)
+		return nil, nil, fmt.Errorf("connect to %s: %w", envconf.Redact(c.cfg.AMQPURL), err)
 	}
-	d := &deps{conn: conn, model: m, closer: []func(){func() { _ = conn.Close() }}}
+	closers := []func(){func() { _ = conn.Close() }}
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
 	var st *status.Store
 	rc, err := rdb.New(c.cfg.RedisURL, rdb.WithClientName("msgpulse-dlq"), rdb.WithPoolSize(2))
 	if err == nil {
-		d.closer = append(d.closer, func() { _ = rc.Close() })
+		closers = append(closers, func() { _ = rc.Close() })
 		st, err = status.New(rc, status.Config{Prefix: c.cfg.RedisPrefix})
 	}
 	if err != nil {
 		c.warn(fmt.Sprintf("status records unavailable (%v): reasons are the broker's only", err))
 		st = nil
 	}
-	d.x = newInspector(m, st, c.cfg.StatusTimeout, c.warn)
-	return d, nil
+	t := NewTool(conn, m, st, ToolConfig{DLQ: c.cfg, Who: zap.String("os_user", currentUser()), Log: c.log, Warn: c.warn, Now: c.now})
+	t.afterConfirm, t.wrapExport = c.afterConfirm, c.wrapExport
+	return t, closeAll, nil
 }
 
 // selector decides which messages a command acts on.
@@ -422,11 +405,11 @@ type selector struct {
 	now    time.Time
 }
 
-func (c *cli) selector(o opts) selector {
-	s := selector{all: o.all, reason: o.reason, since: o.since, now: c.now()}
-	if len(o.ids) > 0 {
+func (t *Tool) selector(o Options) selector {
+	s := selector{all: o.All, reason: o.Reason, since: o.Since, now: t.now()}
+	if len(o.IDs) > 0 {
 		s.ids = map[string]bool{}
-		for _, id := range o.ids {
+		for _, id := range o.IDs {
 			s.ids[id] = true
 		}
 	}

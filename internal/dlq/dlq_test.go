@@ -140,7 +140,7 @@ func TestReadOnlyCommands(t *testing.T) {
 	t.Run("stats command", func(t *testing.T) {
 		r := e.run(t, "stats", "--json")
 		require.Equal(t, ExitOK, r.code, r.stderr)
-		var doc struct{ Queues []statsReport }
+		var doc struct{ Queues []StatsReport }
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
 		require.Len(t, doc.Queues, len(DeadLetterQueues(e.Model)), "every DLQ of the model")
 		require.Equal(t, dlq, doc.Queues[0].Queue)
@@ -157,7 +157,7 @@ func TestReadOnlyCommands(t *testing.T) {
 	t.Run("stats caps what it reads", func(t *testing.T) {
 		r := e.run(t, "stats", "--channel", "mail", "--limit", "5", "--json")
 		require.Equal(t, ExitOK, r.code, r.stderr)
-		var doc struct{ Queues []statsReport }
+		var doc struct{ Queues []StatsReport }
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
 		require.Equal(t, 8, doc.Queues[0].Total)
 		require.Equal(t, 5, doc.Queues[0].Scanned)
@@ -177,7 +177,7 @@ func TestReadOnlyCommands(t *testing.T) {
 
 		r = e.run(t, "show", "--channel", "mail", "--json", id)
 		require.Equal(t, ExitOK, r.code, r.stderr)
-		var s shown
+		var s Shown
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &s))
 		require.Empty(t, s.Code)
 		require.Equal(t, SealedMask, s.Body.(map[string]any)["sealedCode"])
@@ -196,7 +196,7 @@ func TestReadOnlyCommands(t *testing.T) {
 
 		r = e.run(t, "show", "--channel", "mail", "--reveal", "--json", id)
 		require.Equal(t, ExitOK, r.code, r.stderr)
-		var s shown
+		var s Shown
 		require.NoError(t, json.Unmarshal([]byte(r.stdout), &s))
 		require.Equal(t, code, s.Code)
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -22,8 +23,8 @@ import (
 // SealedMask replaces the sealed code wherever a body is shown.
 const SealedMask = "[sealed: dlq show --reveal opens it]"
 
-func (c *cli) stats(ctx context.Context, d *deps, queues []string, o opts) (int, error) {
-	reps, err := stats(ctx, d.conn, d.x, queues, o.limit)
+func (c *cli) stats(ctx context.Context, t *Tool, queues []string, o opts) (int, error) {
+	reps, err := t.Stats(ctx, queues, o.Limit)
 	if err != nil {
 		return ExitError, err
 	}
@@ -39,55 +40,82 @@ func (c *cli) stats(ctx context.Context, d *deps, queues []string, o opts) (int,
 	return ExitOK, tw.Flush()
 }
 
-func (c *cli) list(ctx context.Context, d *deps, queue string, o opts) (int, error) {
-	sel := c.selector(o)
+// Listing is what List read.
+type Listing struct {
+	Entries []Entry
+	Read    int // messages looked at
+	Depth   int // of the queue when reading started
+}
+
+// More reports whether List stopped at its limit before the end of the
+// queue.
+func (l Listing) More(limit int) bool {
+	return limit > 0 && len(l.Entries) >= limit && l.Read < l.Depth
+}
+
+// List reads queue and returns the dead letters that match o (IDs,
+// Reason, Since; at most Limit), in queue order, giving every message
+// back. each, if not nil, sees each entry as it is read.
+func (t *Tool) List(ctx context.Context, queue string, o Options, each func(Entry) error) (Listing, error) {
+	sel := t.selector(o)
 	sel.all = true
-	var shown []Entry
-	now := c.now()
-	enc := json.NewEncoder(c.stdout)
-	r, err := scan(ctx, d.conn, queue, c.cfg.ScanMax, nil, func(_ *reader, del *amqp.Delivery) (bool, error) {
-		in := d.x.inspect(ctx, queue, del)
+	var l Listing
+	r, err := scan(ctx, t.conn, queue, t.cfg.ScanMax, nil, func(_ *reader, del *amqp.Delivery) (bool, error) {
+		in := t.x.inspect(ctx, queue, del)
 		if !sel.match(&in.Entry, taskID(in)) {
 			return false, nil
 		}
-		if o.json {
-			// Streamed, so a long listing shows up as it is read.
-			if err := enc.Encode(in.Entry); err != nil {
+		if each != nil {
+			if err := each(in.Entry); err != nil {
 				return true, err
 			}
 		}
-		shown = append(shown, in.Entry)
-		return o.limit > 0 && len(shown) >= o.limit, nil
+		l.Entries = append(l.Entries, in.Entry)
+		return o.Limit > 0 && len(l.Entries) >= o.Limit, nil
 	})
+	if r != nil {
+		l.Read, l.Depth = r.read(), r.depth
+	}
+	return l, err
+}
+
+func (c *cli) list(ctx context.Context, t *Tool, queue string, o opts) (int, error) {
+	var each func(Entry) error
+	if o.json {
+		enc := json.NewEncoder(c.stdout)
+		each = func(e Entry) error { return enc.Encode(e) } // streamed, so a long listing shows up as it is read
+	}
+	l, err := t.List(ctx, queue, o.Options, each)
 	if err != nil {
 		return ExitError, err
 	}
 	if o.json {
 		return ExitOK, nil
 	}
+	now := c.now()
 	tw := table(c.stdout)
 	fmt.Fprintln(tw, "ID\tCHANNEL\tRECIPIENT\tREASON\tBROKER REASON\tDIED IN\tDIED AT\tDEATHS\tREPLAYS\tATTEMPTS\tAGE\tERROR")
-	for _, e := range shown {
+	for _, e := range l.Entries {
 		attempts := "-"
 		if e.Attempts != nil {
 			attempts = fmt.Sprint(*e.Attempts)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", dash(e.ID), dash(e.Channel), dash(e.Recipient), e.Reason,
-			dash(e.BrokerReason), dash(e.DeathQueue), when(e.DeathTime), e.Deaths, e.Replays, attempts, age(e.Age(now)), dash(errorText(e)))
+			dash(e.BrokerReason), dash(e.DeathQueue), when(e.DeathTime), e.Deaths, e.Replays, attempts, age(e.Age(now)), dash(ErrorText(e)))
 	}
 	if err := tw.Flush(); err != nil {
 		return ExitError, err
 	}
 	more := ""
-	if o.limit > 0 && len(shown) >= o.limit && r.read() < r.depth {
-		more = fmt.Sprintf(" (stopped at --limit %d after reading %d)", o.limit, r.read())
+	if l.More(o.Limit) {
+		more = fmt.Sprintf(" (stopped at --limit %d after reading %d)", o.Limit, l.Read)
 	}
-	fmt.Fprintf(c.stdout, "%d shown of %d in %s%s\n", len(shown), r.depth, queue, more)
+	fmt.Fprintf(c.stdout, "%d shown of %d in %s%s\n", len(l.Entries), l.Depth, queue, more)
 	return ExitOK, nil
 }
 
-// errorText is the consumer's error for a listing, kept to one short line.
-func errorText(e Entry) string {
+// ErrorText is the consumer's error for a listing, kept to one short line.
+func ErrorText(e Entry) string {
 	s := e.LastError
 	if e.ErrorClass != "" {
 		s = e.ErrorClass + ": " + s
@@ -102,8 +130,8 @@ func errorText(e Entry) string {
 	return s
 }
 
-// shown is one message as show prints it.
-type shown struct {
+// Shown is one message as show prints it.
+type Shown struct {
 	Entry      Entry          `json:"entry"`
 	Properties properties     `json:"properties"`
 	Headers    map[string]any `json:"headers"`
@@ -113,52 +141,67 @@ type shown struct {
 	Code       string         `json:"code,omitempty"`       // only with --reveal
 }
 
-func (c *cli) show(ctx context.Context, d *deps, queue string, o opts) (int, error) {
-	sel := c.selector(o)
-	var found []shown
+// ErrNotFound: no message with that id in the queue.
+var ErrNotFound = errors.New("no such message")
+
+// Show returns every message in queue with this id (a replayed duplicate
+// makes more than one), giving them all back. reveal opens the sealed
+// code (needs CODE_SECRET) and logs who did; the console never asks it.
+func (t *Tool) Show(ctx context.Context, queue, id string, reveal bool) ([]Shown, error) {
+	sel := t.selector(Options{IDs: []string{id}})
+	var found []Shown
 	var msgs []*envelope.Message
-	_, err := scan(ctx, d.conn, queue, c.cfg.ScanMax, nil, func(_ *reader, del *amqp.Delivery) (bool, error) {
-		in := d.x.inspect(ctx, queue, del)
+	_, err := scan(ctx, t.conn, queue, t.cfg.ScanMax, nil, func(_ *reader, del *amqp.Delivery) (bool, error) {
+		in := t.x.inspect(ctx, queue, del)
 		if !sel.match(&in.Entry, taskID(in)) {
 			return false, nil
 		}
 		h, _ := jsonValue(del.Headers).(map[string]any)
-		s := shown{Entry: in.Entry, Properties: propertiesOf(del), Headers: h, Deaths: deaths(del.Headers)}
+		s := Shown{Entry: in.Entry, Properties: propertiesOf(del), Headers: h, Deaths: deaths(del.Headers)}
 		s.Body, s.BodyBase64 = maskedBody(del.Body)
 		found = append(found, s)
 		msgs = append(msgs, in.msg)
 		return false, nil
 	})
 	if err != nil {
-		return ExitError, err
+		return nil, err
 	}
 	if len(found) == 0 {
-		return ExitError, fmt.Errorf("no message with id %s in %s", o.ids[0], queue)
+		return nil, fmt.Errorf("%w: no message with id %s in %s", ErrNotFound, id, queue)
 	}
-	if o.reveal {
-		keys, err := seal.New(c.cfg.CodeSecret)
+	if !reveal {
+		return found, nil
+	}
+	keys, err := seal.New(t.cfg.CodeSecret)
+	if err != nil {
+		return nil, fmt.Errorf("CODE_SECRET: %w", err)
+	}
+	for i := range found {
+		m := msgs[i]
+		if m == nil || m.SealedCode == "" {
+			t.warn(fmt.Sprintf("message %s carries no sealed code", found[i].Entry.ID))
+			continue
+		}
+		code, err := keys.Open(m.SealedCode, m.TaskID)
 		if err != nil {
-			return ExitError, fmt.Errorf("CODE_SECRET: %w", err)
-		}
-		for i := range found {
-			m := msgs[i]
-			if m == nil || m.SealedCode == "" {
-				c.warn(fmt.Sprintf("message %s carries no sealed code", found[i].Entry.ID))
-				continue
+			hint := ""
+			if t.cfg.CodeSecretIsDev {
+				hint = " (CODE_SECRET is the development default; set the API's)"
 			}
-			code, err := keys.Open(m.SealedCode, m.TaskID)
-			if err != nil {
-				hint := ""
-				if c.cfg.CodeSecretIsDev {
-					hint = " (CODE_SECRET is the development default; set the API's)"
-				}
-				return ExitError, fmt.Errorf("message %s: %w%s", m.TaskID, err, hint)
-			}
-			// Who looked, at what, from where; never the code itself.
-			c.log.Warn("verification code revealed", zap.String("task_id", m.TaskID), zap.String("queue", queue),
-				zap.String("os_user", currentUser()), zap.String("purpose", m.Purpose))
-			found[i].Code = code
+			return nil, fmt.Errorf("message %s: %w%s", m.TaskID, err, hint)
 		}
+		// Who looked, at what, from where; never the code itself.
+		t.log.Warn("verification code revealed", zap.String("task_id", m.TaskID), zap.String("queue", queue),
+			t.who, zap.String("purpose", m.Purpose))
+		found[i].Code = code
+	}
+	return found, nil
+}
+
+func (c *cli) show(ctx context.Context, t *Tool, queue string, o opts) (int, error) {
+	found, err := t.Show(ctx, queue, o.IDs[0], o.reveal)
+	if err != nil {
+		return ExitError, err
 	}
 	if o.json {
 		enc := json.NewEncoder(c.stdout)
@@ -178,7 +221,7 @@ func (c *cli) show(ctx context.Context, d *deps, queue string, o opts) (int, err
 	return ExitOK, nil
 }
 
-func (c *cli) printShown(s shown, n, of int) {
+func (c *cli) printShown(s Shown, n, of int) {
 	w := c.stdout
 	e := s.Entry
 	fmt.Fprintf(w, "message %s in %s (%d of %d with this id)\n", e.ID, e.Queue, n, of)

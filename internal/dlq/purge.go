@@ -47,48 +47,69 @@ type ExportLine struct {
 // maxLoggedIDs bounds the ids in purge's audit log line.
 const maxLoggedIDs = 1000
 
-// purge deletes the selected messages. All acks wait until every selected
-// message was read (and, with --export, written and fsynced): an
-// interrupted or failed purge deletes nothing. Without --yes it only
-// counts.
-func (c *cli) purge(ctx context.Context, d *deps, queue string, o opts) (int, error) {
-	sel := c.selector(o)
-	if !o.yes {
-		n := 0
-		r, err := scan(ctx, d.conn, queue, c.cfg.ScanMax, nil, func(_ *reader, del *amqp.Delivery) (bool, error) {
-			in := d.x.inspect(ctx, queue, del)
-			if sel.match(&in.Entry, taskID(in)) {
-				n++
-			}
-			return o.limit > 0 && n >= o.limit, nil
-		})
-		if err != nil {
-			return ExitError, err
+// Count says how many messages in queue o selects (at most o.Limit), and
+// the queue's depth; it gives every message back.
+func (t *Tool) Count(ctx context.Context, queue string, o Options) (n, depth int, err error) {
+	sel := t.selector(o)
+	r, err := scan(ctx, t.conn, queue, t.cfg.ScanMax, nil, func(_ *reader, del *amqp.Delivery) (bool, error) {
+		in := t.x.inspect(ctx, queue, del)
+		if sel.match(&in.Entry, taskID(in)) {
+			n++
 		}
-		fmt.Fprintf(c.stderr, "dlq purge: refusing without --yes: it would delete %d message(s) from %s (which holds %d); nothing was deleted.\n"+
-			"Add --yes to delete them, with --export FILE to keep a copy.\n", n, queue, r.depth)
-		return ExitUsage, nil
+		return o.Limit > 0 && n >= o.Limit, nil
+	})
+	if r != nil {
+		depth = r.depth
 	}
+	return n, depth, err
+}
 
-	rep := &PurgeReport{Queue: queue, Export: o.export, IDs: []string{}}
+// Export writes the messages o selects to w as export lines (JSON lines,
+// the format of purge --export) and gives every message back: it deletes
+// nothing. The console offers it as a download before a purge.
+func (t *Tool) Export(ctx context.Context, queue string, o Options, w io.Writer) (int, error) {
+	sel := t.selector(o)
+	now := t.now().UTC()
+	n := 0
+	_, err := scan(ctx, t.conn, queue, t.cfg.ScanMax, nil, func(_ *reader, del *amqp.Delivery) (bool, error) {
+		in := t.x.inspect(ctx, queue, del)
+		if !sel.match(&in.Entry, taskID(in)) {
+			return false, nil
+		}
+		if err := writeExport(w, queue, now, in, del); err != nil {
+			return true, err
+		}
+		n++
+		return o.Limit > 0 && n >= o.Limit, nil
+	})
+	return n, err
+}
+
+// Purge deletes the messages o selects. All acks wait until every selected
+// message was read (and, with an export file, written and fsynced): an
+// interrupted or failed purge deletes nothing. export, if not "", names a
+// new file to write them to first.
+func (t *Tool) Purge(ctx context.Context, queue string, o Options, export string) (*PurgeReport, error) {
+	sel := t.selector(o)
+	rep := &PurgeReport{Queue: queue, Export: export, IDs: []string{}}
 	var (
 		file   *os.File
 		buf    *bufio.Writer
 		out    io.Writer
 		closed bool
 	)
-	if o.export != "" {
-		f, err := os.OpenFile(o.export, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600) // recipients inside: owner only
+	if export != "" {
+		f, err := os.OpenFile(export, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600) // recipients inside: owner only
 		if errors.Is(err, fs.ErrExist) {
-			return ExitError, fmt.Errorf("export file %s already exists: refusing to overwrite it (choose a new name); nothing was deleted", o.export)
+			return nil, fmt.Errorf("export file %s already exists: refusing to overwrite it (choose a new name); nothing was deleted", export)
 		}
 		if err != nil {
-			return ExitError, fmt.Errorf("export file: %w; nothing was deleted", err)
+			return nil, fmt.Errorf("export file: %w; nothing was deleted", err)
 		}
 		file, buf = f, bufio.NewWriter(f)
 		out = buf
-		if c.wrapExport != nil {
-			out = c.wrapExport(buf)
+		if t.wrapExport != nil {
+			out = t.wrapExport(buf)
 		}
 		defer func() {
 			if !closed {
@@ -97,13 +118,13 @@ func (c *cli) purge(ctx context.Context, d *deps, queue string, o opts) (int, er
 		}()
 	}
 	var pending []uint64 // selected, acked only in done
-	now := c.now().UTC()
+	now := t.now().UTC()
 	acked := 0
 	done := func(r *reader) error {
 		if file != nil {
 			if err := finishExport(file, buf); err != nil {
 				closed = true
-				return fmt.Errorf("export file %s: %w", o.export, err)
+				return fmt.Errorf("export file %s: %w", export, err)
 			}
 			closed = true
 		}
@@ -115,20 +136,20 @@ func (c *cli) purge(ctx context.Context, d *deps, queue string, o opts) (int, er
 		}
 		return nil
 	}
-	r, err := scan(ctx, d.conn, queue, c.cfg.ScanMax, done, func(_ *reader, del *amqp.Delivery) (bool, error) {
-		in := d.x.inspect(ctx, queue, del)
+	r, err := scan(ctx, t.conn, queue, t.cfg.ScanMax, done, func(_ *reader, del *amqp.Delivery) (bool, error) {
+		in := t.x.inspect(ctx, queue, del)
 		if !sel.match(&in.Entry, taskID(in)) {
 			return false, nil
 		}
 		if out != nil {
 			if err := writeExport(out, queue, now, in, del); err != nil {
-				return true, fmt.Errorf("export file %s: %w", o.export, err)
+				return true, fmt.Errorf("export file %s: %w", export, err)
 			}
 		}
 		pending = append(pending, del.DeliveryTag)
 		rep.IDs = append(rep.IDs, in.ID)
 		rep.Selected++
-		return o.limit > 0 && rep.Selected >= o.limit, nil
+		return o.Limit > 0 && rep.Selected >= o.Limit, nil
 	})
 	if r != nil {
 		rep.Read, rep.Depth = r.read(), r.depth
@@ -139,30 +160,46 @@ func (c *cli) purge(ctx context.Context, d *deps, queue string, o opts) (int, er
 		// Nothing was deleted, so the file records nothing that happened:
 		// remove it so it is not mistaken for a backup (a half-written one
 		// least of all). Re-running may then use the same name.
-		_ = os.Remove(o.export)
+		_ = os.Remove(export)
 		rep.Export = ""
 	}
 	if err != nil {
 		if acked == 0 {
-			err = fmt.Errorf("%w; nothing was deleted", err)
-		} else {
-			err = fmt.Errorf("%w; %d of %d deleted, the rest are still in %s (and in the export file)", err, acked, rep.Selected, queue)
+			return rep, fmt.Errorf("%w; nothing was deleted", err)
 		}
-		return ExitError, err
+		return rep, fmt.Errorf("%w; %d of %d deleted, the rest are still in %s (and in the export file)", err, acked, rep.Selected, queue)
 	}
-	seen := map[string]bool{}
-	for _, id := range rep.IDs {
-		seen[id] = true
-	}
-	notFound := missing(o.ids, seen)
 	logged := rep.IDs
 	if len(logged) > maxLoggedIDs { // the export file, if any, has them all
 		logged = logged[:maxLoggedIDs]
 	}
 	// Warn, like a revealed code: an audit line of a deletion that must
 	// reach stderr even though the tool is otherwise quiet without -v.
-	c.log.Warn("purged", zap.String("queue", queue), zap.Int("deleted", acked), zap.String("export", rep.Export),
-		zap.String("os_user", currentUser()), zap.Strings("task_ids", logged), zap.Bool("task_ids_truncated", len(logged) < len(rep.IDs)))
+	t.log.Warn("purged", zap.String("queue", queue), zap.Int("deleted", acked), zap.String("export", rep.Export),
+		t.who, zap.Strings("task_ids", logged), zap.Bool("task_ids_truncated", len(logged) < len(rep.IDs)))
+	return rep, nil
+}
+
+// purge deletes the selected messages; without --yes it only counts.
+func (c *cli) purge(ctx context.Context, t *Tool, queue string, o opts) (int, error) {
+	if !o.yes {
+		n, depth, err := t.Count(ctx, queue, o.Options)
+		if err != nil {
+			return ExitError, err
+		}
+		fmt.Fprintf(c.stderr, "dlq purge: refusing without --yes: it would delete %d message(s) from %s (which holds %d); nothing was deleted.\n"+
+			"Add --yes to delete them, with --export FILE to keep a copy.\n", n, queue, depth)
+		return ExitUsage, nil
+	}
+	rep, err := t.Purge(ctx, queue, o.Options, o.export)
+	if err != nil {
+		return ExitError, err
+	}
+	seen := map[string]bool{}
+	for _, id := range rep.IDs {
+		seen[id] = true
+	}
+	notFound := missing(o.IDs, seen)
 	if o.json {
 		return ExitOK, writeJSON(c.stdout, rep)
 	}
@@ -174,7 +211,7 @@ func (c *cli) purge(ctx context.Context, d *deps, queue string, o opts) (int, er
 	default:
 		fmt.Fprintf(c.stdout, "deleted %d message(s) from %s; read %d of %d\n", rep.Deleted, queue, rep.Read, rep.Depth)
 	}
-	if len(notFound) > 0 && (o.limit == 0 || rep.Selected < o.limit) {
+	if len(notFound) > 0 && (o.Limit == 0 || rep.Selected < o.Limit) {
 		return ExitError, fmt.Errorf("not found in %s: %s", queue, strings.Join(notFound, ", "))
 	}
 	return ExitOK, nil

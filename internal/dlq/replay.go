@@ -85,8 +85,8 @@ func republishing(d *amqp.Delivery) amqp.Publishing {
 // publisher opens a confirming publisher on a connection of its own, so a
 // broker that blocks publishers (resource alarm) does not also stall the
 // reading channel's acks.
-func (c *cli) publisher(ctx context.Context) (*broker.Publisher, func(), error) {
-	sess, err := broker.NewSession(broker.Config{URL: c.cfg.AMQPURL, ConnectionName: "msgpulse-dlq-replay", Logger: c.log.Named("broker")})
+func (t *Tool) publisher(ctx context.Context) (*broker.Publisher, func(), error) {
+	sess, err := broker.NewSession(broker.Config{URL: t.cfg.AMQPURL, ConnectionName: "msgpulse-dlq-replay", Logger: t.log.Named("broker")})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -97,9 +97,9 @@ func (c *cli) publisher(ctx context.Context) (*broker.Publisher, func(), error) 
 	defer cancel()
 	if _, err := sess.Conn(wctx); err != nil {
 		stopSession()
-		return nil, nil, fmt.Errorf("connect to %s to publish: %w", envconf.Redact(c.cfg.AMQPURL), err)
+		return nil, nil, fmt.Errorf("connect to %s to publish: %w", envconf.Redact(t.cfg.AMQPURL), err)
 	}
-	pub, err := broker.NewPublisher(broker.PublisherConfig{Session: sess, Channels: 1, ConfirmTimeout: c.cfg.ConfirmTimeout, Logger: c.log})
+	pub, err := broker.NewPublisher(broker.PublisherConfig{Session: sess, Channels: 1, ConfirmTimeout: t.cfg.ConfirmTimeout, Logger: t.log})
 	if err != nil {
 		stopSession()
 		return nil, nil, err
@@ -112,8 +112,8 @@ func (c *cli) publisher(ctx context.Context) (*broker.Publisher, func(), error) 
 // dead letter. Whatever stops it (a failed publish, SIGINT, a crash) leaves
 // the message it was on in the DLQ; the worst case is a message that was
 // republished and is still in the DLQ, i.e. a duplicate, never a loss.
-func (c *cli) replay(ctx context.Context, d *deps, queue string, o opts) (int, error) {
-	rep, err := c.runReplay(ctx, d, queue, o)
+func (c *cli) replay(ctx context.Context, t *Tool, queue string, o opts) (int, error) {
+	rep, err := t.Replay(ctx, queue, o.Options)
 	if rep != nil {
 		if o.json {
 			if jerr := writeJSON(c.stdout, rep); jerr != nil {
@@ -135,17 +135,23 @@ func (c *cli) replay(ctx context.Context, d *deps, queue string, o opts) (int, e
 	for _, m := range rep.Messages {
 		seen[m.ID] = true
 	}
-	if ids := missing(o.ids, seen); len(ids) > 0 && (o.limit == 0 || rep.Replayed+rep.WouldReplay < o.limit) {
+	if ids := missing(o.IDs, seen); len(ids) > 0 && (o.Limit == 0 || rep.Replayed+rep.WouldReplay < o.Limit) {
 		return ExitError, fmt.Errorf("not found in %s: %s", queue, strings.Join(ids, ", "))
 	}
 	return ExitOK, nil
 }
 
-func (c *cli) runReplay(ctx context.Context, d *deps, queue string, o opts) (*ReplayReport, error) {
-	rep := &ReplayReport{Queue: queue, DryRun: o.dryRun, Messages: []Outcome{}}
+// Replay republishes the selected messages one at a time, at most o.Rate
+// per second: publish with mandatory routing, wait for the broker's
+// confirm, and only then ack the dead letter. It skips messages past their
+// deadline and malformed ones unless o.Force. The report says what
+// happened to each; a nil report comes with an error that stopped it
+// before it read anything.
+func (t *Tool) Replay(ctx context.Context, queue string, o Options) (*ReplayReport, error) {
+	rep := &ReplayReport{Queue: queue, DryRun: o.DryRun, Messages: []Outcome{}}
 	var pub *broker.Publisher
-	if !o.dryRun {
-		p, closePub, err := c.publisher(ctx)
+	if !o.DryRun {
+		p, closePub, err := t.publisher(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -154,17 +160,16 @@ func (c *cli) runReplay(ctx context.Context, d *deps, queue string, o opts) (*Re
 	}
 	// Burst 1: the first replay goes at once, then one per 1/rate.
 	limiter := rate.NewLimiter(rate.Inf, 1)
-	if o.rate > 0 {
-		limiter = rate.NewLimiter(rate.Limit(o.rate), 1)
+	if o.Rate > 0 {
+		limiter = rate.NewLimiter(rate.Limit(o.Rate), 1)
 	}
-	sel := c.selector(o)
-	user := currentUser()
+	sel := t.selector(o)
 	// A publish that has started is allowed to finish (bounded by the
 	// confirm timeout) even after SIGINT: abandoning it would leave a copy
 	// on its way whose original we could no longer ack.
 	pubCtx := context.WithoutCancel(ctx)
-	r, err := scan(ctx, d.conn, queue, c.cfg.ScanMax, nil, func(r *reader, del *amqp.Delivery) (bool, error) {
-		in := d.x.inspect(ctx, queue, del)
+	r, err := scan(ctx, t.conn, queue, t.cfg.ScanMax, nil, func(r *reader, del *amqp.Delivery) (bool, error) {
+		in := t.x.inspect(ctx, queue, del)
 		if !sel.match(&in.Entry, taskID(in)) {
 			return false, nil
 		}
@@ -178,25 +183,25 @@ func (c *cli) runReplay(ctx context.Context, d *deps, queue string, o opts) (*Re
 			rep.Skipped++
 			note(Skipped, "no channel to replay to: it died in "+dash(in.DeathQueue)+" and its body names none")
 			return false, nil
-		case !o.force && in.Expired(c.now()):
+		case !o.Force && in.Expired(t.now()):
 			rep.Skipped++
 			rep.SkippedDeadline++
 			note(Skipped, "its deadline "+when(in.Deadline)+" has passed (--force replays it; the consumer will dead-letter it again as deadline)")
 			return false, nil
-		case !o.force && in.Reason == status.ReasonMalformed:
+		case !o.Force && in.Reason == status.ReasonMalformed:
 			rep.Skipped++
 			note(Skipped, "malformed: the consumer would reject it again (--force replays it)")
 			return false, nil
 		}
-		if o.dryRun {
+		if o.DryRun {
 			rep.WouldReplay++
 			note(WouldReplay, "")
-			return o.limit > 0 && rep.WouldReplay >= o.limit, nil
+			return o.Limit > 0 && rep.WouldReplay >= o.Limit, nil
 		}
 		if err := limiter.Wait(ctx); err != nil {
 			return true, nil //nolint:nilerr // interrupted while waiting: this one stays in the DLQ, the replay stops cleanly
 		}
-		ct, err := d.model.Channel(in.Channel)
+		ct, err := t.model.Channel(in.Channel)
 		if err != nil {
 			rep.Failed++
 			note(Failed, err.Error())
@@ -205,13 +210,13 @@ func (c *cli) runReplay(ctx context.Context, d *deps, queue string, o opts) (*Re
 		if err := pub.Publish(pubCtx, ct.Exchange, ct.RoutingKey, republishing(del)); err != nil {
 			rep.Failed++
 			note(Failed, err.Error())
-			c.log.Warn("replay failed; the message stays in the DLQ", zap.String("task_id", in.ID), zap.String("queue", queue), zap.Error(err))
+			t.log.Warn("replay failed; the message stays in the DLQ", zap.String("task_id", in.ID), zap.String("queue", queue), zap.Error(err))
 			// Without a broker every further publish fails the same way.
 			stop := errors.Is(err, broker.ErrUnavailable) || errors.Is(err, broker.ErrBlocked)
 			return stop, nil
 		}
-		if c.afterConfirm != nil {
-			if err := c.afterConfirm(rep.Replayed + 1); err != nil {
+		if t.afterConfirm != nil {
+			if err := t.afterConfirm(rep.Replayed + 1); err != nil {
 				rep.Failed++
 				note(Failed, "republished but not removed from the DLQ: "+err.Error())
 				return true, err
@@ -225,9 +230,9 @@ func (c *cli) runReplay(ctx context.Context, d *deps, queue string, o opts) (*Re
 		}
 		rep.Replayed++
 		note(Replayed, "")
-		c.log.Info("replayed", zap.String("task_id", in.ID), zap.String("queue", queue), zap.String("reason", in.Reason),
-			zap.String("exchange", ct.Exchange), zap.String("os_user", user))
-		return o.limit > 0 && rep.Replayed >= o.limit, nil
+		t.log.Info("replayed", zap.String("task_id", in.ID), zap.String("queue", queue), zap.String("reason", in.Reason),
+			zap.String("exchange", ct.Exchange), t.who)
+		return o.Limit > 0 && rep.Replayed >= o.Limit, nil
 	})
 	if r != nil {
 		rep.Read, rep.Depth = r.read(), r.depth

@@ -28,8 +28,9 @@ const ReasonNotScanned = "not_scanned"
 // DefaultScanMax is Stats' cap on messages read per queue.
 const DefaultScanMax = 100_000
 
-// statsReport is QueueStats plus what the CLI prints besides.
-type statsReport struct {
+// StatsReport is QueueStats plus what `dlq stats` and the console show
+// besides.
+type StatsReport struct {
 	QueueStats
 	ByBrokerReason map[string]int `json:"byBrokerReason"`
 	Scanned        int            `json:"scanned"`
@@ -65,10 +66,16 @@ func Stats(ctx context.Context, conn *amqp.Connection, m *topology.Model, st *st
 	return out, err
 }
 
-func stats(ctx context.Context, conn *amqp.Connection, x *inspector, queues []string, scanMax int) ([]statsReport, error) {
-	out := make([]statsReport, 0, len(queues))
+// Stats counts the given DLQs by reason, reading at most scanMax
+// messages of each (0 = all) and giving every one back.
+func (t *Tool) Stats(ctx context.Context, queues []string, scanMax int) ([]StatsReport, error) {
+	return stats(ctx, t.conn, t.x, queues, scanMax)
+}
+
+func stats(ctx context.Context, conn *amqp.Connection, x *inspector, queues []string, scanMax int) ([]StatsReport, error) {
+	out := make([]StatsReport, 0, len(queues))
 	for _, q := range queues {
-		rep := statsReport{QueueStats: QueueStats{Queue: q, Channel: x.model.ChannelOfQueue(q), ByReason: map[string]int{}}, ByBrokerReason: map[string]int{}}
+		rep := StatsReport{QueueStats: QueueStats{Queue: q, Channel: x.model.ChannelOfQueue(q), ByReason: map[string]int{}}, ByBrokerReason: map[string]int{}}
 		r, err := scan(ctx, conn, q, scanMax, nil, func(_ *reader, d *amqp.Delivery) (bool, error) {
 			e := x.inspect(ctx, q, d).Entry
 			rep.Scanned++

@@ -164,7 +164,7 @@ func (s *Server) queueStats(c *echo.Context) error {
 		switch {
 		case !st.Exists:
 			qs.Status = "missing"
-		case qs.MaxLength > 0 && qs.Usage > 0.8:
+		case qs.MaxLength > 0 && qs.Usage > topology.FillWarning:
 			qs.Status = "warning"
 		}
 		out = append(out, qs)

@@ -15,7 +15,9 @@ import (
 
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/config"
+	"github.com/msgpulse/msgpulse/internal/console"
 	"github.com/msgpulse/msgpulse/internal/delay"
+	"github.com/msgpulse/msgpulse/internal/dlq"
 	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/profile"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
@@ -23,6 +25,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/template"
+	"github.com/msgpulse/msgpulse/internal/timeline"
 	"github.com/msgpulse/msgpulse/internal/topology"
 	"github.com/msgpulse/msgpulse/internal/verify"
 )
@@ -109,17 +112,18 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	inspect := func(ctx context.Context, names []string) ([]broker.QueueState, error) {
+		conn, err := session.Conn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return broker.Inspect(conn, names)
+	}
 	srv, err := New(Deps{
 		Log: log, Model: model, Publisher: pub, Delayed: delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix),
 		RateLimits: rateLimits, Codes: codes, Keys: keys, Status: statuses, Redis: redisClient, Templates: tpl, Registry: reg,
-		DLQ: CachedDLQStats(session, model, statuses, 5*time.Second),
-		Inspect: func(ctx context.Context, names []string) ([]broker.QueueState, error) {
-			conn, err := session.Conn(ctx)
-			if err != nil {
-				return nil, err
-			}
-			return broker.Inspect(conn, names)
-		},
+		DLQ:     CachedDLQStats(session, model, statuses, 5*time.Second),
+		Inspect: inspect,
 		Ready: func(ctx context.Context) map[string]string {
 			out := map[string]string{"amqp": "ok", "redis": "ok"}
 			if _, ok := session.Current(); !ok {
@@ -137,6 +141,23 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	con, err := console.New(console.Config{Secret: cfg.CodeSecret, DLQ: config.DLQ{Common: cfg.Common, Model: cfg.Model,
+		ConfirmTimeout: cfg.PublishTimeout, ScanMax: dlq.DefaultScanMax, StatusTimeout: cfg.RedisTimeout}}, console.Deps{
+		Log: log, Model: model, Status: statuses, Conn: session.Conn, Inspect: inspect, Timeline: timeline.NewReader(redisClient, cfg.RedisPrefix),
+		Authenticate: func(key string) (console.Caller, bool) {
+			k, ok := srv.KeyOf(key)
+			return console.Caller{Name: k.Name}, ok
+		},
+		Lookup: func(name string) (console.Caller, bool) {
+			k, ok := srv.KeyNamed(name)
+			return console.Caller{Name: k.Name}, ok
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer con.Close() // after the HTTP server drained: stops the console's replays, which give back what they hold
+	srv.Mount(console.Prefix, con)
 	// Serving before the rate-limit configs are loaded would admit traffic
 	// that an enabled global limit should refuse.
 	if err := rateLimits.WaitReady(ctx, 10*time.Second); err != nil {

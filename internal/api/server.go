@@ -186,6 +186,33 @@ func (s *Server) Routes() [][2]string {
 
 func apiKeyName(c *echo.Context) string { return Caller(c).Name }
 
+// KeyOf finds the key an operator pasted into the console's login form,
+// as Authenticate finds an X-API-Key (every key is Anonymous with
+// API_AUTH=disabled). The console keeps only the name.
+func (s *Server) KeyOf(key string) (apikey.Key, bool) {
+	if s.opts.AuthDisabled {
+		return apikey.Anonymous, true
+	}
+	return s.keys.Lookup(key)
+}
+
+// KeyNamed finds a configured key by its name: a console session names its
+// key, and ends when the key is gone.
+func (s *Server) KeyNamed(name string) (apikey.Key, bool) {
+	if s.opts.AuthDisabled {
+		return apikey.Anonymous, name == apikey.Anonymous.Name
+	}
+	return s.keys.ByName(name)
+}
+
+// Mount serves h at prefix and everything below it: the web console, which
+// authenticates its own way (a session cookie, not X-API-Key). Call it
+// before serving.
+func (s *Server) Mount(prefix string, h http.Handler) {
+	s.e.Any(prefix, echo.WrapHandler(h))
+	s.e.Any(prefix+"/*", echo.WrapHandler(h))
+}
+
 func (s *Server) recoverer(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c *echo.Context) (err error) {
 		defer func() {

@@ -214,6 +214,17 @@ func (s *Set) Lookup(got string) (Key, bool) {
 	return s.keys[idx], true
 }
 
+// ByName finds a key by its name (names are unique), e.g. the key a
+// console session was opened with.
+func (s *Set) ByName(name string) (Key, bool) {
+	for _, k := range s.keys {
+		if k.Name == name {
+			return k, true
+		}
+	}
+	return Key{}, false
+}
+
 // Digest is the hex SHA-256 of a key, as "name:sha256=HEX" expects it.
 func Digest(key string) string {
 	sum := sha256.Sum256([]byte(key))

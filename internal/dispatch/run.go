@@ -31,6 +31,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/template"
+	"github.com/msgpulse/msgpulse/internal/timeline"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
@@ -152,6 +153,15 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 		return err
 	}
 	delayed := delay.NewPublisher(pub, planner, model.Delay, delayMetrics)
+
+	// The console's chart of the last hour: this consumer's counts, added
+	// to Redis every few seconds off the hot path.
+	sampler, err := timeline.NewSampler(redisClient, cfg.RedisPrefix, timeline.Sources{Sent: metrics.Sent, Failed: metrics.DeadLettered, Accuracy: delayMetrics.Accuracy}, 0, log.Named("timeline"))
+	if err != nil {
+		return err
+	}
+	bgWG.Add(1)
+	go func() { defer bgWG.Done(); sampler.Run(bg) }()
 
 	rateLimits, err := ratelimit.NewConfigStore(redisClient, cfg.RedisPrefix, log.Named("ratelimit"), ratelimit.StoreConfig{RefreshEvery: cfg.RateLimitRefresh})
 	if err != nil {

@@ -34,6 +34,9 @@ type StatsReport struct {
 	QueueStats
 	ByBrokerReason map[string]int `json:"byBrokerReason"`
 	Scanned        int            `json:"scanned"`
+	// ByHour counts deaths by the hour (UTC) they happened in, for the
+	// console's over-time view.
+	ByHour map[time.Time]int `json:"-"`
 }
 
 // DeadLetterQueues returns every DLQ of the model: the channels' and the
@@ -75,7 +78,7 @@ func (t *Tool) Stats(ctx context.Context, queues []string, scanMax int) ([]Stats
 func stats(ctx context.Context, conn *amqp.Connection, x *inspector, queues []string, scanMax int) ([]StatsReport, error) {
 	out := make([]StatsReport, 0, len(queues))
 	for _, q := range queues {
-		rep := StatsReport{QueueStats: QueueStats{Queue: q, Channel: x.model.ChannelOfQueue(q), ByReason: map[string]int{}}, ByBrokerReason: map[string]int{}}
+		rep := StatsReport{QueueStats: QueueStats{Queue: q, Channel: x.model.ChannelOfQueue(q), ByReason: map[string]int{}}, ByBrokerReason: map[string]int{}, ByHour: map[time.Time]int{}}
 		r, err := scan(ctx, conn, q, scanMax, nil, func(_ *reader, d *amqp.Delivery) (bool, error) {
 			e := x.inspect(ctx, q, d).Entry
 			rep.Scanned++
@@ -86,6 +89,7 @@ func stats(ctx context.Context, conn *amqp.Connection, x *inspector, queues []st
 			}
 			rep.ByBrokerReason[br]++
 			if t := e.DeathTime; t != nil {
+				rep.ByHour[t.UTC().Truncate(time.Hour)]++
 				if rep.Oldest == nil || t.Before(*rep.Oldest) {
 					rep.Oldest = t
 				}

@@ -33,6 +33,10 @@ const (
 	RoleDeadLetter Role = "dead-letter"
 )
 
+// FillWarning is the fill (depth / x-max-length) from which tools flag a
+// bounded queue: past it, drop-head dead-lettering is near.
+const FillWarning = 0.8
+
 // Argument keys used by the model.
 const (
 	ArgMessageTTL         = "x-message-ttl"

@@ -1,0 +1,95 @@
+package console
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Caller is an API key as the console sees it: its name (never the key)
+// and its scopes, once keys have scopes.
+type Caller struct {
+	Name   string
+	Scopes []string
+}
+
+// Allowed is the console's one authorisation decision: may this key use
+// the console? Until API keys carry scopes every key may; then it is
+// `slices.Contains(c.Scopes, "admin")`.
+func Allowed(c Caller) bool {
+	return c.Name != ""
+}
+
+const (
+	sessionCookie = "msgpulse_console"
+	loginCookie   = "msgpulse_console_login" // double-submit nonce of the login form
+)
+
+// signer signs session cookies and CSRF tokens with a key derived from
+// CODE_SECRET, so no new secret has to be configured, and a session
+// cannot be forged without the secret the API already guards.
+type signer struct{ key []byte }
+
+func newSigner(secret string) signer {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte("msgpulse console session v1"))
+	return signer{key: m.Sum(nil)}
+}
+
+func (s signer) mac(parts ...string) string {
+	m := hmac.New(sha256.New, s.key)
+	m.Write([]byte(strings.Join(parts, "\x00")))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// session is the cookie's value: the key's name and when the session
+// ends, signed.
+func (s signer) session(name string, until time.Time) string {
+	n := base64.RawURLEncoding.EncodeToString([]byte(name))
+	exp := strconv.FormatInt(until.Unix(), 10)
+	return n + "." + exp + "." + s.mac("session", n, exp)
+}
+
+var errSession = errors.New("no valid console session")
+
+// verify returns the key name of a valid, unexpired session value.
+func (s signer) verify(v string, now time.Time) (string, error) {
+	parts := strings.Split(v, ".")
+	if len(parts) != 3 || !hmac.Equal([]byte(parts[2]), []byte(s.mac("session", parts[0], parts[1]))) {
+		return "", errSession
+	}
+	exp, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil || !now.Before(time.Unix(exp, 0)) {
+		return "", errSession
+	}
+	name, err := base64.RawURLEncoding.DecodeString(parts[0])
+	if err != nil {
+		return "", errSession
+	}
+	return string(name), nil
+}
+
+// csrf is the token every form of a session carries: bound to the
+// session value, so a token from another session (or none) is refused.
+func (s signer) csrf(sessionValue string) string { return s.mac("csrf", sessionValue) }
+
+func (s signer) checkCSRF(sessionValue, token string) bool {
+	return token != "" && hmac.Equal([]byte(token), []byte(s.csrf(sessionValue)))
+}
+
+func nonce() string {
+	b := make([]byte, 18)
+	_, _ = rand.Read(b) // crypto/rand never fails on Linux
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func setCookie(w http.ResponseWriter, name, value string, maxAge time.Duration, secure bool) {
+	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: "/console", MaxAge: int(maxAge.Seconds()),
+		HttpOnly: true, Secure: secure, SameSite: http.SameSiteStrictMode})
+}

@@ -1,0 +1,311 @@
+package console
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/zap"
+
+	"github.com/msgpulse/msgpulse/internal/broker"
+	"github.com/msgpulse/msgpulse/internal/config"
+	"github.com/msgpulse/msgpulse/internal/dlq"
+	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/topology"
+)
+
+//go:embed web
+var webFS embed.FS
+
+// Prefix is where the API serves the console.
+const Prefix = "/console"
+
+// Deps are what the console reads and acts through; all are required
+// except Timeline.
+type Deps struct {
+	Log    *zap.Logger
+	Model  *topology.Model
+	Status *status.Store
+	// Conn is the API's broker connection (dlq.Tool reads the DLQs on
+	// channels of its own; a replay publishes on a connection of its own).
+	Conn func(ctx context.Context) (*amqp.Connection, error)
+	// Inspect reads queue depths and consumer counts.
+	Inspect func(ctx context.Context, names []string) ([]broker.QueueState, error)
+	// Authenticate maps a pasted API key to its caller; Lookup finds a
+	// caller by name, so a session ends when its key is removed.
+	Authenticate func(key string) (Caller, bool)
+	Lookup       func(name string) (Caller, bool)
+	// Timeline gives the chart's points; nil hides the chart.
+	Timeline Timeline
+}
+
+// Config are the console's settings.
+type Config struct {
+	// Secret is CODE_SECRET: session cookies and CSRF tokens are signed
+	// with a key derived from it.
+	Secret string
+	// DLQ configures the dlq.Tool behind the dead-letter pages.
+	DLQ config.DLQ
+	// SessionTTL is how long a login lasts.
+	SessionTTL time.Duration
+	// Refresh is how often the queue page reloads itself.
+	Refresh time.Duration
+	// ListLimit is the most dead letters one list page shows.
+	ListLimit int
+}
+
+// Validate fills defaults and checks the rest.
+func (c *Config) Validate() error {
+	if c.Secret == "" {
+		return errors.New("console: no secret to sign sessions with")
+	}
+	if c.SessionTTL <= 0 {
+		c.SessionTTL = 8 * time.Hour
+	}
+	if c.Refresh <= 0 {
+		c.Refresh = 5 * time.Second
+	}
+	if c.ListLimit <= 0 {
+		c.ListLimit = 200
+	}
+	return nil
+}
+
+// Console serves /console. Close stops the replays it runs in the
+// background.
+type Console struct {
+	cfg   Config
+	d     Deps
+	log   *zap.Logger
+	sign  signer
+	pages map[string]*template.Template
+	mux   *http.ServeMux
+	now   func() time.Time
+
+	// Background replays: owned by the console, stopped by Close.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	jobsMu sync.Mutex
+	jobs   map[string]*job
+	jobSeq int
+
+	rates rateKeeper
+}
+
+// New builds the console.
+func New(cfg Config, d Deps) (*Console, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if d.Model == nil || d.Status == nil || d.Conn == nil || d.Inspect == nil || d.Authenticate == nil || d.Lookup == nil {
+		return nil, errors.New("console: missing dependency")
+	}
+	if d.Log == nil {
+		d.Log = zap.NewNop()
+	}
+	pages, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Console{cfg: cfg, d: d, log: d.Log.Named("console"), sign: newSigner(cfg.Secret), pages: pages, now: time.Now,
+		ctx: ctx, cancel: cancel, jobs: map[string]*job{}, rates: rateKeeper{last: map[string]sample{}}}
+	c.routes()
+	return c, nil
+}
+
+// Close stops the background replays (each gives back what it holds) and
+// waits for them.
+func (c *Console) Close() {
+	c.cancel()
+	c.wg.Wait()
+}
+
+func (c *Console) routes() {
+	m := http.NewServeMux()
+	static, _ := fs.Sub(webFS, "web/static")
+	m.Handle("GET /console/static/", http.StripPrefix("/console/static/", http.FileServerFS(static)))
+	m.HandleFunc("GET /console/login", c.loginPage)
+	m.HandleFunc("POST /console/login", c.login)
+	m.HandleFunc("POST /console/logout", c.authed(c.logout))
+	m.HandleFunc("GET /console", c.authed(func(w http.ResponseWriter, r *http.Request, _ *request) {
+		http.Redirect(w, r, "/console/queues", http.StatusSeeOther)
+	}))
+	m.HandleFunc("GET /console/{$}", c.authed(func(w http.ResponseWriter, r *http.Request, _ *request) {
+		http.Redirect(w, r, "/console/queues", http.StatusSeeOther)
+	}))
+	m.HandleFunc("GET /console/queues", c.authed(c.queuesPage))
+	m.HandleFunc("GET /console/dlq", c.authed(c.dlqPage))
+	m.HandleFunc("GET /console/dlq/{queue}", c.authed(c.dlqListPage))
+	m.HandleFunc("GET /console/dlq/{queue}/message/{id}", c.authed(c.dlqShowPage))
+	m.HandleFunc("POST /console/dlq/{queue}/replay", c.authed(c.replay))
+	m.HandleFunc("GET /console/dlq/{queue}/purge", c.authed(c.purgePage))
+	m.HandleFunc("POST /console/dlq/{queue}/export", c.authed(c.export))
+	m.HandleFunc("POST /console/dlq/{queue}/purge", c.authed(c.purge))
+	m.HandleFunc("GET /console/jobs/{id}", c.authed(c.jobPage))
+	m.HandleFunc("GET /console/messages", c.authed(c.messagePage))
+	c.mux = m
+}
+
+// ServeHTTP sets the headers every console response carries and routes.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	// Nothing but this origin's stylesheet and forms: no script, no
+	// frames, no CDN. Inline SVG needs no source.
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+	c.mux.ServeHTTP(w, r)
+}
+
+// request is what an authenticated handler knows about its caller.
+type request struct {
+	Caller  Caller
+	session string
+	CSRF    string
+}
+
+func (c *Console) authed(h func(http.ResponseWriter, *http.Request, *request)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ck, err := r.Cookie(sessionCookie)
+		var name string
+		if err == nil {
+			name, err = c.sign.verify(ck.Value, c.now())
+		}
+		var caller Caller
+		if err == nil {
+			var ok bool
+			if caller, ok = c.d.Lookup(name); !ok {
+				err = errSession
+			}
+		}
+		if err != nil {
+			if r.Method == http.MethodGet {
+				http.Redirect(w, r, "/console/login", http.StatusSeeOther)
+				return
+			}
+			http.Error(w, "log in to the console first", http.StatusUnauthorized)
+			return
+		}
+		if !Allowed(caller) {
+			http.Error(w, "this API key may not use the console", http.StatusForbidden)
+			return
+		}
+		rq := &request{Caller: caller, session: ck.Value, CSRF: c.sign.csrf(ck.Value)}
+		if r.Method == http.MethodPost {
+			if err := r.ParseForm(); err != nil || !c.sign.checkCSRF(ck.Value, r.PostForm.Get("csrf")) {
+				http.Error(w, "missing or wrong CSRF token: reload the page and try again", http.StatusForbidden)
+				return
+			}
+		}
+		h(w, r, rq)
+	}
+}
+
+func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
+	n := nonce()
+	setCookie(w, loginCookie, n, 10*time.Minute, r.TLS != nil)
+	c.render(w, http.StatusOK, "login", nil, map[string]any{"Nonce": n})
+}
+
+func (c *Console) login(w http.ResponseWriter, r *http.Request) {
+	ck, err := r.Cookie(loginCookie)
+	if err != nil || r.ParseForm() != nil || ck.Value == "" || r.PostForm.Get("nonce") != ck.Value {
+		http.Error(w, "the login form expired: reload it", http.StatusForbidden)
+		return
+	}
+	caller, ok := c.d.Authenticate(strings.TrimSpace(r.PostForm.Get("key")))
+	if !ok || !Allowed(caller) {
+		c.log.Info("console login refused", zap.String("ip", r.RemoteAddr))
+		n := nonce()
+		setCookie(w, loginCookie, n, 10*time.Minute, r.TLS != nil)
+		c.render(w, http.StatusUnauthorized, "login", nil, map[string]any{"Nonce": n, "Error": "That key is not accepted here."})
+		return
+	}
+	setCookie(w, loginCookie, "", -time.Second, r.TLS != nil)
+	setCookie(w, sessionCookie, c.sign.session(caller.Name, c.now().Add(c.cfg.SessionTTL)), c.cfg.SessionTTL, r.TLS != nil)
+	c.log.Info("console login", zap.String("api_key", caller.Name), zap.String("ip", r.RemoteAddr))
+	http.Redirect(w, r, "/console/queues", http.StatusSeeOther)
+}
+
+func (c *Console) logout(w http.ResponseWriter, r *http.Request, rq *request) {
+	setCookie(w, sessionCookie, "", -time.Second, r.TLS != nil)
+	c.log.Info("console logout", zap.String("api_key", rq.Caller.Name))
+	http.Redirect(w, r, "/console/login", http.StatusSeeOther)
+}
+
+// render executes a page. Values are escaped by html/template; nothing
+// is marked safe except the chart, built from numbers only.
+func (c *Console) render(w http.ResponseWriter, code int, page string, rq *request, data map[string]any) {
+	t, ok := c.pages[page]
+	if !ok {
+		http.Error(w, "no such page", http.StatusInternalServerError)
+		return
+	}
+	if data == nil {
+		data = map[string]any{}
+	}
+	data["Req"] = rq
+	data["Now"] = c.now().UTC()
+	data["Running"] = c.running()
+	var b strings.Builder
+	if err := t.ExecuteTemplate(&b, "layout", data); err != nil {
+		c.log.Error("render", zap.String("page", page), zap.Error(err))
+		http.Error(w, "could not render the page", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(code)
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// fail shows an error on a page of its own, escaped.
+func (c *Console) fail(w http.ResponseWriter, rq *request, code int, err error) {
+	c.render(w, code, "error", rq, map[string]any{"Error": err.Error()})
+}
+
+var pageNames = []string{"login", "error", "queues", "dlq", "dlqlist", "dlqshow", "confirm", "purge", "job", "message"}
+
+func parsePages() (map[string]*template.Template, error) {
+	funcs := template.FuncMap{
+		"when": func(t *time.Time) string {
+			if t == nil || t.IsZero() {
+				return "–"
+			}
+			return t.UTC().Format("2006-01-02 15:04:05Z")
+		},
+		"pct":  func(f float64) string { return fmt.Sprintf("%.0f%%", f*100) },
+		"join": strings.Join,
+		"deref": func(p *int) string {
+			if p == nil {
+				return "–"
+			}
+			return fmt.Sprint(*p)
+		},
+		"errtext": dlq.ErrorText,
+	}
+	base, err := template.New("base").Funcs(funcs).ParseFS(webFS, "web/layout.html")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]*template.Template{}
+	for _, p := range pageNames {
+		t, err := template.Must(base.Clone()).ParseFS(webFS, "web/"+p+".html")
+		if err != nil {
+			return nil, fmt.Errorf("console page %s: %w", p, err)
+		}
+		out[p] = t
+	}
+	return out, nil
+}

@@ -1,0 +1,382 @@
+package console
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/msgpulse/msgpulse/internal/dlq"
+	"github.com/msgpulse/msgpulse/internal/logging"
+)
+
+// tool is the dlq.Tool for one request, acting in the name of the
+// caller's key. Its warnings are collected for the page.
+func (c *Console) tool(r *http.Request, rq *request, warns *[]string) (*dlq.Tool, error) {
+	conn, err := c.d.Conn(r.Context())
+	if err != nil {
+		return nil, fmt.Errorf("RabbitMQ is unavailable: %w", err)
+	}
+	return dlq.NewTool(conn, c.d.Model, c.d.Status, dlq.ToolConfig{DLQ: c.cfg.DLQ, Who: zap.String("api_key", rq.Caller.Name),
+		Log: c.log, Now: c.now, Warn: func(s string) { *warns = append(*warns, s) }}), nil
+}
+
+// dlqQueue is the {queue} of the path, if it is a DLQ of the model.
+func (c *Console) dlqQueue(r *http.Request) (string, error) {
+	q := r.PathValue("queue")
+	if slices.Contains(dlq.DeadLetterQueues(c.d.Model), q) {
+		return q, nil
+	}
+	return "", fmt.Errorf("%q is not a dead-letter queue of the topology model", q)
+}
+
+// reasonCount is one reason's count, for a sorted display.
+type reasonCount struct {
+	Reason string
+	N      int
+}
+
+func sortedCounts(m map[string]int) []reasonCount {
+	out := make([]reasonCount, 0, len(m))
+	for k, v := range m {
+		out = append(out, reasonCount{k, v})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].N != out[j].N {
+			return out[i].N > out[j].N
+		}
+		return out[i].Reason < out[j].Reason
+	})
+	return out
+}
+
+// dlqPage shows every DLQ of the model with its counts by reason and by
+// hour of death.
+func (c *Console) dlqPage(w http.ResponseWriter, r *http.Request, rq *request) {
+	var warns []string
+	t, err := c.tool(r, rq, &warns)
+	if err != nil {
+		c.fail(w, rq, http.StatusServiceUnavailable, err)
+		return
+	}
+	reps, err := t.Stats(r.Context(), dlq.DeadLetterQueues(c.d.Model), c.cfg.DLQ.ScanMax)
+	if err != nil {
+		c.fail(w, rq, http.StatusServiceUnavailable, err)
+		return
+	}
+	type row struct {
+		dlq.StatsReport
+		Reasons []reasonCount
+		Hours   []hourCount
+	}
+	rows := make([]row, len(reps))
+	for i, rep := range reps {
+		rows[i] = row{StatsReport: rep, Reasons: sortedCounts(rep.ByReason), Hours: hourCounts(rep.ByHour, c.now())}
+	}
+	c.render(w, http.StatusOK, "dlq", rq, map[string]any{"Queues": rows, "Warnings": warns})
+}
+
+// hourCount is deaths in one hour of the last day.
+type hourCount struct {
+	Hour     string
+	N        int
+	X, Y, Px int // the bar in a 144×42 SVG
+}
+
+// hourCounts lays the last 24 hours' deaths out oldest first.
+func hourCounts(byHour map[time.Time]int, now time.Time) []hourCount {
+	top := now.UTC().Truncate(time.Hour)
+	peak := 1
+	for _, n := range byHour {
+		peak = max(peak, n)
+	}
+	out := make([]hourCount, 24)
+	for i := range out {
+		h := top.Add(-time.Duration(23-i) * time.Hour)
+		n := byHour[h]
+		px := n * 40 / peak
+		out[i] = hourCount{Hour: h.Format("15h"), N: n, X: i * 6, Y: 41 - px, Px: px}
+	}
+	return out
+}
+
+func (c *Console) options(r *http.Request) (dlq.Options, error) {
+	q := r.URL.Query()
+	o := dlq.Options{Reason: q.Get("reason"), Limit: c.cfg.ListLimit}
+	if o.Reason != "" && !slices.Contains(dlq.Reasons, o.Reason) {
+		return o, fmt.Errorf("unknown reason %q", o.Reason)
+	}
+	if s := q.Get("since"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return o, fmt.Errorf("since %q: want a duration such as 30m or 2h", s)
+		}
+		o.Since = d
+	}
+	return o, nil
+}
+
+func (c *Console) dlqListPage(w http.ResponseWriter, r *http.Request, rq *request) {
+	queue, err := c.dlqQueue(r)
+	if err != nil {
+		c.fail(w, rq, http.StatusNotFound, err)
+		return
+	}
+	o, err := c.options(r)
+	if err != nil {
+		c.fail(w, rq, http.StatusBadRequest, err)
+		return
+	}
+	var warns []string
+	t, err := c.tool(r, rq, &warns)
+	if err != nil {
+		c.fail(w, rq, http.StatusServiceUnavailable, err)
+		return
+	}
+	l, err := t.List(r.Context(), queue, o, nil)
+	if err != nil {
+		c.fail(w, rq, http.StatusServiceUnavailable, err)
+		return
+	}
+	c.render(w, http.StatusOK, "dlqlist", rq, map[string]any{"Queue": queue, "List": l, "More": l.More(o.Limit), "Limit": o.Limit,
+		"Reason": o.Reason, "Since": r.URL.Query().Get("since"), "Reasons": dlq.Reasons, "Warnings": warns})
+}
+
+// shownMessage is a dead letter for the detail page: recipient masked,
+// code and digest hidden, the body as indented JSON text.
+type shownMessage struct {
+	dlq.Shown
+	BodyText string
+	Headers  [][2]string
+}
+
+func (c *Console) dlqShowPage(w http.ResponseWriter, r *http.Request, rq *request) {
+	queue, err := c.dlqQueue(r)
+	if err != nil {
+		c.fail(w, rq, http.StatusNotFound, err)
+		return
+	}
+	var warns []string
+	t, err := c.tool(r, rq, &warns)
+	if err != nil {
+		c.fail(w, rq, http.StatusServiceUnavailable, err)
+		return
+	}
+	found, err := t.Show(r.Context(), queue, r.PathValue("id"), false)
+	if errors.Is(err, dlq.ErrNotFound) {
+		c.fail(w, rq, http.StatusNotFound, err)
+		return
+	}
+	if err != nil {
+		c.fail(w, rq, http.StatusServiceUnavailable, err)
+		return
+	}
+	msgs := make([]shownMessage, len(found))
+	for i, s := range found {
+		msgs[i] = shownMessage{Shown: s, BodyText: bodyText(s), Headers: headerRows(s.Headers)}
+	}
+	c.render(w, http.StatusOK, "dlqshow", rq, map[string]any{"Queue": queue, "Messages": msgs, "Warnings": warns})
+}
+
+// bodyText is the body to display: the full recipient masked and the
+// code digest hidden (the sealed code is masked by dlq already).
+func bodyText(s dlq.Shown) string {
+	if s.BodyBase64 != "" {
+		return "(not JSON: " + strconv.Itoa(len(s.BodyBase64)*3/4) + " bytes, not shown)"
+	}
+	if m, ok := s.Body.(map[string]any); ok {
+		if r, ok := m["recipient"].(string); ok {
+			m["recipient"] = logging.Mask(r)
+		}
+		if _, ok := m["codeDigest"]; ok {
+			m["codeDigest"] = "[hidden]"
+		}
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(s.Body)
+	return b.String()
+}
+
+func headerRows(h map[string]any) [][2]string {
+	out := make([][2]string, 0, len(h))
+	for k, v := range h {
+		if k == "x-death" {
+			continue // shown as the deaths table
+		}
+		out = append(out, [2]string{k, fmt.Sprint(v)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i][0] < out[j][0] })
+	return out
+}
+
+// replay asks for confirmation (with a dry run's counts), then starts the
+// replay in the background and shows its progress.
+func (c *Console) replay(w http.ResponseWriter, r *http.Request, rq *request) {
+	queue, err := c.dlqQueue(r)
+	if err != nil {
+		c.fail(w, rq, http.StatusNotFound, err)
+		return
+	}
+	f := r.PostForm
+	o := dlq.Options{}
+	what := ""
+	switch id, reason := f.Get("id"), f.Get("reason"); {
+	case id != "" && reason == "":
+		o.IDs, what = []string{id}, "message "+id
+	case reason != "" && id == "" && slices.Contains(dlq.Reasons, reason):
+		o.Reason, what = reason, "every message with reason "+reason
+	default:
+		c.fail(w, rq, http.StatusBadRequest, errors.New("replay needs one message id or one known reason"))
+		return
+	}
+	if s := f.Get("rate"); s != "" {
+		n, err := strconv.ParseFloat(s, 64)
+		if err != nil || n <= 0 {
+			c.fail(w, rq, http.StatusBadRequest, fmt.Errorf("rate %q: want a positive number of messages per second", s))
+			return
+		}
+		o.Rate = n
+		what += fmt.Sprintf(" at most %g per second", n)
+	}
+	var warns []string
+	t, err := c.tool(r, rq, &warns)
+	if err != nil {
+		c.fail(w, rq, http.StatusServiceUnavailable, err)
+		return
+	}
+	if f.Get("confirmed") != "yes" {
+		dry := o
+		dry.DryRun = true
+		rep, err := t.Replay(r.Context(), queue, dry)
+		if err != nil {
+			c.fail(w, rq, http.StatusServiceUnavailable, err)
+			return
+		}
+		c.render(w, http.StatusOK, "confirm", rq, map[string]any{"Queue": queue, "What": what, "Dry": rep, "ID": f.Get("id"),
+			"Reason": f.Get("reason"), "Rate": f.Get("rate"), "Warnings": warns})
+		return
+	}
+	j := c.startReplay(t, rq.Caller.Name, queue, what, o)
+	http.Redirect(w, r, "/console/jobs/"+j.ID, http.StatusSeeOther)
+}
+
+// purgeMax bounds one purge from the console; the rest takes another.
+const purgeMax = 1000
+
+// selection reads a purge's selection: explicit ids (what the
+// confirmation page listed), else a reason.
+func (c *Console) selection(get func(string) string) (dlq.Options, error) {
+	if ids := get("ids"); ids != "" {
+		return dlq.Options{IDs: strings.Split(ids, ",")}, nil
+	}
+	reason := get("reason")
+	if reason == "" || !slices.Contains(dlq.Reasons, reason) {
+		return dlq.Options{}, errors.New("purge needs a known reason")
+	}
+	return dlq.Options{Reason: reason, Limit: purgeMax}, nil
+}
+
+// purgePage lists what a purge would delete and offers the export, then
+// the purge of exactly the messages listed.
+func (c *Console) purgePage(w http.ResponseWriter, r *http.Request, rq *request) {
+	queue, err := c.dlqQueue(r)
+	if err != nil {
+		c.fail(w, rq, http.StatusNotFound, err)
+		return
+	}
+	o, err := c.selection(r.URL.Query().Get)
+	if err != nil {
+		c.fail(w, rq, http.StatusBadRequest, err)
+		return
+	}
+	var warns []string
+	t, err := c.tool(r, rq, &warns)
+	if err != nil {
+		c.fail(w, rq, http.StatusServiceUnavailable, err)
+		return
+	}
+	l, err := t.List(r.Context(), queue, o, nil)
+	if err != nil {
+		c.fail(w, rq, http.StatusServiceUnavailable, err)
+		return
+	}
+	ids := make([]string, 0, len(l.Entries))
+	for _, e := range l.Entries {
+		if !slices.Contains(ids, e.ID) {
+			ids = append(ids, e.ID)
+		}
+	}
+	c.render(w, http.StatusOK, "purge", rq, map[string]any{"Queue": queue, "Reason": o.Reason, "List": l, "IDs": strings.Join(ids, ","),
+		"More": l.More(o.Limit), "Warnings": warns})
+}
+
+// export downloads the selected messages as JSON lines (the format of
+// `dlq purge --export`), deleting nothing.
+func (c *Console) export(w http.ResponseWriter, r *http.Request, rq *request) {
+	queue, err := c.dlqQueue(r)
+	if err != nil {
+		c.fail(w, rq, http.StatusNotFound, err)
+		return
+	}
+	o, err := c.selection(r.PostForm.Get)
+	if err != nil {
+		c.fail(w, rq, http.StatusBadRequest, err)
+		return
+	}
+	var warns []string
+	t, err := c.tool(r, rq, &warns)
+	if err != nil {
+		c.fail(w, rq, http.StatusServiceUnavailable, err)
+		return
+	}
+	// Buffered, so a failed read shows an error page, not half a file.
+	var b bytes.Buffer
+	n, err := t.Export(r.Context(), queue, o, &b)
+	if err != nil {
+		c.fail(w, rq, http.StatusServiceUnavailable, err)
+		return
+	}
+	c.log.Info("console export", zap.String("api_key", rq.Caller.Name), zap.String("queue", queue), zap.Int("messages", n))
+	name := fmt.Sprintf("%s-%s.jsonl", queue, c.now().UTC().Format("20060102T150405Z"))
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Content-Disposition", `attachment; filename="`+name+`"`)
+	_, _ = w.Write(b.Bytes())
+}
+
+// purge deletes exactly the ids the confirmation page listed, once the
+// operator said the export was downloaded.
+func (c *Console) purge(w http.ResponseWriter, r *http.Request, rq *request) {
+	queue, err := c.dlqQueue(r)
+	if err != nil {
+		c.fail(w, rq, http.StatusNotFound, err)
+		return
+	}
+	f := r.PostForm
+	if f.Get("ids") == "" || f.Get("exported") != "yes" || f.Get("confirmed") != "yes" {
+		c.fail(w, rq, http.StatusBadRequest, errors.New("purge deletes the listed messages only after their export was downloaded and the box ticked"))
+		return
+	}
+	o, _ := c.selection(f.Get)
+	var warns []string
+	t, err := c.tool(r, rq, &warns)
+	if err != nil {
+		c.fail(w, rq, http.StatusServiceUnavailable, err)
+		return
+	}
+	rep, err := t.Purge(r.Context(), queue, o, "")
+	if err != nil {
+		c.fail(w, rq, http.StatusServiceUnavailable, err)
+		return
+	}
+	c.render(w, http.StatusOK, "job", rq, map[string]any{"Purge": rep, "Queue": queue, "Warnings": warns})
+}

@@ -1,0 +1,102 @@
+package console
+
+import (
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/topology"
+)
+
+// queueRow is one queue of the model as the queue page shows it.
+type queueRow struct {
+	Name, Role, Channel string
+	Exists              bool
+	Depth, Consumers    int
+	MaxLength           int     // 0 = unbounded
+	Fill                float64 // depth / max length
+	FillPx              int     // width of the fill bar
+	Rate                string  // net change of the depth, per second
+	Status              string  // ok, warning, missing
+}
+
+// sample is a queue's depth when the page was last drawn, for the rate.
+type sample struct {
+	depth int
+	at    time.Time
+}
+
+// rateKeeper turns successive depths into a net rate. It needs no
+// management plugin: the page reloads itself, so every reload is a sample.
+type rateKeeper struct {
+	mu   sync.Mutex
+	last map[string]sample
+}
+
+func (k *rateKeeper) rate(name string, depth int, now time.Time) string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	prev, ok := k.last[name]
+	k.last[name] = sample{depth: depth, at: now}
+	dt := now.Sub(prev.at).Seconds()
+	if !ok || dt < 0.5 || dt > 10*60 {
+		return "–"
+	}
+	return fmt.Sprintf("%+.1f/s", float64(depth-prev.depth)/dt)
+}
+
+const fillBarPx = 120
+
+func (c *Console) queueRows(r *http.Request) ([]queueRow, error) {
+	qs := c.d.Model.Queues
+	names := make([]string, len(qs))
+	for i, q := range qs {
+		names[i] = q.Name
+	}
+	states, err := c.d.Inspect(r.Context(), names)
+	if err != nil {
+		return nil, err
+	}
+	now := c.now()
+	rows := make([]queueRow, 0, len(states))
+	for i, st := range states {
+		q := qs[i]
+		row := queueRow{Name: q.Name, Role: string(q.Role), Channel: q.Channel, Exists: st.Exists, Depth: st.Messages, Consumers: st.Consumers, Status: "ok", Rate: "–"}
+		if n, ok := envelope.HeaderInt(q.Args, topology.ArgMaxLength); ok && n > 0 {
+			row.MaxLength = int(n)
+			row.Fill = float64(st.Messages) / float64(n)
+			row.FillPx = min(fillBarPx, int(row.Fill*fillBarPx+0.5))
+		}
+		switch {
+		case !st.Exists:
+			row.Status = "missing"
+		case row.MaxLength > 0 && row.Fill > topology.FillWarning:
+			row.Status = "warning"
+		}
+		if st.Exists {
+			row.Rate = c.rates.rate(q.Name, st.Messages, now)
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+func (c *Console) queuesPage(w http.ResponseWriter, r *http.Request, rq *request) {
+	rows, err := c.queueRows(r)
+	if err != nil {
+		c.fail(w, rq, http.StatusServiceUnavailable, fmt.Errorf("queue depths are unavailable (RabbitMQ): %w", err))
+		return
+	}
+	data := map[string]any{"Queues": rows, "Warn": topology.FillWarning, "Refresh": int(c.cfg.Refresh.Seconds()), "BarPx": fillBarPx}
+	if c.d.Timeline != nil {
+		pts, err := c.d.Timeline.LastHour(r.Context(), c.now())
+		if err != nil {
+			data["ChartError"] = err.Error()
+		} else {
+			data["Chart"] = chart(pts)
+		}
+	}
+	c.render(w, http.StatusOK, "queues", rq, data)
+}

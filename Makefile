@@ -25,8 +25,12 @@ build: ## build every command into ./bin
 run: services build ## run the whole system locally: topology, mail catcher, API, consumer
 	@./scripts/run.sh
 
+.PHONY: browser
+browser: ## install Debian's chromium if missing (the console's browser test drives it)
+	@./scripts/browser.sh
+
 .PHONY: test
-test: services ## run every test (unit + integration, -race) against the real RabbitMQ and Redis, then the fault scenarios
+test: services browser ## run every test (unit + integration, -race) against the real RabbitMQ and Redis, then the fault scenarios
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	@# The fault scenarios run after, one at a time: one raises a broker-wide
 	@# alarm that would stall the packages above. Their counts are printed.

@@ -203,6 +203,7 @@ func bodyText(s dlq.Shown) string {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // html/template escapes it, readably
 	_ = enc.Encode(s.Body)
 	return b.String()
 }

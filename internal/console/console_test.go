@@ -1,0 +1,328 @@
+package console_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/msgpulse/msgpulse/internal/broker"
+	"github.com/msgpulse/msgpulse/internal/config"
+	"github.com/msgpulse/msgpulse/internal/console"
+	"github.com/msgpulse/msgpulse/internal/dispatch/dispatchtest"
+	"github.com/msgpulse/msgpulse/internal/seal"
+	"github.com/msgpulse/msgpulse/internal/testenv"
+	"github.com/msgpulse/msgpulse/internal/timeline"
+	"github.com/msgpulse/msgpulse/internal/topology"
+)
+
+const (
+	testKey     = "oncall-key-0123456789"
+	testKeyName = "oncall"
+)
+
+// harness is a whole msgpulse stack (vhost, Redis prefix, SMTP catcher,
+// consumers on demand) with the console served over HTTP.
+type harness struct {
+	stack *dispatchtest.Stack
+	con   *console.Console
+	http  *httptest.Server
+	mail  topology.ChannelTopology
+}
+
+func setup(t *testing.T) *harness {
+	t.Helper()
+	s := dispatchtest.New(t, dispatchtest.Options{})
+	log := zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
+	con, err := console.New(console.Config{Secret: seal.DevSecret, Refresh: 5 * time.Second, DLQ: config.DLQ{
+		Common: config.Common{AMQPURL: s.Broker.URL, RedisURL: s.Redis.URL, RedisPrefix: s.Redis.Prefix},
+		Model:  topology.DefaultConfig(), ConfirmTimeout: 10 * time.Second, ScanMax: 10_000, StatusTimeout: 2 * time.Second,
+	}}, console.Deps{
+		Log: log, Model: s.Model, Status: s.Status, Conn: s.Session.Conn, Timeline: timeline.NewReader(s.Redis.Client, s.Redis.Prefix),
+		Inspect: func(ctx context.Context, names []string) ([]broker.QueueState, error) {
+			conn, err := s.Session.Conn(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return broker.Inspect(conn, names)
+		},
+		Authenticate: func(key string) (console.Caller, bool) {
+			if key == testKey {
+				return console.Caller{Name: testKeyName}, true
+			}
+			return console.Caller{}, false
+		},
+		Lookup: func(name string) (console.Caller, bool) { return console.Caller{Name: name}, name == testKeyName },
+	})
+	require.NoError(t, err)
+	t.Cleanup(con.Close)
+	srv := httptest.NewServer(con)
+	t.Cleanup(srv.Close)
+	mail, err := s.Model.Channel(topology.Mail)
+	require.NoError(t, err)
+	return &harness{stack: s, con: con, http: srv, mail: mail}
+}
+
+// deadLetter publishes a notice to mail and rejects it from the main queue
+// (no consumer is running), so the broker dead-letters it as rejected.
+func (h *harness) deadLetter(t *testing.T, rcpt, title string) string {
+	t.Helper()
+	id := h.stack.Notice(topology.Mail, rcpt, title, nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d, ok, err := h.stack.Ch.Get(h.mail.Queue, false)
+		require.NoError(t, err)
+		if ok {
+			require.Equal(t, id, d.MessageId)
+			require.NoError(t, d.Nack(false, false))
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the notice never reached %s", h.mail.Queue)
+	}
+	waitFor(t, "the dead letter in "+h.mail.DeadLetterQueue, func() bool { return h.stack.Depth(h.mail.DeadLetterQueue) == 1 })
+	return id
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling for an outcome, with a deadline
+	}
+}
+
+// client is a logged-in HTTP client (cookies kept), with the CSRF token of
+// its session.
+func (h *harness) client(t *testing.T, login bool) *http.Client {
+	t.Helper()
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	if !login {
+		return c
+	}
+	resp, err := c.Get(h.http.URL + "/console/login")
+	require.NoError(t, err)
+	body := readBody(t, resp)
+	nonce := between(body, `name="nonce" value="`, `"`)
+	resp, err = c.PostForm(h.http.URL+"/console/login", url.Values{"nonce": {nonce}, "key": {testKey}})
+	require.NoError(t, err)
+	_ = readBody(t, resp)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	return c
+}
+
+func readBody(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
+}
+
+func between(s, from, to string) string {
+	_, rest, ok := strings.Cut(s, from)
+	if !ok {
+		return ""
+	}
+	v, _, _ := strings.Cut(rest, to)
+	return v
+}
+
+// The console refuses what it must: no session, a wrong key, a POST
+// without the session's CSRF token; and it sets its protective headers.
+func TestAuthAndCSRF(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs RabbitMQ and Redis")
+	}
+	h := setup(t)
+	anon := h.client(t, false)
+	in := h.client(t, true)
+	dlqURL := h.http.URL + "/console/dlq/" + h.mail.DeadLetterQueue
+
+	resp, err := in.Get(h.http.URL + "/console/queues")
+	require.NoError(t, err)
+	page := readBody(t, resp)
+	require.Equal(t, http.StatusOK, resp.StatusCode, page)
+	csrf := between(page, `name="csrf" value="`, `"`)
+	require.NotEmpty(t, csrf)
+	require.Contains(t, resp.Header.Get("Content-Security-Policy"), "default-src 'none'")
+	require.NotContains(t, page, "<script", "the console runs no script")
+	require.NotContains(t, page, testKey, "the key never comes back")
+
+	cases := []struct {
+		name   string
+		c      *http.Client
+		method string
+		url    string
+		form   url.Values
+		want   int
+	}{
+		{"a page without a session goes to the login", anon, http.MethodGet, h.http.URL + "/console/queues", nil, http.StatusSeeOther},
+		{"an action without a session is refused", anon, http.MethodPost, dlqURL + "/replay", url.Values{"reason": {"rejected"}}, http.StatusUnauthorized},
+		{"an action without a CSRF token is refused", in, http.MethodPost, dlqURL + "/replay", url.Values{"reason": {"rejected"}}, http.StatusForbidden},
+		{"an action with another token is refused", in, http.MethodPost, dlqURL + "/replay", url.Values{"reason": {"rejected"}, "csrf": {csrf + "x"}}, http.StatusForbidden},
+		{"an action with the token is shown its confirmation", in, http.MethodPost, dlqURL + "/replay", url.Values{"reason": {"rejected"}, "csrf": {csrf}}, http.StatusOK},
+		{"a queue outside the model is not read", in, http.MethodGet, h.http.URL + "/console/dlq/queue.mail", nil, http.StatusNotFound},
+		{"a login without the form's nonce is refused", anon, http.MethodPost, h.http.URL + "/console/login", url.Values{"key": {testKey}}, http.StatusForbidden},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var resp *http.Response
+			var err error
+			if tc.method == http.MethodGet {
+				resp, err = tc.c.Get(tc.url)
+			} else {
+				resp, err = tc.c.PostForm(tc.url, tc.form)
+			}
+			require.NoError(t, err)
+			body := readBody(t, resp)
+			require.Equal(t, tc.want, resp.StatusCode, body)
+		})
+	}
+
+	t.Run("a wrong key does not log in", func(t *testing.T) {
+		c := h.client(t, false)
+		resp, err := c.Get(h.http.URL + "/console/login")
+		require.NoError(t, err)
+		nonce := between(readBody(t, resp), `name="nonce" value="`, `"`)
+		resp, err = c.PostForm(h.http.URL+"/console/login", url.Values{"nonce": {nonce}, "key": {"not-" + testKey}})
+		require.NoError(t, err)
+		_ = readBody(t, resp)
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+		for _, ck := range resp.Cookies() {
+			require.NotEqual(t, "msgpulse_console", ck.Name, "no session for a wrong key")
+		}
+	})
+
+	t.Run("the session cookie is HttpOnly, SameSite=Strict and holds no key", func(t *testing.T) {
+		c := h.client(t, false)
+		resp, err := c.Get(h.http.URL + "/console/login")
+		require.NoError(t, err)
+		nonce := between(readBody(t, resp), `name="nonce" value="`, `"`)
+		resp, err = c.PostForm(h.http.URL+"/console/login", url.Values{"nonce": {nonce}, "key": {testKey}})
+		require.NoError(t, err)
+		_ = readBody(t, resp)
+		var found bool
+		for _, ck := range resp.Cookies() {
+			if ck.Name == "msgpulse_console" && ck.Value != "" {
+				found = true
+				require.True(t, ck.HttpOnly)
+				require.Equal(t, http.SameSiteStrictMode, ck.SameSite)
+				require.NotContains(t, ck.Value, testKey)
+			}
+		}
+		require.True(t, found, "a session cookie was set")
+	})
+}
+
+// What a dead letter carries is escaped, and its recipient masked, in the
+// list and the detail page.
+func TestDeadLetterPagesEscapeAndMask(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs RabbitMQ and Redis")
+	}
+	h := setup(t)
+	rcpt := "victim-" + testenv.ID() + "@example.com"
+	id := h.deadLetter(t, rcpt, `<script>alert(1)</script>`)
+	c := h.client(t, true)
+	for _, path := range []string{"/console/dlq/" + h.mail.DeadLetterQueue, "/console/dlq/" + h.mail.DeadLetterQueue + "/message/" + id, "/console/dlq"} {
+		resp, err := c.Get(h.http.URL + path)
+		require.NoError(t, err)
+		page := readBody(t, resp)
+		require.Equal(t, http.StatusOK, resp.StatusCode, page)
+		require.NotContains(t, page, rcpt, path+": the full recipient is never shown")
+		require.NotContains(t, page, "<script>", path)
+	}
+	resp, err := c.Get(h.http.URL + "/console/dlq/" + h.mail.DeadLetterQueue + "/message/" + id)
+	require.NoError(t, err)
+	page := readBody(t, resp)
+	require.Contains(t, page, "&lt;script&gt;alert(1)&lt;/script&gt;", "the title is shown, escaped")
+	require.Contains(t, page, "v***", "the recipient is shown masked")
+	require.Equal(t, 1, h.stack.Depth(h.mail.DeadLetterQueue), "reading gave the dead letter back")
+}
+
+// The Done-when of the console: a real headless Chromium logs in, finds
+// the dead letter the test made, replays it through the page, and sees the
+// mail arrive once and the DLQ count fall; it saves screenshots.
+func TestBrowserReplaysADeadLetter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs RabbitMQ, Redis and Chromium")
+	}
+	h := setup(t)
+	rcpt := "replay-" + testenv.ID() + "@example.com"
+	id := h.deadLetter(t, rcpt, "console replay")
+	h.stack.StartConsumer("c1", 2)
+
+	// Screenshots go to the test's temp dir, or to MSGPULSE_CONSOLE_SHOTS
+	// to keep them.
+	shots := t.TempDir()
+	if dir := os.Getenv("MSGPULSE_CONSOLE_SHOTS"); dir != "" {
+		require.NoError(t, os.MkdirAll(dir, 0o755))
+		shots = dir
+	}
+	b := newBrowser(t)
+	b.open(h.http.URL + "/console")
+	b.waitVisible("#login")
+	b.typeInto("#key", testKey)
+	b.click("#login-submit")
+	b.waitVisible("#queues")
+	require.Equal(t, "1", b.text(`#queues tr[data-queue="`+h.mail.DeadLetterQueue+`"] td.depth`))
+	b.screenshot(filepath.Join(shots, "1-queues.png"))
+
+	b.open(h.http.URL + "/console/dlq")
+	b.waitVisible("#dlqs")
+	require.Equal(t, "1", b.text(`#dlqs tr[data-queue="`+h.mail.DeadLetterQueue+`"] td.total`))
+	b.screenshot(filepath.Join(shots, "2-dlq.png"))
+
+	b.click(`#dlqs tr[data-queue="` + h.mail.DeadLetterQueue + `"] a`)
+	row := `#deadletters tr[data-id="` + id + `"]`
+	b.waitVisible(row)
+	require.Contains(t, b.text(row), "r***", "the list shows the recipient masked")
+	require.NotContains(t, b.text("body"), rcpt)
+	b.screenshot(filepath.Join(shots, "3-list.png"))
+	if out := os.Getenv("MSGPULSE_CONSOLE_SCREENSHOT"); out != "" {
+		b.screenshot(out) // docs/console.png, for the README
+	}
+
+	b.click(row + " button.replay-one")
+	b.waitVisible("#confirm-replay")
+	require.Contains(t, b.text("#dry-run"), "1 would be replayed")
+	b.screenshot(filepath.Join(shots, "4-confirm.png"))
+	require.Equal(t, 0, h.stack.MailsTo(rcpt), "nothing is sent before the confirmation")
+	b.click("#confirm-replay")
+	b.waitVisible("#job-done")
+	require.Contains(t, b.text("#job-done"), "replayed 1")
+	b.screenshot(filepath.Join(shots, "5-done.png"))
+
+	waitFor(t, "the replayed mail", func() bool { return h.stack.MailsTo(rcpt) >= 1 })
+	waitFor(t, "the task to be sent", func() bool { return h.stack.StatusOf(id).Status == "sent" })
+	require.Equal(t, 0, h.stack.Depth(h.mail.Queue))
+	require.Equal(t, 1, h.stack.MailsTo(rcpt), "the mail arrived once")
+
+	b.open(h.http.URL + "/console/dlq")
+	b.waitVisible("#dlqs")
+	require.Equal(t, "0", b.text(`#dlqs tr[data-queue="`+h.mail.DeadLetterQueue+`"] td.total`), "the DLQ count fell")
+	require.Equal(t, 0, h.stack.Depth(h.mail.DeadLetterQueue))
+	b.screenshot(filepath.Join(shots, "6-dlq-after.png"))
+
+	b.open(h.http.URL + "/console/messages?taskId=" + id)
+	b.waitVisible("#record")
+	require.Contains(t, b.text("#record"), "sent")
+	b.screenshot(filepath.Join(shots, "7-lookup.png"))
+	t.Logf("screenshots in %s", shots)
+}

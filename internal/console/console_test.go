@@ -266,6 +266,10 @@ func TestBrowserReplaysADeadLetter(t *testing.T) {
 	h := setup(t)
 	rcpt := "replay-" + testenv.ID() + "@example.com"
 	id := h.deadLetter(t, rcpt, "console replay")
+	// The chart's source, as cmd/consumer runs it (flushed by hand here).
+	sampler, err := timeline.NewSampler(h.stack.Redis.Client, h.stack.Redis.Prefix,
+		timeline.Sources{Sent: h.stack.Metrics.Sent, Failed: h.stack.Metrics.DeadLettered, Accuracy: h.stack.DelayMet.Accuracy}, time.Hour, nil)
+	require.NoError(t, err)
 	h.stack.StartConsumer("c1", 2)
 
 	// Screenshots go to the test's temp dir, or to MSGPULSE_CONSOLE_SHOTS
@@ -313,6 +317,11 @@ func TestBrowserReplaysADeadLetter(t *testing.T) {
 	waitFor(t, "the task to be sent", func() bool { return h.stack.StatusOf(id).Status == "sent" })
 	require.Equal(t, 0, h.stack.Depth(h.mail.Queue))
 	require.Equal(t, 1, h.stack.MailsTo(rcpt), "the mail arrived once")
+
+	require.NoError(t, sampler.Flush(testenv.Context(t, 5*time.Second)))
+	b.open(h.http.URL + "/console/queues")
+	b.waitVisible("#chart-counts")
+	require.Contains(t, b.text("#chart-caption"), "1 sent, 0 failed", "the chart counts the replayed send")
 
 	b.open(h.http.URL + "/console/dlq")
 	b.waitVisible("#dlqs")

@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
@@ -57,8 +56,9 @@ type Sampler struct {
 	prefix string
 	every  time.Duration
 	log    *zap.Logger
-	reg    *prometheus.Registry
-	now    func() time.Time
+	// One registry per source: gathering one reads exactly that metric.
+	sent, failed, accuracy *prometheus.Registry
+	now                    func() time.Time
 
 	mu   sync.Mutex
 	prev snapshot
@@ -78,14 +78,14 @@ func NewSampler(rdb redis.UniversalClient, prefix string, src Sources, every tim
 	if log == nil {
 		log = zap.NewNop()
 	}
-	// A registry of its own: gathering it reads exactly these three.
-	reg := prometheus.NewRegistry()
-	for _, c := range []prometheus.Collector{src.Sent, src.Failed, src.Accuracy} {
-		if err := reg.Register(c); err != nil {
+	regs := make([]*prometheus.Registry, 3)
+	for i, c := range []prometheus.Collector{src.Sent, src.Failed, src.Accuracy} {
+		regs[i] = prometheus.NewRegistry()
+		if err := regs[i].Register(c); err != nil {
 			return nil, fmt.Errorf("timeline: %w", err)
 		}
 	}
-	s := &Sampler{rdb: rdb, prefix: prefix, every: every, log: log, reg: reg, now: time.Now}
+	s := &Sampler{rdb: rdb, prefix: prefix, every: every, log: log, sent: regs[0], failed: regs[1], accuracy: regs[2], now: time.Now}
 	s.prev = s.read() // what happened before the sampler started is not this minute's
 	return s, nil
 }
@@ -110,36 +110,34 @@ func (s *Sampler) Run(ctx context.Context) {
 }
 
 func (s *Sampler) read() snapshot {
-	snap := snapshot{buckets: map[string]float64{}}
-	mfs, err := s.reg.Gather()
-	if err != nil {
-		return snap
-	}
-	for i, mf := range mfs {
+	snap := snapshot{sent: counterSum(s.sent), failed: counterSum(s.failed), buckets: map[string]float64{}}
+	mfs, _ := s.accuracy.Gather() // a gather error leaves what it could read
+	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
-			switch {
-			case m.GetHistogram() != nil:
-				for _, b := range m.GetHistogram().GetBucket() {
-					if math.IsInf(b.GetUpperBound(), 1) {
-						continue // counted below, as every sample
-					}
-					snap.buckets[strconv.FormatFloat(b.GetUpperBound(), 'g', -1, 64)] += float64(b.GetCumulativeCount())
+			h := m.GetHistogram()
+			for _, b := range h.GetBucket() {
+				if math.IsInf(b.GetUpperBound(), 1) {
+					continue // counted below, as every sample
 				}
-				snap.buckets["+Inf"] += float64(m.GetHistogram().GetSampleCount())
-			case m.GetCounter() != nil:
-				if isName(mfs[i], "sent") {
-					snap.sent += m.GetCounter().GetValue()
-				} else {
-					snap.failed += m.GetCounter().GetValue()
-				}
+				snap.buckets[strconv.FormatFloat(b.GetUpperBound(), 'g', -1, 64)] += float64(b.GetCumulativeCount())
 			}
+			snap.buckets["+Inf"] += float64(h.GetSampleCount())
 		}
 	}
 	return snap
 }
 
-// isName tells the two counters apart by their family name.
-func isName(mf *dto.MetricFamily, word string) bool { return strings.Contains(mf.GetName(), word) }
+// counterSum adds a counter's values over all its labels.
+func counterSum(reg *prometheus.Registry) float64 {
+	mfs, _ := reg.Gather()
+	sum := 0.0
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
 
 // Flush writes what changed since the last sample into the current
 // minute. A failed write is retried with the next sample (the deltas are

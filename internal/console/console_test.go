@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -78,19 +79,23 @@ func setup(t *testing.T) *harness {
 // (no consumer is running), so the broker dead-letters it as rejected.
 func (h *harness) deadLetter(t *testing.T, rcpt, title string) string {
 	t.Helper()
+	return h.deadLetterMore(t, rcpt, title, 1)
+}
+
+// deadLetterMore is deadLetter for the n-th dead letter of a test.
+func (h *harness) deadLetterMore(t *testing.T, rcpt, title string, n int) string {
+	t.Helper()
 	id := h.stack.Notice(topology.Mail, rcpt, title, nil)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitFor(t, "the notice in "+h.mail.Queue, func() bool {
 		d, ok, err := h.stack.Ch.Get(h.mail.Queue, false)
 		require.NoError(t, err)
 		if ok {
 			require.Equal(t, id, d.MessageId)
 			require.NoError(t, d.Nack(false, false))
-			break
 		}
-		require.True(t, time.Now().Before(deadline), "the notice never reached %s", h.mail.Queue)
-	}
-	waitFor(t, "the dead letter in "+h.mail.DeadLetterQueue, func() bool { return h.stack.Depth(h.mail.DeadLetterQueue) == 1 })
+		return ok
+	})
+	waitFor(t, "the dead letter in "+h.mail.DeadLetterQueue, func() bool { return h.stack.Depth(h.mail.DeadLetterQueue) == n })
 	return id
 }
 
@@ -334,4 +339,109 @@ func TestBrowserReplaysADeadLetter(t *testing.T) {
 	require.Contains(t, b.text("#record"), "sent")
 	b.screenshot(filepath.Join(shots, "7-lookup.png"))
 	t.Logf("screenshots in %s", shots)
+}
+
+// csrfOf logs-in client c's token, read from any page.
+func (h *harness) csrfOf(t *testing.T, c *http.Client) string {
+	t.Helper()
+	resp, err := c.Get(h.http.URL + "/console/messages")
+	require.NoError(t, err)
+	tok := between(readBody(t, resp), `name="csrf" value="`, `"`)
+	require.NotEmpty(t, tok)
+	return tok
+}
+
+// Purge deletes exactly the messages its confirmation page listed, and
+// only after the export step: one that dead-letters meanwhile stays.
+func TestExportThenPurge(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs RabbitMQ and Redis")
+	}
+	h := setup(t)
+	c := h.client(t, true)
+	csrf := h.csrfOf(t, c)
+	a := h.deadLetter(t, "a-"+testenv.ID()+"@example.com", "a")
+	base := h.http.URL + "/console/dlq/" + h.mail.DeadLetterQueue
+
+	resp, err := c.Get(base + "/purge?reason=rejected")
+	require.NoError(t, err)
+	page := readBody(t, resp)
+	require.Equal(t, http.StatusOK, resp.StatusCode, page)
+	ids := between(page, `name="ids" value="`, `"`)
+	require.Equal(t, a, ids)
+
+	// Dead-lettered after the page was drawn: not in its list.
+	late := h.stack.Notice(topology.Mail, "late-"+testenv.ID()+"@example.com", "late", nil)
+	d, ok, err := h.stack.Ch.Get(h.mail.Queue, false)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, late, d.MessageId)
+	require.NoError(t, d.Nack(false, false))
+	waitFor(t, "two dead letters", func() bool { return h.stack.Depth(h.mail.DeadLetterQueue) == 2 })
+
+	resp, err = c.PostForm(base+"/export", url.Values{"csrf": {csrf}, "ids": {ids}})
+	require.NoError(t, err)
+	export := readBody(t, resp)
+	require.Equal(t, http.StatusOK, resp.StatusCode, export)
+	require.Contains(t, resp.Header.Get("Content-Disposition"), "attachment")
+	lines := strings.Split(strings.TrimSpace(export), "\n")
+	require.Len(t, lines, 1)
+	require.Contains(t, lines[0], `"id":"`+a+`"`)
+	require.Equal(t, 2, h.stack.Depth(h.mail.DeadLetterQueue), "export deletes nothing")
+
+	resp, err = c.PostForm(base+"/purge", url.Values{"csrf": {csrf}, "ids": {ids}, "confirmed": {"yes"}})
+	require.NoError(t, err)
+	_ = readBody(t, resp)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "no purge without the export box ticked")
+	require.Equal(t, 2, h.stack.Depth(h.mail.DeadLetterQueue))
+
+	resp, err = c.PostForm(base+"/purge", url.Values{"csrf": {csrf}, "ids": {ids}, "confirmed": {"yes"}, "exported": {"yes"}})
+	require.NoError(t, err)
+	page = readBody(t, resp)
+	require.Equal(t, http.StatusOK, resp.StatusCode, page)
+	require.Contains(t, page, "Deleted 1 of 1 selected")
+	require.Equal(t, 1, h.stack.Depth(h.mail.DeadLetterQueue), "the late dead letter stays")
+}
+
+// Replay by reason asks first (a dry run changes nothing), then runs in
+// the background at the given rate and reports on its own page.
+func TestReplayByReason(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs RabbitMQ and Redis")
+	}
+	h := setup(t)
+	c := h.client(t, true)
+	csrf := h.csrfOf(t, c)
+	var rcpts []string
+	for i := range 3 {
+		r := "r" + strconv.Itoa(i) + "-" + testenv.ID() + "@example.com"
+		rcpts = append(rcpts, r)
+		h.deadLetterMore(t, r, "bulk", i+1)
+	}
+	h.stack.StartConsumer("c1", 2)
+	base := h.http.URL + "/console/dlq/" + h.mail.DeadLetterQueue
+
+	resp, err := c.PostForm(base+"/replay", url.Values{"csrf": {csrf}, "reason": {"rejected"}, "rate": {"20"}})
+	require.NoError(t, err)
+	page := readBody(t, resp)
+	require.Equal(t, http.StatusOK, resp.StatusCode, page)
+	require.Contains(t, page, "3 would be replayed")
+	require.Equal(t, 3, h.stack.Depth(h.mail.DeadLetterQueue), "the confirmation step changes nothing")
+
+	resp, err = c.PostForm(base+"/replay", url.Values{"csrf": {csrf}, "reason": {"rejected"}, "rate": {"20"}, "confirmed": {"yes"}})
+	require.NoError(t, err)
+	_ = readBody(t, resp)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	job := h.http.URL + resp.Header.Get("Location")
+	waitFor(t, "the replay job to end", func() bool {
+		resp, err := c.Get(job)
+		require.NoError(t, err)
+		page = readBody(t, resp)
+		return strings.Contains(page, `id="job-done"`)
+	})
+	require.Contains(t, page, "replayed 3, skipped 0")
+	for _, r := range rcpts {
+		waitFor(t, "mail to "+r, func() bool { return h.stack.MailsTo(r) == 1 })
+	}
+	require.Equal(t, 0, h.stack.Depth(h.mail.DeadLetterQueue))
 }

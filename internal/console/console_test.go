@@ -86,7 +86,7 @@ func (h *harness) deadLetter(t *testing.T, rcpt, title string) string {
 func (h *harness) deadLetterMore(t *testing.T, rcpt, title string, n int) string {
 	t.Helper()
 	id := h.stack.Notice(topology.Mail, rcpt, title, nil)
-	waitFor(t, "the notice in "+h.mail.Queue, func() bool {
+	testenv.WaitFor(t, 20*time.Second, "the notice in "+h.mail.Queue, func() bool {
 		d, ok, err := h.stack.Ch.Get(h.mail.Queue, false)
 		require.NoError(t, err)
 		if ok {
@@ -95,20 +95,10 @@ func (h *harness) deadLetterMore(t *testing.T, rcpt, title string, n int) string
 		}
 		return ok
 	})
-	waitFor(t, "the dead letter in "+h.mail.DeadLetterQueue, func() bool { return h.stack.Depth(h.mail.DeadLetterQueue) == n })
+	testenv.WaitFor(t, 20*time.Second, "the dead letter in "+h.mail.DeadLetterQueue, func() bool { return h.stack.Depth(h.mail.DeadLetterQueue) == n })
 	return id
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond) // polling for an outcome, with a deadline
-	}
-}
 
 // client is a logged-in HTTP client (cookies kept), with the CSRF token of
 // its session.
@@ -318,8 +308,8 @@ func TestBrowserReplaysADeadLetter(t *testing.T) {
 	require.Contains(t, b.text("#job-done"), "replayed 1")
 	b.screenshot(filepath.Join(shots, "5-done.png"))
 
-	waitFor(t, "the replayed mail", func() bool { return h.stack.MailsTo(rcpt) >= 1 })
-	waitFor(t, "the task to be sent", func() bool { return h.stack.StatusOf(id).Status == "sent" })
+	testenv.WaitFor(t, 20*time.Second, "the replayed mail", func() bool { return h.stack.MailsTo(rcpt) >= 1 })
+	testenv.WaitFor(t, 20*time.Second, "the task to be sent", func() bool { return h.stack.StatusOf(id).Status == "sent" })
 	require.Equal(t, 0, h.stack.Depth(h.mail.Queue))
 	require.Equal(t, 1, h.stack.MailsTo(rcpt), "the mail arrived once")
 
@@ -377,7 +367,7 @@ func TestExportThenPurge(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, late, d.MessageId)
 	require.NoError(t, d.Nack(false, false))
-	waitFor(t, "two dead letters", func() bool { return h.stack.Depth(h.mail.DeadLetterQueue) == 2 })
+	testenv.WaitFor(t, 20*time.Second, "two dead letters", func() bool { return h.stack.Depth(h.mail.DeadLetterQueue) == 2 })
 
 	resp, err = c.PostForm(base+"/export", url.Values{"csrf": {csrf}, "ids": {ids}})
 	require.NoError(t, err)
@@ -433,7 +423,7 @@ func TestReplayByReason(t *testing.T) {
 	_ = readBody(t, resp)
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
 	job := h.http.URL + resp.Header.Get("Location")
-	waitFor(t, "the replay job to end", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "the replay job to end", func() bool {
 		resp, err := c.Get(job)
 		require.NoError(t, err)
 		page = readBody(t, resp)
@@ -441,7 +431,7 @@ func TestReplayByReason(t *testing.T) {
 	})
 	require.Contains(t, page, "replayed 3, skipped 0")
 	for _, r := range rcpts {
-		waitFor(t, "mail to "+r, func() bool { return h.stack.MailsTo(r) == 1 })
+		testenv.WaitFor(t, 20*time.Second, "mail to "+r, func() bool { return h.stack.MailsTo(r) == 1 })
 	}
 	require.Equal(t, 0, h.stack.Depth(h.mail.DeadLetterQueue))
 }

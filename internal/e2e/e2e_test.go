@@ -4,8 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -221,4 +226,45 @@ func TestToolsAreQuietUnlessAskedWithV(t *testing.T) {
 	require.Contains(t, errOut, "broker connected", "-v, even after the command's own flags")
 	_, errOut = run("topology", "-v", "declare")
 	require.NotContains(t, errOut, "error")
+}
+
+// The API binary serves the console at /console, and what a consumer
+// process sends reaches the console's chart (the consumer's timeline
+// sampler flushes on a graceful stop).
+func TestConsoleServedByTheAPIChartsTheConsumersSends(t *testing.T) {
+	s := newSystem(t)
+	_, c := s.api()
+	cons := s.consumer("c1")
+	ctx := testenv.Context(t, 30*time.Second)
+	_, err := c.RequestVerificationCode(ctx, client.VerificationCodeRequest{Channel: client.ChannelEmail, Recipient: "carol@example.com", Purpose: "login"})
+	require.NoError(t, err)
+	testenv.WaitFor(t, 15*time.Second, "the mail", func() bool { return s.mailsTo("carol@example.com") == 1 })
+	cons.Term(t)
+
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	hc := &http.Client{Jar: jar, Timeout: 10 * time.Second}
+	login := get(t, hc, s.apiURL+"/console/login")
+	nonce := regexp.MustCompile(`name="nonce" value="([^"]+)"`).FindStringSubmatch(login)
+	require.Len(t, nonce, 2, login)
+	resp, err := hc.PostForm(s.apiURL+"/console/login", url.Values{"nonce": {nonce[1]}, "key": {apiKey}})
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	page := get(t, hc, s.apiURL+"/console/queues") // the login redirected here too
+	require.Contains(t, page, `id="queues"`)
+	require.Contains(t, page, "key: e2e")
+	require.Contains(t, page, "1 sent, 0 failed")
+	require.NotContains(t, page, "carol@example.com")
+}
+
+func get(t *testing.T, hc *http.Client, u string) string {
+	t.Helper()
+	resp, err := hc.Get(u)
+	require.NoError(t, err)
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	require.Contains(t, resp.Header.Get("Content-Security-Policy"), "default-src 'none'")
+	return string(b)
 }

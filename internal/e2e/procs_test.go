@@ -46,6 +46,8 @@ type system struct {
 	redis  *testenv.Redis
 	mail   *mailcatcher.Server
 	env    []string
+	// apiURL is the last API started's base URL.
+	apiURL string
 }
 
 func newSystem(t *testing.T) *system {
@@ -92,6 +94,7 @@ func (s *system) api() (*proc, *client.Client) {
 	s.t.Helper()
 	addr := testenv.FreeAddr(s.t)
 	p := s.start("api", "HTTP_ADDR="+addr)
+	s.apiURL = "http://" + addr
 	c, err := client.New("http://"+addr, apiKey)
 	require.NoError(s.t, err)
 	testenv.WaitFor(s.t, 20*time.Second, "api ready", func() bool {

@@ -99,7 +99,6 @@ func (h *harness) deadLetterMore(t *testing.T, rcpt, title string, n int) string
 	return id
 }
 
-
 // client is a logged-in HTTP client (cookies kept), with the CSRF token of
 // its session.
 func (h *harness) client(t *testing.T, login bool) *http.Client {

@@ -44,6 +44,9 @@ type harness struct {
 
 func setup(t *testing.T) *harness {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs RabbitMQ and Redis")
+	}
 	s := dispatchtest.New(t, dispatchtest.Options{})
 	log := zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
 	con, err := console.New(console.Config{Secret: seal.DevSecret, Refresh: 5 * time.Second, DLQ: config.DLQ{
@@ -106,18 +109,25 @@ func (h *harness) client(t *testing.T, login bool) *http.Client {
 	jar, err := cookiejar.New(nil)
 	require.NoError(t, err)
 	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	if !login {
-		return c
+	if login {
+		resp := h.login(t, c, testKey)
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode)
 	}
+	return c
+}
+
+// login fills in the login form as a browser would: the form's nonce, and
+// the key.
+func (h *harness) login(t *testing.T, c *http.Client, key string) *http.Response {
+	t.Helper()
 	resp, err := c.Get(h.http.URL + "/console/login")
 	require.NoError(t, err)
-	body := readBody(t, resp)
-	nonce := between(body, `name="nonce" value="`, `"`)
-	resp, err = c.PostForm(h.http.URL+"/console/login", url.Values{"nonce": {nonce}, "key": {testKey}})
+	nonce := between(readBody(t, resp), `name="nonce" value="`, `"`)
+	require.NotEmpty(t, nonce)
+	resp, err = c.PostForm(h.http.URL+"/console/login", url.Values{"nonce": {nonce}, "key": {key}})
 	require.NoError(t, err)
 	_ = readBody(t, resp)
-	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
-	return c
+	return resp
 }
 
 func readBody(t *testing.T, resp *http.Response) string {
@@ -140,9 +150,6 @@ func between(s, from, to string) string {
 // The console refuses what it must: no session, a wrong key, a POST
 // without the session's CSRF token; and it sets its protective headers.
 func TestAuthAndCSRF(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs RabbitMQ and Redis")
-	}
 	h := setup(t)
 	anon := h.client(t, false)
 	in := h.client(t, true)
@@ -190,13 +197,7 @@ func TestAuthAndCSRF(t *testing.T) {
 	}
 
 	t.Run("a wrong key does not log in", func(t *testing.T) {
-		c := h.client(t, false)
-		resp, err := c.Get(h.http.URL + "/console/login")
-		require.NoError(t, err)
-		nonce := between(readBody(t, resp), `name="nonce" value="`, `"`)
-		resp, err = c.PostForm(h.http.URL+"/console/login", url.Values{"nonce": {nonce}, "key": {"not-" + testKey}})
-		require.NoError(t, err)
-		_ = readBody(t, resp)
+		resp := h.login(t, h.client(t, false), "not-"+testKey)
 		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 		for _, ck := range resp.Cookies() {
 			require.NotEqual(t, "msgpulse_console", ck.Name, "no session for a wrong key")
@@ -204,13 +205,7 @@ func TestAuthAndCSRF(t *testing.T) {
 	})
 
 	t.Run("the session cookie is HttpOnly, SameSite=Strict and holds no key", func(t *testing.T) {
-		c := h.client(t, false)
-		resp, err := c.Get(h.http.URL + "/console/login")
-		require.NoError(t, err)
-		nonce := between(readBody(t, resp), `name="nonce" value="`, `"`)
-		resp, err = c.PostForm(h.http.URL+"/console/login", url.Values{"nonce": {nonce}, "key": {testKey}})
-		require.NoError(t, err)
-		_ = readBody(t, resp)
+		resp := h.login(t, h.client(t, false), testKey)
 		var found bool
 		for _, ck := range resp.Cookies() {
 			if ck.Name == "msgpulse_console" && ck.Value != "" {
@@ -227,9 +222,6 @@ func TestAuthAndCSRF(t *testing.T) {
 // What a dead letter carries is escaped, and its recipient masked, in the
 // list and the detail page.
 func TestDeadLetterPagesEscapeAndMask(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs RabbitMQ and Redis")
-	}
 	h := setup(t)
 	rcpt := "victim-" + testenv.ID() + "@example.com"
 	id := h.deadLetter(t, rcpt, `<script>alert(1)</script>`)
@@ -254,9 +246,6 @@ func TestDeadLetterPagesEscapeAndMask(t *testing.T) {
 // the dead letter the test made, replays it through the page, and sees the
 // mail arrive once and the DLQ count fall; it saves screenshots.
 func TestBrowserReplaysADeadLetter(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs RabbitMQ, Redis and Chromium")
-	}
 	h := setup(t)
 	rcpt := "replay-" + testenv.ID() + "@example.com"
 	id := h.deadLetter(t, rcpt, "console replay")
@@ -343,9 +332,6 @@ func (h *harness) csrfOf(t *testing.T, c *http.Client) string {
 // Purge deletes exactly the messages its confirmation page listed, and
 // only after the export step: one that dead-letters meanwhile stays.
 func TestExportThenPurge(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs RabbitMQ and Redis")
-	}
 	h := setup(t)
 	c := h.client(t, true)
 	csrf := h.csrfOf(t, c)
@@ -395,9 +381,6 @@ func TestExportThenPurge(t *testing.T) {
 // Replay by reason asks first (a dry run changes nothing), then runs in
 // the background at the given rate and reports on its own page.
 func TestReplayByReason(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs RabbitMQ and Redis")
-	}
 	h := setup(t)
 	c := h.client(t, true)
 	csrf := h.csrfOf(t, c)

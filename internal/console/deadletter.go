@@ -38,6 +38,40 @@ func (c *Console) dlqQueue(r *http.Request) (string, error) {
 	return "", fmt.Errorf("%q is not a dead-letter queue of the topology model", q)
 }
 
+// call is one request on one DLQ: the queue of the path, the selection
+// the handler's parser read, and the Tool acting for the caller.
+type call struct {
+	queue string
+	o     dlq.Options
+	t     *dlq.Tool
+	warns []string
+}
+
+// onDLQ wraps a handler of one DLQ: the path must name a DLQ of the model
+// (404), parse must accept the request (400), and the broker must answer
+// (503).
+func (c *Console) onDLQ(parse func(*http.Request) (dlq.Options, error), h func(http.ResponseWriter, *http.Request, *request, *call)) func(http.ResponseWriter, *http.Request, *request) {
+	return func(w http.ResponseWriter, r *http.Request, rq *request) {
+		queue, err := c.dlqQueue(r)
+		if err != nil {
+			c.fail(w, rq, http.StatusNotFound, err)
+			return
+		}
+		cl := &call{queue: queue}
+		if cl.o, err = parse(r); err != nil {
+			c.fail(w, rq, http.StatusBadRequest, err)
+			return
+		}
+		if cl.t, err = c.tool(r, rq, &cl.warns); err != nil {
+			c.fail(w, rq, http.StatusServiceUnavailable, err)
+			return
+		}
+		h(w, r, rq, cl)
+	}
+}
+
+func noOptions(*http.Request) (dlq.Options, error) { return dlq.Options{}, nil }
+
 // reasonCount is one reason's count, for a sorted display.
 type reasonCount struct {
 	Reason string
@@ -124,30 +158,14 @@ func (c *Console) options(r *http.Request) (dlq.Options, error) {
 	return o, nil
 }
 
-func (c *Console) dlqListPage(w http.ResponseWriter, r *http.Request, rq *request) {
-	queue, err := c.dlqQueue(r)
-	if err != nil {
-		c.fail(w, rq, http.StatusNotFound, err)
-		return
-	}
-	o, err := c.options(r)
-	if err != nil {
-		c.fail(w, rq, http.StatusBadRequest, err)
-		return
-	}
-	var warns []string
-	t, err := c.tool(r, rq, &warns)
+func (c *Console) dlqListPage(w http.ResponseWriter, r *http.Request, rq *request, cl *call) {
+	l, err := cl.t.List(r.Context(), cl.queue, cl.o, nil)
 	if err != nil {
 		c.fail(w, rq, http.StatusServiceUnavailable, err)
 		return
 	}
-	l, err := t.List(r.Context(), queue, o, nil)
-	if err != nil {
-		c.fail(w, rq, http.StatusServiceUnavailable, err)
-		return
-	}
-	c.render(w, http.StatusOK, "dlqlist", rq, map[string]any{"Queue": queue, "List": l, "More": l.More(o.Limit), "Limit": o.Limit,
-		"Reason": o.Reason, "Since": r.URL.Query().Get("since"), "Reasons": dlq.Reasons, "Warnings": warns})
+	c.render(w, http.StatusOK, "dlqlist", rq, map[string]any{"Queue": cl.queue, "List": l, "More": l.More(cl.o.Limit), "Limit": cl.o.Limit,
+		"Reason": cl.o.Reason, "Since": r.URL.Query().Get("since"), "Reasons": dlq.Reasons, "Warnings": cl.warns})
 }
 
 // shownMessage is a dead letter for the detail page: recipient masked,
@@ -158,19 +176,8 @@ type shownMessage struct {
 	Headers  [][2]string
 }
 
-func (c *Console) dlqShowPage(w http.ResponseWriter, r *http.Request, rq *request) {
-	queue, err := c.dlqQueue(r)
-	if err != nil {
-		c.fail(w, rq, http.StatusNotFound, err)
-		return
-	}
-	var warns []string
-	t, err := c.tool(r, rq, &warns)
-	if err != nil {
-		c.fail(w, rq, http.StatusServiceUnavailable, err)
-		return
-	}
-	found, err := t.Show(r.Context(), queue, r.PathValue("id"), false)
+func (c *Console) dlqShowPage(w http.ResponseWriter, r *http.Request, rq *request, cl *call) {
+	found, err := cl.t.Show(r.Context(), cl.queue, r.PathValue("id"), false)
 	if errors.Is(err, dlq.ErrNotFound) {
 		c.fail(w, rq, http.StatusNotFound, err)
 		return
@@ -183,7 +190,7 @@ func (c *Console) dlqShowPage(w http.ResponseWriter, r *http.Request, rq *reques
 	for i, s := range found {
 		msgs[i] = shownMessage{Shown: s, BodyText: bodyText(s), Headers: headerRows(s.Headers)}
 	}
-	c.render(w, http.StatusOK, "dlqshow", rq, map[string]any{"Queue": queue, "Messages": msgs, "Warnings": warns})
+	c.render(w, http.StatusOK, "dlqshow", rq, map[string]any{"Queue": cl.queue, "Messages": msgs, "Warnings": cl.warns})
 }
 
 // bodyText is the body to display: the full recipient masked and the
@@ -222,53 +229,53 @@ func headerRows(h map[string]any) [][2]string {
 
 // replay asks for confirmation (with a dry run's counts), then starts the
 // replay in the background and shows its progress.
-func (c *Console) replay(w http.ResponseWriter, r *http.Request, rq *request) {
-	queue, err := c.dlqQueue(r)
-	if err != nil {
-		c.fail(w, rq, http.StatusNotFound, err)
-		return
+func (c *Console) replay(w http.ResponseWriter, r *http.Request, rq *request, cl *call) {
+	o := cl.o
+	what := "every message with reason " + o.Reason
+	if len(o.IDs) > 0 {
+		what = "message " + o.IDs[0]
+	}
+	if o.Rate > 0 {
+		what += fmt.Sprintf(" at most %g per second", o.Rate)
 	}
 	f := r.PostForm
-	o := dlq.Options{}
-	what := ""
-	switch id, reason := f.Get("id"), f.Get("reason"); {
-	case id != "" && reason == "":
-		o.IDs, what = []string{id}, "message "+id
-	case reason != "" && id == "" && slices.Contains(dlq.Reasons, reason):
-		o.Reason, what = reason, "every message with reason "+reason
-	default:
-		c.fail(w, rq, http.StatusBadRequest, errors.New("replay needs one message id or one known reason"))
-		return
-	}
-	if s := f.Get("rate"); s != "" {
-		n, err := strconv.ParseFloat(s, 64)
-		if err != nil || n <= 0 {
-			c.fail(w, rq, http.StatusBadRequest, fmt.Errorf("rate %q: want a positive number of messages per second", s))
-			return
-		}
-		o.Rate = n
-		what += fmt.Sprintf(" at most %g per second", n)
-	}
-	var warns []string
-	t, err := c.tool(r, rq, &warns)
-	if err != nil {
-		c.fail(w, rq, http.StatusServiceUnavailable, err)
-		return
-	}
 	if f.Get("confirmed") != "yes" {
 		dry := o
 		dry.DryRun = true
-		rep, err := t.Replay(r.Context(), queue, dry)
+		rep, err := cl.t.Replay(r.Context(), cl.queue, dry)
 		if err != nil {
 			c.fail(w, rq, http.StatusServiceUnavailable, err)
 			return
 		}
-		c.render(w, http.StatusOK, "confirm", rq, map[string]any{"Queue": queue, "What": what, "Dry": rep, "ID": f.Get("id"),
-			"Reason": f.Get("reason"), "Rate": f.Get("rate"), "Warnings": warns})
+		c.render(w, http.StatusOK, "confirm", rq, map[string]any{"Queue": cl.queue, "What": what, "Dry": rep, "ID": f.Get("id"),
+			"Reason": f.Get("reason"), "Rate": f.Get("rate"), "Warnings": cl.warns})
 		return
 	}
-	j := c.startReplay(t, rq.Caller.Name, queue, what, o)
+	j := c.startReplay(cl.t, rq.Caller.Name, cl.queue, what, o)
 	http.Redirect(w, r, "/console/jobs/"+j.ID, http.StatusSeeOther)
+}
+
+// replayOptions reads a replay's form: one message id or one known reason,
+// and an optional rate.
+func replayOptions(r *http.Request) (dlq.Options, error) {
+	f := r.PostForm
+	var o dlq.Options
+	switch id, reason := f.Get("id"), f.Get("reason"); {
+	case id != "" && reason == "":
+		o.IDs = []string{id}
+	case reason != "" && id == "" && slices.Contains(dlq.Reasons, reason):
+		o.Reason = reason
+	default:
+		return o, errors.New("replay needs one message id or one known reason")
+	}
+	if s := f.Get("rate"); s != "" {
+		n, err := strconv.ParseFloat(s, 64)
+		if err != nil || n <= 0 {
+			return o, fmt.Errorf("rate %q: want a positive number of messages per second", s)
+		}
+		o.Rate = n
+	}
+	return o, nil
 }
 
 // purgeMax bounds one purge from the console; the rest takes another.
@@ -276,7 +283,7 @@ const purgeMax = 1000
 
 // selection reads a purge's selection: explicit ids (what the
 // confirmation page listed), else a reason.
-func (c *Console) selection(get func(string) string) (dlq.Options, error) {
+func selection(get func(string) string) (dlq.Options, error) {
 	if ids := get("ids"); ids != "" {
 		return dlq.Options{IDs: strings.Split(ids, ",")}, nil
 	}
@@ -289,24 +296,8 @@ func (c *Console) selection(get func(string) string) (dlq.Options, error) {
 
 // purgePage lists what a purge would delete and offers the export, then
 // the purge of exactly the messages listed.
-func (c *Console) purgePage(w http.ResponseWriter, r *http.Request, rq *request) {
-	queue, err := c.dlqQueue(r)
-	if err != nil {
-		c.fail(w, rq, http.StatusNotFound, err)
-		return
-	}
-	o, err := c.selection(r.URL.Query().Get)
-	if err != nil {
-		c.fail(w, rq, http.StatusBadRequest, err)
-		return
-	}
-	var warns []string
-	t, err := c.tool(r, rq, &warns)
-	if err != nil {
-		c.fail(w, rq, http.StatusServiceUnavailable, err)
-		return
-	}
-	l, err := t.List(r.Context(), queue, o, nil)
+func (c *Console) purgePage(w http.ResponseWriter, r *http.Request, rq *request, cl *call) {
+	l, err := cl.t.List(r.Context(), cl.queue, cl.o, nil)
 	if err != nil {
 		c.fail(w, rq, http.StatusServiceUnavailable, err)
 		return
@@ -317,38 +308,36 @@ func (c *Console) purgePage(w http.ResponseWriter, r *http.Request, rq *request)
 			ids = append(ids, e.ID)
 		}
 	}
-	c.render(w, http.StatusOK, "purge", rq, map[string]any{"Queue": queue, "Reason": o.Reason, "List": l, "IDs": strings.Join(ids, ","),
-		"More": l.More(o.Limit), "Warnings": warns})
+	c.render(w, http.StatusOK, "purge", rq, map[string]any{"Queue": cl.queue, "Reason": cl.o.Reason, "List": l, "IDs": strings.Join(ids, ","),
+		"More": l.More(cl.o.Limit), "Warnings": cl.warns})
+}
+
+// purgeQuery and exportForm read the selection from the query or the form.
+func purgeQuery(r *http.Request) (dlq.Options, error) { return selection(r.URL.Query().Get) }
+func exportForm(r *http.Request) (dlq.Options, error) { return selection(r.PostForm.Get) }
+
+// purgeForm is the purge's own form: exactly the listed ids, confirmed,
+// after the export.
+func purgeForm(r *http.Request) (dlq.Options, error) {
+	f := r.PostForm
+	if f.Get("ids") == "" || f.Get("exported") != "yes" || f.Get("confirmed") != "yes" {
+		return dlq.Options{}, errors.New("purge deletes the listed messages only after their export was downloaded and the box ticked")
+	}
+	return selection(f.Get)
 }
 
 // export downloads the selected messages as JSON lines (the format of
 // `dlq purge --export`), deleting nothing.
-func (c *Console) export(w http.ResponseWriter, r *http.Request, rq *request) {
-	queue, err := c.dlqQueue(r)
-	if err != nil {
-		c.fail(w, rq, http.StatusNotFound, err)
-		return
-	}
-	o, err := c.selection(r.PostForm.Get)
-	if err != nil {
-		c.fail(w, rq, http.StatusBadRequest, err)
-		return
-	}
-	var warns []string
-	t, err := c.tool(r, rq, &warns)
-	if err != nil {
-		c.fail(w, rq, http.StatusServiceUnavailable, err)
-		return
-	}
+func (c *Console) export(w http.ResponseWriter, r *http.Request, rq *request, cl *call) {
 	// Buffered, so a failed read shows an error page, not half a file.
 	var b bytes.Buffer
-	n, err := t.Export(r.Context(), queue, o, &b)
+	n, err := cl.t.Export(r.Context(), cl.queue, cl.o, &b)
 	if err != nil {
 		c.fail(w, rq, http.StatusServiceUnavailable, err)
 		return
 	}
-	c.log.Info("console export", zap.String("api_key", rq.Caller.Name), zap.String("queue", queue), zap.Int("messages", n))
-	name := fmt.Sprintf("%s-%s.jsonl", queue, c.now().UTC().Format("20060102T150405Z"))
+	c.log.Info("console export", zap.String("api_key", rq.Caller.Name), zap.String("queue", cl.queue), zap.Int("messages", n))
+	name := fmt.Sprintf("%s-%s.jsonl", cl.queue, c.now().UTC().Format("20060102T150405Z"))
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("Content-Disposition", `attachment; filename="`+name+`"`)
 	_, _ = w.Write(b.Bytes())
@@ -356,28 +345,11 @@ func (c *Console) export(w http.ResponseWriter, r *http.Request, rq *request) {
 
 // purge deletes exactly the ids the confirmation page listed, once the
 // operator said the export was downloaded.
-func (c *Console) purge(w http.ResponseWriter, r *http.Request, rq *request) {
-	queue, err := c.dlqQueue(r)
-	if err != nil {
-		c.fail(w, rq, http.StatusNotFound, err)
-		return
-	}
-	f := r.PostForm
-	if f.Get("ids") == "" || f.Get("exported") != "yes" || f.Get("confirmed") != "yes" {
-		c.fail(w, rq, http.StatusBadRequest, errors.New("purge deletes the listed messages only after their export was downloaded and the box ticked"))
-		return
-	}
-	o, _ := c.selection(f.Get)
-	var warns []string
-	t, err := c.tool(r, rq, &warns)
+func (c *Console) purge(w http.ResponseWriter, r *http.Request, rq *request, cl *call) {
+	rep, err := cl.t.Purge(r.Context(), cl.queue, cl.o, "")
 	if err != nil {
 		c.fail(w, rq, http.StatusServiceUnavailable, err)
 		return
 	}
-	rep, err := t.Purge(r.Context(), queue, o, "")
-	if err != nil {
-		c.fail(w, rq, http.StatusServiceUnavailable, err)
-		return
-	}
-	c.render(w, http.StatusOK, "job", rq, map[string]any{"Purge": rep, "Queue": queue, "Warnings": warns})
+	c.render(w, http.StatusOK, "job", rq, map[string]any{"Purge": rep, "Queue": cl.queue, "Warnings": cl.warns})
 }

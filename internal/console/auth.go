@@ -6,10 +6,14 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // Caller is an API key as the console sees it: its name (never the key)
@@ -81,6 +85,51 @@ func (s signer) csrf(sessionValue string) string { return s.mac("csrf", sessionV
 
 func (s signer) checkCSRF(sessionValue, token string) bool {
 	return token != "" && hmac.Equal([]byte(token), []byte(s.csrf(sessionValue)))
+}
+
+// loginGuard slows down guessing keys: each client address may fail to
+// log in a few times a minute, then is refused until its budget refills.
+type loginGuard struct {
+	mu  sync.Mutex
+	ips map[string]*rate.Limiter
+}
+
+// loginFailures is the burst of failed logins an address is allowed, and
+// how fast that budget refills.
+const (
+	loginFailures = 10
+	loginRefill   = 6 * time.Second
+)
+
+// blocked reports whether ip has used up its failed logins.
+func (g *loginGuard) blocked(ip string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	l, ok := g.ips[ip]
+	return ok && l.Tokens() < 1
+}
+
+// failed spends one of ip's failed logins.
+func (g *loginGuard) failed(ip string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.ips) > 10_000 {
+		g.ips = map[string]*rate.Limiter{} // bounded memory: an attacker with that many addresses is not slowed by this anyway
+	}
+	l, ok := g.ips[ip]
+	if !ok {
+		l = rate.NewLimiter(rate.Every(loginRefill), loginFailures)
+		g.ips[ip] = l
+	}
+	l.Allow()
+}
+
+func clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 func nonce() string {

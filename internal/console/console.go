@@ -14,6 +14,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/config"
@@ -98,7 +99,8 @@ type Console struct {
 	jobs   map[string]*job
 	jobSeq int
 
-	rates rateKeeper
+	rates  rateKeeper
+	logins loginGuard
 }
 
 // New builds the console.
@@ -118,7 +120,8 @@ func New(cfg Config, d Deps) (*Console, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Console{cfg: cfg, d: d, log: d.Log.Named("console"), sign: newSigner(cfg.Secret), pages: pages, now: time.Now,
-		ctx: ctx, cancel: cancel, jobs: map[string]*job{}, rates: rateKeeper{last: map[string]sample{}}}
+		ctx: ctx, cancel: cancel, jobs: map[string]*job{}, rates: rateKeeper{last: map[string]sample{}},
+		logins: loginGuard{ips: map[string]*rate.Limiter{}}}
 	c.routes()
 	return c, nil
 }
@@ -225,9 +228,15 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the login form expired: reload it", http.StatusForbidden)
 		return
 	}
+	ip := clientIP(r)
+	if c.logins.blocked(ip) {
+		http.Error(w, "too many failed logins from your address: wait a minute", http.StatusTooManyRequests)
+		return
+	}
 	caller, ok := c.d.Authenticate(strings.TrimSpace(r.PostForm.Get("key")))
 	if !ok || !Allowed(caller) {
-		c.log.Info("console login refused", zap.String("ip", r.RemoteAddr))
+		c.logins.failed(ip)
+		c.log.Info("console login refused", zap.String("ip", ip))
 		n := nonce()
 		setCookie(w, loginCookie, n, 10*time.Minute, r.TLS != nil)
 		c.render(w, http.StatusUnauthorized, "login", nil, map[string]any{"Nonce": n, "Error": "That key is not accepted here."})

@@ -217,6 +217,22 @@ func TestAuthAndCSRF(t *testing.T) {
 		}
 		require.True(t, found, "a session cookie was set")
 	})
+
+	// Last: it blocks this address for the rest of the test.
+	t.Run("guessing keys is stopped after ten failures a minute", func(t *testing.T) {
+		c := h.client(t, false)
+		refused := 0
+		for range 12 {
+			if h.login(t, c, "guess-"+testenv.ID()).StatusCode == http.StatusTooManyRequests {
+				break
+			}
+			refused++
+		}
+		// One failure above, nine here, then 429 (ten if a slow machine let
+		// the budget refill by one meanwhile: it refills every 6s).
+		require.Contains(t, []int{9, 10}, refused)
+		require.Equal(t, http.StatusTooManyRequests, h.login(t, c, testKey).StatusCode, "the right key waits too")
+	})
 }
 
 // What a dead letter carries is escaped, and its recipient masked, in the

@@ -70,6 +70,16 @@ func (c *Console) onDLQ(parse func(*http.Request) (dlq.Options, error), h func(h
 	}
 }
 
+// warnings are what the page should say besides: the Tool's, and a
+// quorum DLQ's messages wearing out from being read again and again.
+func (cl *call) warnings() []string {
+	if n, highest := cl.t.Worn(); n > 0 {
+		return append(cl.warns, fmt.Sprintf("%d message(s) read have been delivered %d+ times (up to %d). On quorum queues RabbitMQ 4 drops a message "+
+			"past the delivery limit: replay them, or export and purge them, rather than listing them again.", n, dlq.DeliveryCountWarn, highest))
+	}
+	return cl.warns
+}
+
 func noOptions(*http.Request) (dlq.Options, error) { return dlq.Options{}, nil }
 
 // reasonCount is one reason's count, for a sorted display.
@@ -165,7 +175,7 @@ func (c *Console) dlqListPage(w http.ResponseWriter, r *http.Request, rq *reques
 		return
 	}
 	c.render(w, http.StatusOK, "dlqlist", rq, map[string]any{"Queue": cl.queue, "List": l, "More": l.More(cl.o.Limit), "Limit": cl.o.Limit,
-		"Reason": cl.o.Reason, "Since": r.URL.Query().Get("since"), "Reasons": dlq.Reasons, "Warnings": cl.warns})
+		"Reason": cl.o.Reason, "Since": r.URL.Query().Get("since"), "Reasons": dlq.Reasons, "Warnings": cl.warnings()})
 }
 
 // shownMessage is a dead letter for the detail page: recipient masked,
@@ -190,7 +200,7 @@ func (c *Console) dlqShowPage(w http.ResponseWriter, r *http.Request, rq *reques
 	for i, s := range found {
 		msgs[i] = shownMessage{Shown: s, BodyText: bodyText(s), Headers: headerRows(s.Headers)}
 	}
-	c.render(w, http.StatusOK, "dlqshow", rq, map[string]any{"Queue": cl.queue, "Messages": msgs, "Warnings": cl.warns})
+	c.render(w, http.StatusOK, "dlqshow", rq, map[string]any{"Queue": cl.queue, "Messages": msgs, "Warnings": cl.warnings()})
 }
 
 // bodyText is the body to display: the full recipient masked and the
@@ -248,7 +258,7 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request, rq *request, cl
 			return
 		}
 		c.render(w, http.StatusOK, "confirm", rq, map[string]any{"Queue": cl.queue, "What": what, "Dry": rep, "ID": f.Get("id"),
-			"Reason": f.Get("reason"), "Rate": f.Get("rate"), "Warnings": cl.warns})
+			"Reason": f.Get("reason"), "Rate": f.Get("rate"), "Warnings": cl.warnings()})
 		return
 	}
 	j := c.startReplay(cl.t, rq.Caller.Name, cl.queue, what, o)
@@ -309,7 +319,7 @@ func (c *Console) purgePage(w http.ResponseWriter, r *http.Request, rq *request,
 		}
 	}
 	c.render(w, http.StatusOK, "purge", rq, map[string]any{"Queue": cl.queue, "Reason": cl.o.Reason, "List": l, "IDs": strings.Join(ids, ","),
-		"More": l.More(cl.o.Limit), "Warnings": cl.warns})
+		"More": l.More(cl.o.Limit), "Warnings": cl.warnings()})
 }
 
 // purgeQuery and exportForm read the selection from the query or the form.
@@ -351,5 +361,5 @@ func (c *Console) purge(w http.ResponseWriter, r *http.Request, rq *request, cl 
 		c.fail(w, rq, http.StatusServiceUnavailable, err)
 		return
 	}
-	c.render(w, http.StatusOK, "job", rq, map[string]any{"Purge": rep, "Queue": cl.queue, "Warnings": cl.warns})
+	c.render(w, http.StatusOK, "job", rq, map[string]any{"Purge": rep, "Queue": cl.queue, "Warnings": cl.warnings()})
 }

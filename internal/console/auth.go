@@ -138,7 +138,13 @@ func nonce() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func setCookie(w http.ResponseWriter, name, value string, maxAge time.Duration, secure bool) {
+// setCookie sets a console cookie: HttpOnly, SameSite=Strict, and Secure
+// when the browser reached us over HTTPS (directly or through a proxy
+// that terminates TLS); over plain HTTP a Secure cookie would never come
+// back.
+func setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAge time.Duration) {
+	secure := r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
+	//nolint:gosec // Secure is set whenever the request came over HTTPS, see above
 	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: "/console", MaxAge: int(maxAge.Seconds()),
 		HttpOnly: true, Secure: secure, SameSite: http.SameSiteStrictMode})
 }

@@ -218,7 +218,7 @@ func (c *Console) authed(h func(http.ResponseWriter, *http.Request, *request)) h
 
 func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 	n := nonce()
-	setCookie(w, loginCookie, n, 10*time.Minute, r.TLS != nil)
+	setCookie(w, r, loginCookie, n, 10*time.Minute)
 	c.render(w, http.StatusOK, "login", nil, map[string]any{"Nonce": n})
 }
 
@@ -238,18 +238,18 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.logins.failed(ip)
 		c.log.Info("console login refused", zap.String("ip", ip))
 		n := nonce()
-		setCookie(w, loginCookie, n, 10*time.Minute, r.TLS != nil)
+		setCookie(w, r, loginCookie, n, 10*time.Minute)
 		c.render(w, http.StatusUnauthorized, "login", nil, map[string]any{"Nonce": n, "Error": "That key is not accepted here."})
 		return
 	}
-	setCookie(w, loginCookie, "", -time.Second, r.TLS != nil)
-	setCookie(w, sessionCookie, c.sign.session(caller.Name, c.now().Add(c.cfg.SessionTTL)), c.cfg.SessionTTL, r.TLS != nil)
+	setCookie(w, r, loginCookie, "", -time.Second)
+	setCookie(w, r, sessionCookie, c.sign.session(caller.Name, c.now().Add(c.cfg.SessionTTL)), c.cfg.SessionTTL)
 	c.log.Info("console login", zap.String("api_key", caller.Name), zap.String("ip", r.RemoteAddr))
 	http.Redirect(w, r, "/console/queues", http.StatusSeeOther)
 }
 
 func (c *Console) logout(w http.ResponseWriter, r *http.Request, rq *request) {
-	setCookie(w, sessionCookie, "", -time.Second, r.TLS != nil)
+	setCookie(w, r, sessionCookie, "", -time.Second)
 	c.log.Info("console logout", zap.String("api_key", rq.Caller.Name))
 	http.Redirect(w, r, "/console/login", http.StatusSeeOther)
 }

@@ -218,6 +218,21 @@ func TestAuthAndCSRF(t *testing.T) {
 		require.True(t, found, "a session cookie was set")
 	})
 
+	t.Run("cookies are Secure when the browser came over HTTPS", func(t *testing.T) {
+		for proto, want := range map[string]bool{"https": true, "": false} {
+			req, err := http.NewRequest(http.MethodGet, h.http.URL+"/console/login", nil)
+			require.NoError(t, err)
+			if proto != "" {
+				req.Header.Set("X-Forwarded-Proto", proto)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			_ = readBody(t, resp)
+			require.Len(t, resp.Cookies(), 1)
+			require.Equal(t, want, resp.Cookies()[0].Secure, "X-Forwarded-Proto %q", proto)
+		}
+	})
+
 	// Last: it blocks this address for the rest of the test.
 	t.Run("guessing keys is stopped after ten failures a minute", func(t *testing.T) {
 		c := h.client(t, false)

@@ -99,7 +99,7 @@ func (t *Tool) Purge(ctx context.Context, queue string, o Options, export string
 		closed bool
 	)
 	if export != "" {
-		f, err := os.OpenFile(export, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600) // recipients inside: owner only
+		f, err := os.OpenFile(export, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600) //nolint:gosec // the operator names the file; recipients inside: owner only
 		if errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("export file %s already exists: refusing to overwrite it (choose a new name); nothing was deleted", export)
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/console"
 	"github.com/msgpulse/msgpulse/internal/dispatch/dispatchtest"
+	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/testenv"
 	"github.com/msgpulse/msgpulse/internal/timeline"
@@ -89,6 +90,14 @@ func (h *harness) deadLetter(t *testing.T, rcpt, title string) string {
 func (h *harness) deadLetterMore(t *testing.T, rcpt, title string, n int) string {
 	t.Helper()
 	id := h.stack.Notice(topology.Mail, rcpt, title, nil)
+	h.rejectHead(t, id, n)
+	return id
+}
+
+// rejectHead rejects message id from the head of the mail queue and waits
+// for it to be the n-th dead letter.
+func (h *harness) rejectHead(t *testing.T, id string, n int) {
+	t.Helper()
 	testenv.WaitFor(t, 20*time.Second, "the notice in "+h.mail.Queue, func() bool {
 		d, ok, err := h.stack.Ch.Get(h.mail.Queue, false)
 		require.NoError(t, err)
@@ -99,7 +108,6 @@ func (h *harness) deadLetterMore(t *testing.T, rcpt, title string, n int) string
 		return ok
 	})
 	testenv.WaitFor(t, 20*time.Second, "the dead letter in "+h.mail.DeadLetterQueue, func() bool { return h.stack.Depth(h.mail.DeadLetterQueue) == n })
-	return id
 }
 
 // client is a logged-in HTTP client (cookies kept), with the CSRF token of
@@ -271,6 +279,23 @@ func TestDeadLetterPagesEscapeAndMask(t *testing.T) {
 	require.Contains(t, page, "&lt;script&gt;alert(1)&lt;/script&gt;", "the title is shown, escaped")
 	require.Contains(t, page, "v***", "the recipient is shown masked")
 	require.Equal(t, 1, h.stack.Depth(h.mail.DeadLetterQueue), "reading gave the dead letter back")
+
+	t.Run("a verification code is never shown, sealed or open", func(t *testing.T) {
+		var sealed, digest string
+		vid, code := h.stack.Verification("code-"+testenv.ID()+"@example.com", "login", func(m *envelope.Message) {
+			sealed, digest = m.SealedCode, m.CodeDigest
+		})
+		h.rejectHead(t, vid, 2)
+		resp, err := c.Get(h.http.URL + "/console/dlq/" + h.mail.DeadLetterQueue + "/message/" + vid)
+		require.NoError(t, err)
+		page := readBody(t, resp)
+		require.Equal(t, http.StatusOK, resp.StatusCode, page)
+		require.Contains(t, page, "sealedCode", "the body is shown")
+		for what, secret := range map[string]string{"code": code, "sealed code": sealed, "digest": digest} {
+			require.NotEmpty(t, secret)
+			require.NotContains(t, page, secret, what)
+		}
+	})
 }
 
 // The Done-when of the console: a real headless Chromium logs in, finds

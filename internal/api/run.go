@@ -144,16 +144,11 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	con, err := console.New(console.Config{Secret: cfg.CodeSecret, DLQ: config.DLQ{Common: cfg.Common, Model: cfg.Model,
 		ConfirmTimeout: cfg.PublishTimeout, ScanMax: dlq.DefaultScanMax, StatusTimeout: cfg.RedisTimeout}}, console.Deps{
 		Log: log, Model: model, Status: statuses, Conn: session.Conn, Inspect: inspect, Timeline: timeline.NewReader(redisClient, cfg.RedisPrefix),
-		// Callers carry no scopes until API keys have them (issue 15); then
-		// fill Scopes here and console.Allowed requires "admin".
-		Authenticate: func(key string) (console.Caller, bool) {
-			k, ok := srv.KeyOf(key)
-			return console.Caller{Name: k.Name}, ok
-		},
-		Lookup: func(name string) (console.Caller, bool) {
-			k, ok := srv.KeyNamed(name)
-			return console.Caller{Name: k.Name}, ok
-		},
+		// The console authenticates by a session cookie, not X-API-Key, so
+		// it is mounted without Guard and checks keys (and the admin scope,
+		// console.Allowed) itself.
+		Authenticate: srv.KeyOf,
+		Lookup:       srv.KeyNamed,
 	})
 	if err != nil {
 		return err

@@ -119,4 +119,14 @@ func TestLookupIsExact(t *testing.T) {
 		_, ok := s.Lookup(bad)
 		require.False(t, ok, "%q must not authenticate", bad)
 	}
+	// ByName (the console's session names its key) is exact too.
+	for name := range plain {
+		got, ok := s.ByName(name)
+		require.True(t, ok, name)
+		require.Equal(t, name, got.Name)
+	}
+	for _, bad := range []string{"", "Billing", "billing ", "bill", plain["billing"]} {
+		_, ok := s.ByName(bad)
+		require.False(t, ok, "%q is no key's name", bad)
+	}
 }

@@ -14,20 +14,15 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/msgpulse/msgpulse/internal/apikey"
 )
 
-// Caller is an API key as the console sees it: its name (never the key)
-// and its scopes, once keys have scopes.
-type Caller struct {
-	Name   string
-	Scopes []string
-}
-
 // Allowed is the console's one authorisation decision: may this key use
-// the console? Until API keys carry scopes every key may; then it is
-// `slices.Contains(c.Scopes, "admin")`.
-func Allowed(c Caller) bool {
-	return c.Name != ""
+// the console? It needs the admin scope, as the API's statistics and
+// rate-limit writes do (a key configured without scopes has them all).
+func Allowed(k apikey.Key) bool {
+	return k.Scopes.Allows(apikey.Admin)
 }
 
 const (

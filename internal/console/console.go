@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
 
+	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/dlq"
@@ -40,10 +41,11 @@ type Deps struct {
 	Conn func(ctx context.Context) (*amqp.Connection, error)
 	// Inspect reads queue depths and consumer counts.
 	Inspect func(ctx context.Context, names []string) ([]broker.QueueState, error)
-	// Authenticate maps a pasted API key to its caller; Lookup finds a
-	// caller by name, so a session ends when its key is removed.
-	Authenticate func(key string) (Caller, bool)
-	Lookup       func(name string) (Caller, bool)
+	// Authenticate finds the API key an operator pasted; Lookup finds a
+	// key by name, so a session ends when its key is removed (and loses
+	// the console when its key loses the admin scope).
+	Authenticate func(key string) (apikey.Key, bool)
+	Lookup       func(name string) (apikey.Key, bool)
 	// Timeline gives the chart's points; nil hides the chart.
 	Timeline Timeline
 }
@@ -174,7 +176,7 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // request is what an authenticated handler knows about its caller.
 type request struct {
-	Caller  Caller
+	Caller  apikey.Key
 	session string
 	CSRF    string
 }
@@ -186,7 +188,7 @@ func (c *Console) authed(h func(http.ResponseWriter, *http.Request, *request)) h
 		if err == nil {
 			name, err = c.sign.verify(ck.Value, c.now())
 		}
-		var caller Caller
+		var caller apikey.Key
 		if err == nil {
 			var ok bool
 			if caller, ok = c.d.Lookup(name); !ok {

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/console"
@@ -30,9 +31,13 @@ import (
 )
 
 const (
-	testKey     = "oncall-key-0123456789"
-	testKeyName = "oncall"
+	testKey = "oncall-key-0123456789" // admin: may use the console
+	sendKey = "backend-key-0123456789"
 )
+
+// keys are the API_KEYS of the tests: an on-call key with the admin scope,
+// and a backend's key that may only send.
+var keys = []apikey.Key{apikey.New("oncall", testKey, apikey.Scopes(apikey.Admin)), apikey.New("backend", sendKey, apikey.Scopes(apikey.Send))}
 
 // harness is a whole msgpulse stack (vhost, Redis prefix, SMTP catcher,
 // consumers on demand) with the console served over HTTP.
@@ -49,6 +54,8 @@ func setup(t *testing.T) *harness {
 		t.Skip("needs RabbitMQ and Redis")
 	}
 	s := dispatchtest.New(t, dispatchtest.Options{})
+	set, err := apikey.NewSet(keys)
+	require.NoError(t, err)
 	log := zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
 	con, err := console.New(console.Config{Secret: seal.DevSecret, Refresh: 5 * time.Second, DLQ: config.DLQ{
 		Common: config.Common{AMQPURL: s.Broker.URL, RedisURL: s.Redis.URL, RedisPrefix: s.Redis.Prefix},
@@ -62,13 +69,8 @@ func setup(t *testing.T) *harness {
 			}
 			return broker.Inspect(conn, names)
 		},
-		Authenticate: func(key string) (console.Caller, bool) {
-			if key == testKey {
-				return console.Caller{Name: testKeyName}, true
-			}
-			return console.Caller{}, false
-		},
-		Lookup: func(name string) (console.Caller, bool) { return console.Caller{Name: name}, name == testKeyName },
+		Authenticate: set.Lookup,
+		Lookup:       set.ByName,
 	})
 	require.NoError(t, err)
 	t.Cleanup(con.Close)
@@ -212,6 +214,14 @@ func TestAuthAndCSRF(t *testing.T) {
 		}
 	})
 
+	t.Run("a key without the admin scope does not log in", func(t *testing.T) {
+		resp := h.login(t, h.client(t, false), sendKey)
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+		for _, ck := range resp.Cookies() {
+			require.NotEqual(t, "msgpulse_console", ck.Name, "no session for a key that may only send")
+		}
+	})
+
 	t.Run("the session cookie is HttpOnly, SameSite=Strict and holds no key", func(t *testing.T) {
 		resp := h.login(t, h.client(t, false), testKey)
 		var found bool
@@ -251,9 +261,10 @@ func TestAuthAndCSRF(t *testing.T) {
 			}
 			refused++
 		}
-		// One failure above, nine here, then 429 (ten if a slow machine let
-		// the budget refill by one meanwhile: it refills every 6s).
-		require.Contains(t, []int{9, 10}, refused)
+		// Two failures above (a wrong key, a send-only key), eight here,
+		// then 429 (nine if a slow machine let the budget refill by one
+		// meanwhile: it refills every 6s).
+		require.Contains(t, []int{8, 9}, refused)
 		require.Equal(t, http.StatusTooManyRequests, h.login(t, c, testKey).StatusCode, "the right key waits too")
 	})
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/delay"
 	"github.com/msgpulse/msgpulse/internal/dlq"
 	"github.com/msgpulse/msgpulse/internal/egress"
+	"github.com/msgpulse/msgpulse/internal/mgmt"
 	"github.com/msgpulse/msgpulse/internal/profile"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
@@ -147,6 +148,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		// The console authenticates by a session cookie, not X-API-Key, so
 		// it is mounted without Guard and checks keys (and the admin scope,
 		// console.Allowed) itself.
+		Rates:        queueRates(cfg, log),
 		Authenticate: srv.KeyOf,
 		Lookup:       srv.KeyNamed,
 	})
@@ -189,4 +191,29 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		return err
 	}
 	return nil
+}
+
+// queueRates reads the console's in/out rates from the management API;
+// nil when RABBITMQ_MANAGEMENT_URL is unusable (the console then shows
+// each queue's net change).
+func queueRates(cfg config.API, log *zap.Logger) func(context.Context) (map[string]console.Rates, error) {
+	mc, err := mgmt.New(cfg.ManagementURL, 2*time.Second)
+	if err != nil {
+		log.Warn("the console shows no queue rates: RABBITMQ_MANAGEMENT_URL", zap.Error(err))
+		return nil
+	}
+	vhost := mgmt.VHostOf(cfg.AMQPURL)
+	return func(ctx context.Context) (map[string]console.Rates, error) {
+		qs, err := mc.Queues(ctx, vhost)
+		if err != nil {
+			return nil, err
+		}
+		out := make(map[string]console.Rates, len(qs))
+		for _, q := range qs {
+			if st := q.MessageStats; st != nil {
+				out[q.Name] = console.Rates{In: st.Publish.Rate, Out: st.DeliverGet.Rate}
+			}
+		}
+		return out, nil
+	}
 }

@@ -48,7 +48,15 @@ type Deps struct {
 	Lookup       func(name string) (apikey.Key, bool)
 	// Timeline gives the chart's points; nil hides the chart.
 	Timeline Timeline
+	// Rates gives the broker's message rates by queue name (from the
+	// management API); nil, or an error, falls back to the depth's net
+	// change between reloads.
+	Rates func(ctx context.Context) (map[string]Rates, error)
 }
+
+// Rates are one queue's messages per second in (published) and out
+// (delivered), as the broker measures them.
+type Rates struct{ In, Out float64 }
 
 // Config are the console's settings.
 type Config struct {

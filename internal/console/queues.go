@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
@@ -18,7 +20,7 @@ type queueRow struct {
 	MaxLength           int     // 0 = unbounded
 	Fill                float64 // depth / max length
 	FillPx              int     // width of the fill bar
-	Rate                string  // net change of the depth, per second
+	Rate                string  // in and out per second, or the depth's net change
 	Status              string  // ok, warning, missing
 }
 
@@ -60,6 +62,13 @@ func (c *Console) queueRows(r *http.Request) ([]queueRow, error) {
 		return nil, err
 	}
 	now := c.now()
+	var rates map[string]Rates
+	if c.d.Rates != nil {
+		if rates, err = c.d.Rates(r.Context()); err != nil {
+			rates = nil // the net rate below still says which way a queue goes
+			c.log.Debug("queue rates unavailable", zap.Error(err))
+		}
+	}
 	rows := make([]queueRow, 0, len(states))
 	for i, st := range states {
 		q := qs[i]
@@ -77,6 +86,9 @@ func (c *Console) queueRows(r *http.Request) ([]queueRow, error) {
 		}
 		if st.Exists {
 			row.Rate = c.rates.rate(q.Name, st.Messages, now)
+		}
+		if rt, ok := rates[q.Name]; ok {
+			row.Rate = fmt.Sprintf("in %.1f · out %.1f", rt.In, rt.Out)
 		}
 		rows = append(rows, row)
 	}

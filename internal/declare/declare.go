@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/zap"
 
 	"github.com/msgpulse/msgpulse/internal/broker"
@@ -83,14 +82,6 @@ func Main(ctx context.Context, cfg config.Topology, log *zap.Logger, args []stri
 	return code
 }
 
-func vhostOf(amqpURL string) string {
-	u, err := amqp.ParseURI(amqpURL)
-	if err != nil || u.Vhost == "" {
-		return "/"
-	}
-	return u.Vhost
-}
-
 // Declare checks for conflicts and then declares the whole model.
 func Declare(ctx context.Context, cfg config.Topology, log *zap.Logger, out io.Writer) error {
 	conn, err := broker.Dial(ctx, broker.Config{URL: cfg.AMQPURL, ConnectionName: "msgpulse-topology", Logger: log})
@@ -111,7 +102,7 @@ func Declare(ctx context.Context, cfg config.Topology, log *zap.Logger, out io.W
 	// preflight below is the broker's own check and runs either way.
 	var plan *topology.Plan
 	if mc, err := mgmt.New(cfg.ManagementURL, 10*time.Second); err == nil {
-		state, err := mc.State(ctx, vhostOf(cfg.AMQPURL))
+		state, err := mc.State(ctx, mgmt.VHostOf(cfg.AMQPURL))
 		if err != nil {
 			log.Warn("management API unavailable; relying on the broker's equivalence check alone", zap.Error(err))
 		} else {
@@ -157,7 +148,7 @@ func Plan(ctx context.Context, cfg config.Topology, out io.Writer) (bool, error)
 	if err != nil {
 		return false, err
 	}
-	vhost := vhostOf(cfg.AMQPURL)
+	vhost := mgmt.VHostOf(cfg.AMQPURL)
 	state, err := mc.State(ctx, vhost)
 	if errors.Is(err, mgmt.ErrNotFound) {
 		return false, fmt.Errorf("vhost %q does not exist on the broker", vhost)

@@ -255,6 +255,14 @@ func TestConsoleServedByTheAPIChartsTheConsumersSends(t *testing.T) {
 	require.Contains(t, page, "key: e2e")
 	require.Contains(t, page, "1 sent, 0 failed")
 	require.NotContains(t, page, "carol@example.com")
+	// queue.mail's in/out rates come from the management API, which
+	// publishes its statistics every few seconds.
+	testenv.WaitFor(t, 30*time.Second, "queue.mail's rates from the management API", func() bool {
+		page := get(t, hc, s.apiURL+"/console/queues")
+		_, row, _ := strings.Cut(page, `data-queue="queue.mail"`)
+		row, _, _ = strings.Cut(row, "</tr>")
+		return strings.Contains(row, "in ") && strings.Contains(row, " out ")
+	})
 }
 
 func get(t *testing.T, hc *http.Client, u string) string {

@@ -112,6 +112,36 @@ type QueueInfo struct {
 	MessagesReady          int64          `json:"messages_ready"`
 	MessagesUnacknowledged int64          `json:"messages_unacknowledged"`
 	Consumers              int64          `json:"consumers"`
+	// MessageStats are the broker's recent rates; absent on a queue that
+	// has seen no traffic (and when statistics are disabled).
+	MessageStats *MessageStats `json:"message_stats,omitempty"`
+}
+
+// MessageStats are a queue's rates, messages per second, averaged by the
+// broker over its statistics interval (5 s by default).
+type MessageStats struct {
+	Publish    Rate `json:"publish_details"`
+	DeliverGet Rate `json:"deliver_get_details"`
+	Ack        Rate `json:"ack_details"`
+}
+
+// Rate is one rate of MessageStats.
+type Rate struct {
+	Rate float64 `json:"rate"`
+}
+
+// VHostOf is the vhost an AMQP URL names ("/" when it names none), so the
+// management API is asked about the same vhost as the AMQP connection.
+func VHostOf(amqpURL string) string {
+	u, err := url.Parse(amqpURL)
+	if err != nil || u.Path == "" || u.Path == "/" {
+		return "/"
+	}
+	v, err := url.PathUnescape(strings.TrimPrefix(u.EscapedPath(), "/"))
+	if err != nil {
+		return "/"
+	}
+	return v
 }
 
 // ExchangeInfo is an exchange as the management API lists it.

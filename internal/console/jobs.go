@@ -43,6 +43,9 @@ func (j *job) view() jobView {
 	return jobView{ID: j.ID, Queue: j.Queue, What: j.What, By: j.By, Started: j.Started, Ended: j.ended, Done: j.done, Report: j.report, Err: j.err}
 }
 
+// keptJobs is how many replays the job pages remember.
+const keptJobs = 100
+
 // startReplay runs t.Replay in the console's own context: Close stops it
 // between two messages, and what it holds goes back to the DLQ.
 func (c *Console) startReplay(t *dlq.Tool, by, queue, what string, o dlq.Options) *job {
@@ -50,6 +53,11 @@ func (c *Console) startReplay(t *dlq.Tool, by, queue, what string, o dlq.Options
 	c.jobSeq++
 	j := &job{ID: strconv.Itoa(c.jobSeq), Queue: queue, What: what, By: by, Started: c.now().UTC()}
 	c.jobs[j.ID] = j
+	// Keep the last keptJobs: older ones that ended are forgotten (their
+	// outcome is in the log).
+	if old := strconv.Itoa(c.jobSeq - keptJobs); c.jobs[old] != nil && c.jobs[old].view().Done {
+		delete(c.jobs, old)
+	}
 	c.jobsMu.Unlock()
 	c.log.Info("console replay started", zap.String("api_key", by), zap.String("queue", queue), zap.String("what", what), zap.String("job", j.ID))
 	c.wg.Add(1)

@@ -77,6 +77,7 @@ cat <<EOF2
   The email prints below and shows at http://$MAILCATCHER_HTTP_ADDR
   Status:  curl -s -H 'X-API-Key: $DEV_KEY' http://$HTTP_ADDR/api/messages/<taskId>
   Queues:  curl -s -H 'X-API-Key: $DEV_KEY' http://$HTTP_ADDR/api/queues/stats
+  Console: http://$HTTP_ADDR/console (log in with the key $DEV_KEY)
   SMS go to the consumer's log (SMS_PROVIDER=log): $RUN_DIR/consumer.log
   Ctrl-C stops everything.
 

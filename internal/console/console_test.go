@@ -48,18 +48,25 @@ type harness struct {
 	mail  topology.ChannelTopology
 }
 
-func setup(t *testing.T) *harness {
+func setup(t *testing.T) *harness { t.Helper(); return setupModel(t, nil) }
+
+// setupModel is setup with the topology adjusted (nil: the defaults).
+func setupModel(t *testing.T, model func(*topology.Config)) *harness {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("needs RabbitMQ and Redis")
 	}
-	s := dispatchtest.New(t, dispatchtest.Options{})
+	s := dispatchtest.New(t, dispatchtest.Options{Model: model})
+	cfg := topology.DefaultConfig()
+	if model != nil {
+		model(&cfg)
+	}
 	set, err := apikey.NewSet(keys)
 	require.NoError(t, err)
 	log := zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
 	con, err := console.New(console.Config{Secret: seal.DevSecret, Refresh: 5 * time.Second, DLQ: config.DLQ{
 		Common: config.Common{AMQPURL: s.Broker.URL, RedisURL: s.Redis.URL, RedisPrefix: s.Redis.Prefix},
-		Model:  topology.DefaultConfig(), ConfirmTimeout: 10 * time.Second, ScanMax: 10_000, StatusTimeout: 2 * time.Second,
+		Model:  cfg, ConfirmTimeout: 10 * time.Second, ScanMax: 10_000, StatusTimeout: 2 * time.Second,
 	}}, console.Deps{
 		Log: log, Model: s.Model, Status: s.Status, Conn: s.Session.Conn, Timeline: timeline.NewReader(s.Redis.Client, s.Redis.Prefix),
 		Inspect: func(ctx context.Context, names []string) ([]broker.QueueState, error) {
@@ -267,6 +274,37 @@ func TestAuthAndCSRF(t *testing.T) {
 		require.Contains(t, []int{8, 9}, refused)
 		require.Equal(t, http.StatusTooManyRequests, h.login(t, c, testKey).StatusCode, "the right key waits too")
 	})
+}
+
+// The queue page shows every queue of the model, with a bounded queue's
+// fill, flagged once past the warning threshold.
+func TestQueuePageFlagsAFullQueue(t *testing.T) {
+	h := setupModel(t, func(c *topology.Config) {
+		mail := c.Channels[topology.Mail]
+		mail.MaxLength = 10
+		c.Channels[topology.Mail] = mail
+	})
+	c := h.client(t, true)
+	row := func() string {
+		resp, err := c.Get(h.http.URL + "/console/queues")
+		require.NoError(t, err)
+		page := readBody(t, resp)
+		require.Equal(t, http.StatusOK, resp.StatusCode, page)
+		for _, q := range h.stack.Model.Queues {
+			require.Contains(t, page, `data-queue="`+q.Name+`"`, "every queue of the model is shown")
+		}
+		_, r, _ := strings.Cut(page, `data-queue="`+h.mail.Queue+`"`)
+		r, _, _ = strings.Cut(r, "</tr>")
+		return r
+	}
+	require.Contains(t, row(), "0%")
+	for i := range 9 {
+		h.stack.Notice(topology.Mail, "fill-"+strconv.Itoa(i)+"@example.com", "fill", nil)
+	}
+	testenv.WaitFor(t, 20*time.Second, "nine in "+h.mail.Queue, func() bool { return h.stack.Depth(h.mail.Queue) == 9 })
+	r := row()
+	require.Contains(t, r, "90%")
+	require.Contains(t, r, `class="badge warning"`, "past the threshold of 80%")
 }
 
 // What a dead letter carries is escaped, and its recipient masked, in the

@@ -36,7 +36,7 @@ func loadTopology(l *envconf.Loader) topology.Config {
 	c.QueueType = topology.QueueType(l.Enum("QUEUE_TYPE", string(topology.Classic), []string{"classic", "quorum"},
 		"queue type for every queue; quorum replicates queues across a multi-node cluster"))
 	for _, ch := range topology.Channels {
-		p := map[string]string{topology.Mail: "MAIL", topology.SMS: "SMS"}[ch]
+		p := topology.EnvPrefix(ch)
 		cc := c.Channels[ch]
 		cc.QueueTTL = l.Duration(p+"_QUEUE_TTL", cc.QueueTTL, 0, 7*24*time.Hour, "time a "+ch+" message may wait in queue."+ch+" before it is dead-lettered (0 = no TTL)")
 		cc.MaxLength = l.Int(p+"_QUEUE_MAX_LENGTH", cc.MaxLength, 0, 100_000_000, "max messages in queue."+ch+"; the oldest is dead-lettered when full (0 = unbounded)")

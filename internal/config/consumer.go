@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/msgpulse/msgpulse/internal/envconf"
@@ -52,14 +54,14 @@ func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader
 	c := Consumer{Common: loadCommon(l), Model: loadTopology(l)}
 	c.RedisTimeout = l.Duration("REDIS_TIMEOUT", time.Second, 10*time.Millisecond, 30*time.Second, "longest wait for each Redis call (connect, read, write, free pooled connection), never retried: a worker notices a dead Redis within it and pauses; overrides REDIS_URL timeouts")
 	c.PprofAddr = l.String("PPROF_ADDR", "", "address of a net/http/pprof server for profiling under load (empty = off; keep it on localhost or a private network)")
-	c.Channels = l.List("CHANNELS", "mail,sms", "main queues to consume: mail, sms or both")
+	c.Channels = l.List("CHANNELS", "mail,sms", "main queues to consume: any of "+strings.Join(topology.Channels, ", "))
 	if len(c.Channels) == 0 {
-		l.Fail("CHANNELS", "", "name at least one channel (mail, sms)")
+		l.Fail("CHANNELS", "", "name at least one channel (%s)", strings.Join(topology.Channels, ", "))
 	}
 	seen := map[string]bool{}
 	for _, ch := range c.Channels {
-		if ch != topology.Mail && ch != topology.SMS {
-			l.Fail("CHANNELS", ch, "unknown channel (want mail and/or sms)")
+		if !slices.Contains(topology.Channels, ch) {
+			l.Fail("CHANNELS", ch, "unknown channel (want some of %s)", strings.Join(topology.Channels, ", "))
 		}
 		if seen[ch] {
 			l.Fail("CHANNELS", ch, "listed twice")

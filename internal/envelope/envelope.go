@@ -55,8 +55,16 @@ type Message struct {
 	Version   int               `json:"v"`
 	TaskID    string            `json:"taskId"`
 	Kind      Kind              `json:"kind"`
-	Channel   string            `json:"channel"` // topology channel: mail or sms
-	Recipient string            `json:"recipient"`
+	Channel   string            `json:"channel"` // topology channel: mail, sms or wecom
+	Recipient string            `json:"recipient"` // empty when Recipients is set
+	// Recipients: a WeCom batch, sent in one call. The message's TaskID is
+	// then the batch's, and each recipient has a status record of its own.
+	Recipients []Recipient `json:"recipients,omitempty"`
+	BatchID    string      `json:"batchId,omitempty"`
+	// Robot: on wecom, Recipient names a group robot (WECOM_ROBOTS) rather
+	// than a userid; Mentions are the userids (or @all) it mentions.
+	Robot    bool     `json:"robot,omitempty"`
+	Mentions []string `json:"mentions,omitempty"`
 	Template  string            `json:"template"`
 	Locale    string            `json:"locale,omitempty"`
 	Variables map[string]string `json:"variables,omitempty"`
@@ -77,6 +85,20 @@ type Message struct {
 	Attempt int `json:"attempt"`
 }
 
+// Recipient is one member of a batch message.
+type Recipient struct {
+	TaskID    string `json:"taskId"`
+	Recipient string `json:"recipient"`
+}
+
+// Channels the envelope knows; internal/topology holds the same names
+// (the envelope is a leaf and imports nothing of ours).
+var channels = map[string]bool{"mail": true, "sms": true, "wecom": true}
+
+// MaxRecipients is the most recipients one message carries: WeCom's limit
+// for one message/send call.
+const MaxRecipients = 1000
+
 // ErrMalformed marks a body the consumer cannot act on.
 var ErrMalformed = errors.New("malformed message")
 
@@ -89,20 +111,45 @@ func (m *Message) Validate() error {
 		return fmt.Errorf("%w: no taskId", ErrMalformed)
 	case m.Kind != Verification && m.Kind != Notification:
 		return fmt.Errorf("%w: unknown kind %q", ErrMalformed, m.Kind)
-	case m.Channel != "mail" && m.Channel != "sms":
+	case !channels[m.Channel]:
 		return fmt.Errorf("%w: unknown channel %q", ErrMalformed, m.Channel)
+	case len(m.Recipients) > 0:
+		if err := m.validateBatch(); err != nil {
+			return err
+		}
 	case m.Recipient == "":
 		return fmt.Errorf("%w: no recipient", ErrMalformed)
 	case strings.IndexFunc(m.Recipient, unicode.IsControl) >= 0:
 		// The API never accepts one; a recipient with CR or LF on the queue
 		// was put there by hand or by a bug, and could write mail headers.
 		return fmt.Errorf("%w: recipient contains a control character", ErrMalformed)
+	}
+	switch {
 	case m.Template == "":
 		return fmt.Errorf("%w: no template", ErrMalformed)
 	case m.Kind == Verification && (m.SealedCode == "" || m.CodeDigest == "" || m.Purpose == ""):
 		return fmt.Errorf("%w: verification message without code or purpose", ErrMalformed)
 	case m.Attempt < 0:
 		return fmt.Errorf("%w: negative attempt", ErrMalformed)
+	}
+	return nil
+}
+
+func (m *Message) validateBatch() error {
+	switch {
+	case m.Channel != "wecom" || m.Robot:
+		return fmt.Errorf("%w: only WeCom application messages carry several recipients", ErrMalformed)
+	case m.Recipient != "":
+		return fmt.Errorf("%w: both recipient and recipients", ErrMalformed)
+	case len(m.Recipients) > MaxRecipients:
+		return fmt.Errorf("%w: %d recipients, at most %d", ErrMalformed, len(m.Recipients), MaxRecipients)
+	case m.Kind != Notification:
+		return fmt.Errorf("%w: a batch of verification codes", ErrMalformed)
+	}
+	for _, r := range m.Recipients {
+		if r.TaskID == "" || r.Recipient == "" || strings.IndexFunc(r.Recipient, unicode.IsControl) >= 0 || strings.Contains(r.Recipient, "|") {
+			return fmt.Errorf("%w: batch recipient %q without taskId, empty or with a separator or control character", ErrMalformed, r.Recipient)
+		}
 	}
 	return nil
 }

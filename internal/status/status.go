@@ -47,7 +47,7 @@ var (
 type Record struct {
 	TaskID      string     `json:"taskId"`
 	Status      State      `json:"status"`
-	Channel     string     `json:"channel"`             // "email" or "sms"
+	Channel     string     `json:"channel"`             // "email", "sms", "wecom" or "wecom_robot"
 	Recipient   string     `json:"recipient,omitempty"` // masked by the caller
 	Kind        string     `json:"kind,omitempty"`
 	Template    string     `json:"template,omitempty"`
@@ -312,6 +312,9 @@ func (s *Store) LoadScripts(ctx context.Context) error {
 	return nil
 }
 
+// channels a record may name: the API's channel names.
+var channels = map[string]bool{"email": true, "sms": true, "wecom": true, "wecom_robot": true}
+
 func validateRecord(r Record) error {
 	if r.TaskID == "" {
 		return errors.New("status: TaskID is required")
@@ -319,8 +322,8 @@ func validateRecord(r Record) error {
 	if !r.Status.Valid() {
 		return fmt.Errorf("status: unknown status %q", r.Status)
 	}
-	if r.Channel != "email" && r.Channel != "sms" {
-		return fmt.Errorf("status: channel %q: must be email or sms", r.Channel)
+	if !channels[r.Channel] {
+		return fmt.Errorf("status: channel %q: must be email, sms, wecom or wecom_robot", r.Channel)
 	}
 	if r.Attempts < 0 {
 		return fmt.Errorf("status: attempts %d: must not be negative", r.Attempts)

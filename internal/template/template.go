@@ -26,6 +26,13 @@ type Channel string
 const (
 	Email Channel = "email"
 	SMS   Channel = "sms"
+	WeCom Channel = "wecom" // WeCom application messages and group robots
+)
+
+// WeCom message formats: a template says which its wecom.txt is written in.
+const (
+	FormatText     = "text"
+	FormatMarkdown = "markdown"
 )
 
 // Errors for errors.Is. Every error Validate and the Render methods return
@@ -72,11 +79,13 @@ const (
 	htmlFile    = "body.html"
 	textFile    = "body.txt"
 	smsFile     = "sms.txt"
+	wecomFile   = "wecom.txt"
 )
 
 var channelFiles = map[Channel][]string{
 	Email: {subjectFile, htmlFile, textFile},
 	SMS:   {smsFile},
+	WeCom: {wecomFile},
 }
 
 //go:embed templates
@@ -100,6 +109,7 @@ type entry struct {
 	description string
 	vars        []string
 	channels    []Channel
+	wecomFormat string // text or markdown
 	locales     map[string]*localized // by lower-cased locale
 	order       []string              // lower-cased locales, sorted: "any locale" is deterministic
 }
@@ -110,12 +120,16 @@ type localized struct {
 	text    *texttemplate.Template
 	html    *htmltemplate.Template
 	sms     *texttemplate.Template
+	wecom   *texttemplate.Template
 }
 
 type meta struct {
 	Description string    `yaml:"description"`
 	Variables   []string  `yaml:"variables"`
 	Channels    []Channel `yaml:"channels"`
+	// WeComFormat is the msgtype the wecom.txt file is written for:
+	// text (default) or markdown.
+	WeComFormat string `yaml:"wecomFormat"`
 }
 
 // Load parses the built-in templates and, if dir is not empty, the
@@ -193,7 +207,7 @@ func loadTemplate(fsys fs.FS, code string, where func(string) string) (*entry, e
 	if err := m.validate(); err != nil {
 		return nil, fmt.Errorf("templates: %s: %w", where(metaPath), err)
 	}
-	e := &entry{code: code, description: m.Description, vars: m.Variables, channels: m.Channels, locales: map[string]*localized{}}
+	e := &entry{code: code, description: m.Description, vars: m.Variables, channels: m.Channels, wecomFormat: m.WeComFormat, locales: map[string]*localized{}}
 
 	items, err := fs.ReadDir(fsys, code)
 	if err != nil {
@@ -239,12 +253,19 @@ func (m *meta) validate() error {
 		seen[v] = true
 	}
 	if len(m.Channels) == 0 {
-		return errors.New("channels: list at least one of email, sms")
+		return errors.New("channels: list at least one of email, sms, wecom")
+	}
+	switch m.WeComFormat {
+	case "":
+		m.WeComFormat = FormatText
+	case FormatText, FormatMarkdown:
+	default:
+		return fmt.Errorf("wecomFormat: %q is not text or markdown", m.WeComFormat)
 	}
 	seenCh := map[Channel]bool{}
 	for _, c := range m.Channels {
 		if _, ok := channelFiles[c]; !ok {
-			return fmt.Errorf("channels: %q is not email or sms", c)
+			return fmt.Errorf("channels: %q is not email, sms or wecom", c)
 		}
 		if seenCh[c] {
 			return fmt.Errorf("channels: %q listed twice", c)
@@ -318,6 +339,8 @@ func loadLocale(fsys fs.FS, e *entry, locale string, where func(string) string) 
 				l.text = t
 			case smsFile:
 				l.sms = t
+			case wecomFile:
+				l.wecom = t
 			}
 		}
 		if strings.TrimSpace(out.String()) == "" {
@@ -445,6 +468,27 @@ func (s *Store) RenderSMS(code, locale string, vars map[string]string) (string, 
 		return "", fmt.Errorf("%w: %w", ErrRender, err)
 	}
 	return strings.TrimSpace(out.String()), nil
+}
+
+// RenderedWeCom is a rendered WeCom message: its msgtype (text or
+// markdown) and content.
+type RenderedWeCom struct {
+	Format  string
+	Content string
+}
+
+// RenderWeCom renders template code for WeCom in locale (with the same
+// fallback as RenderEmail), in the format its template.yaml names.
+func (s *Store) RenderWeCom(code, locale string, vars map[string]string) (RenderedWeCom, error) {
+	e, data, err := s.prepare(code, WeCom, vars)
+	if err != nil {
+		return RenderedWeCom{}, err
+	}
+	var out bytes.Buffer
+	if err := e.pick(locale, s.defaultLocale).wecom.Execute(&out, data); err != nil {
+		return RenderedWeCom{}, fmt.Errorf("%w: %w", ErrRender, err)
+	}
+	return RenderedWeCom{Format: e.wecomFormat, Content: strings.TrimSpace(out.String())}, nil
 }
 
 func (s *Store) entry(code string) (*entry, error) {

@@ -301,7 +301,7 @@ func TestAccessors(t *testing.T) {
 	require.Equal(t, "code", again[0], "Variables returns a copy")
 	ch, err := s.Channels("notice")
 	require.NoError(t, err)
-	require.Equal(t, []Channel{Email, SMS}, ch)
+	require.Equal(t, []Channel{Email, SMS, WeCom}, ch)
 	_, err = s.Channels("nope")
 	require.ErrorIs(t, err, ErrUnknownTemplate)
 }
@@ -385,4 +385,29 @@ func TestLoadArguments(t *testing.T) {
 	s, err := Load(setup(t, nil), "en")
 	require.NoError(t, err, "an empty TEMPLATES_DIR is just the built-ins")
 	require.Equal(t, []string{"notice", "verify_code"}, s.Codes())
+}
+
+func TestRenderWeComUsesTheTemplatesFormat(t *testing.T) {
+	t.Parallel()
+	s, err := Load("", "en")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		code, locale, format, content string
+		err                           error
+	}{
+		{"notice", "en", FormatMarkdown, "**Maintenance**\n\nTonight", nil},
+		{"notice", "zh-CN", FormatMarkdown, "**Maintenance**\n\nTonight", nil},
+		{"verify_code", "en", "", "", ErrUnsupportedChannel},
+	} {
+		got, err := s.RenderWeCom(tc.code, tc.locale, map[string]string{"title": "Maintenance", "content": "Tonight", "code": "123456", "ttlMinutes": "10"})
+		if tc.err != nil {
+			require.ErrorIs(t, err, tc.err)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, RenderedWeCom{Format: tc.format, Content: tc.content}, got)
+	}
+	dir := setup(t, map[string]string{"bad_format/template.yaml": "variables: [a]\nchannels: [wecom]\nwecomFormat: html\n", "bad_format/en/wecom.txt": "{{.a}}"})
+	_, err = Load(dir, "en")
+	require.ErrorContains(t, err, "wecomFormat")
 }

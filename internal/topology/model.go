@@ -3,17 +3,20 @@ package topology
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
 // Channel names: the delivery channels msgpulse sends through.
 const (
-	Mail = "mail"
-	SMS  = "sms"
+	Mail  = "mail"
+	SMS   = "sms"
+	WeCom = "wecom"
 )
 
-// Channels lists every channel, in a stable order.
-var Channels = []string{Mail, SMS}
+// Channels lists every channel, in a stable order. A channel is data: its
+// resources, levels and environment variables all derive from its name.
+var Channels = []string{Mail, SMS, WeCom}
 
 // QueueType is the RabbitMQ queue type the model declares.
 type QueueType string
@@ -102,7 +105,7 @@ func (c Config) Validate() error {
 	}
 	for name := range c.Channels {
 		if !isChannel(name) {
-			return fmt.Errorf("unknown channel %q (known: mail, sms)", name)
+			return fmt.Errorf("unknown channel %q (known: %s)", name, strings.Join(Channels, ", "))
 		}
 	}
 	return c.Delay.Validate()
@@ -213,7 +216,7 @@ func Build(cfg Config, brokerVersion string) (*Model, error) {
 			Exchange{Name: ct.DeadLetterExchange, Kind: "fanout", Durable: true},
 		)
 
-		prefix := envPrefix(name)
+		prefix := EnvPrefix(name)
 		main := Queue{
 			Name: ct.Queue, Type: cfg.QueueType, Durable: true, Role: RoleMain, Channel: name,
 			Args:    map[string]any{ArgDeadLetterExchange: ct.DeadLetterExchange},
@@ -250,15 +253,9 @@ func Build(cfg Config, brokerVersion string) (*Model, error) {
 	return m, m.check()
 }
 
-func envPrefix(ch string) string {
-	switch ch {
-	case Mail:
-		return "MAIL"
-	case SMS:
-		return "SMS"
-	}
-	return ch
-}
+// EnvPrefix is the prefix of a channel's environment variables
+// (MAIL_QUEUE_TTL, WECOM_QUEUE_MAX_LENGTH): its name in upper case.
+func EnvPrefix(ch string) string { return strings.ToUpper(ch) }
 
 // applyQuorum turns every queue into a quorum queue, keeping only the
 // arguments a quorum queue accepts on this broker version, and records what

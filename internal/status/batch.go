@@ -1,0 +1,99 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/msgpulse/msgpulse/internal/rdb"
+)
+
+// A batch is the list of its recipients' task IDs, kept as long as their
+// records; the records themselves stay the only place a status lives.
+
+func (s *Store) batchKey(batchID string) string { return s.cfg.Prefix + "batch:" + batchID }
+
+// BatchCommands are the writes that store a batch's task list, for a
+// pipeline (rdb.Command.Do).
+func (s *Store) BatchCommands(batchID string, taskIDs []string) ([]rdb.Command, error) {
+	if batchID == "" || len(taskIDs) == 0 {
+		return nil, errors.New("status: a batch needs an id and at least one task")
+	}
+	key := s.batchKey(batchID)
+	push := rdb.Command{"RPUSH", key}
+	for _, id := range taskIDs {
+		push = append(push, id)
+	}
+	return []rdb.Command{{"DEL", key}, push, {"PEXPIRE", key, s.cfg.TTL.Milliseconds()}}, nil
+}
+
+// CreateBatch stores a batch's task list.
+func (s *Store) CreateBatch(ctx context.Context, batchID string, taskIDs []string) error {
+	cmds, err := s.BatchCommands(batchID, taskIDs)
+	if err != nil {
+		return err
+	}
+	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for _, c := range cmds {
+			c.Do(ctx, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("status: create batch %q: %w", batchID, err)
+	}
+	return nil
+}
+
+// DeleteBatch removes a batch's task list (a batch whose publish failed).
+func (s *Store) DeleteBatch(ctx context.Context, batchID string) error {
+	if err := s.rdb.Del(ctx, s.batchKey(batchID)).Err(); err != nil {
+		return fmt.Errorf("status: delete batch %q: %w", batchID, err)
+	}
+	return nil
+}
+
+// Batch is a batch's task IDs and how many of them are in each state. A
+// record that has expired counts as Expired.
+type Batch struct {
+	ID      string
+	TaskIDs []string
+	Counts  map[State]int
+}
+
+// GetBatch reads a batch and the state of each of its tasks, in two round
+// trips; ErrNotFound if there is no such batch.
+func (s *Store) GetBatch(ctx context.Context, batchID string) (Batch, error) {
+	ids, err := s.rdb.LRange(ctx, s.batchKey(batchID), 0, -1).Result()
+	if err != nil {
+		return Batch{}, fmt.Errorf("status: get batch %q: %w", batchID, err)
+	}
+	if len(ids) == 0 {
+		return Batch{}, fmt.Errorf("%w: batch %q", ErrNotFound, batchID)
+	}
+	cmds := make([]*redis.StringCmd, len(ids))
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.HGet(ctx, s.key(id), fStatus)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return Batch{}, fmt.Errorf("status: get batch %q: %w", batchID, err)
+	}
+	b := Batch{ID: batchID, TaskIDs: ids, Counts: map[State]int{}}
+	for _, c := range cmds {
+		st, err := c.Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			b.Counts[Expired]++
+		case err != nil:
+			return Batch{}, fmt.Errorf("status: get batch %q: %w", batchID, err)
+		default:
+			b.Counts[State(st)]++
+		}
+	}
+	return b, nil
+}

@@ -52,19 +52,19 @@ const (
 
 // Message is the body of every message.
 type Message struct {
-	Version   int               `json:"v"`
-	TaskID    string            `json:"taskId"`
-	Kind      Kind              `json:"kind"`
-	Channel   string            `json:"channel"` // topology channel: mail, sms or wecom
-	Recipient string            `json:"recipient"` // empty when Recipients is set
+	Version   int    `json:"v"`
+	TaskID    string `json:"taskId"`
+	Kind      Kind   `json:"kind"`
+	Channel   string `json:"channel"`   // topology channel: mail, sms or wecom
+	Recipient string `json:"recipient"` // empty when Recipients is set
 	// Recipients: a WeCom batch, sent in one call. The message's TaskID is
 	// then the batch's, and each recipient has a status record of its own.
 	Recipients []Recipient `json:"recipients,omitempty"`
 	BatchID    string      `json:"batchId,omitempty"`
 	// Robot: on wecom, Recipient names a group robot (WECOM_ROBOTS) rather
 	// than a userid; Mentions are the userids (or @all) it mentions.
-	Robot    bool     `json:"robot,omitempty"`
-	Mentions []string `json:"mentions,omitempty"`
+	Robot     bool              `json:"robot,omitempty"`
+	Mentions  []string          `json:"mentions,omitempty"`
 	Template  string            `json:"template"`
 	Locale    string            `json:"locale,omitempty"`
 	Variables map[string]string `json:"variables,omitempty"`

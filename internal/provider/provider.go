@@ -102,6 +102,25 @@ type SMS struct {
 	Params   map[string]string
 }
 
+// WeCom is one rendered WeCom message: an application message to up to
+// 1000 users in one call, or a post of a group robot.
+type WeCom struct {
+	Robot    string   // the robot's name (WECOM_ROBOTS); empty for an application message
+	ToUsers  []string // application message: userids
+	Format   string   // text or markdown
+	Content  string
+	Mentions []string // robot: userids to mention, or @all
+	TaskID   string
+}
+
+// WeComReceipt is what WeCom said when it accepted a message. Rejected
+// holds the users it refused for good (invaliduser, unlicenseduser), with
+// the reason; the others got it.
+type WeComReceipt struct {
+	Receipt
+	Rejected map[string]string
+}
+
 // Receipt is what a vendor said when it accepted a message.
 type Receipt struct {
 	Provider  string
@@ -118,6 +137,15 @@ type Mailer interface {
 type SMSSender interface {
 	Name() string
 	SendSMS(ctx context.Context, m SMS) (Receipt, error)
+}
+
+// WeComSender sends WeCom application messages and robot posts.
+type WeComSender interface {
+	Name() string
+	// Account names the sending account of m (the application, or the
+	// robot) for per-account rates.
+	Account(m WeCom) string
+	SendWeCom(ctx context.Context, m WeCom) (WeComReceipt, error)
 }
 
 // Closer is implemented by providers that hold connections.

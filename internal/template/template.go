@@ -109,7 +109,7 @@ type entry struct {
 	description string
 	vars        []string
 	channels    []Channel
-	wecomFormat string // text or markdown
+	wecomFormat string                // text or markdown
 	locales     map[string]*localized // by lower-cased locale
 	order       []string              // lower-cased locales, sorted: "any locale" is deterministic
 }

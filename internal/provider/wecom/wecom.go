@@ -1,0 +1,335 @@
+package wecom
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/msgpulse/msgpulse/internal/provider"
+)
+
+// Provider names, as metrics and status records show them.
+const (
+	Name      = "wecom"
+	RobotName = "wecom-robot"
+)
+
+// Defaults.
+const (
+	DefaultAPIBase                = "https://qyapi.weixin.qq.com"
+	DefaultDuplicateCheckInterval = 1800 * time.Second
+	DefaultTimeout                = 10 * time.Second
+	// MaxUsers is the most userids one message/send call takes.
+	MaxUsers = 1000
+	// RobotPerMinute is WeCom's documented limit of a group robot.
+	RobotPerMinute = 20
+)
+
+// Config configures the client.
+type Config struct {
+	CorpID     string
+	CorpSecret string
+	AgentID    int64
+	APIBase    string            // default DefaultAPIBase; any http(s) base, so a test server can stand in
+	Robots     map[string]string // robot name → webhook key
+	// DuplicateCheckInterval is WeCom's duplicate_check_interval: the same
+	// request within it is delivered once (it absorbs a crash-window resend).
+	DuplicateCheckInterval time.Duration
+	Timeout                time.Duration
+}
+
+// Validate fills defaults and reports the first invalid setting. The
+// application settings are only required together: a deployment with
+// robots alone is valid.
+func (c *Config) Validate() error {
+	if c.APIBase == "" {
+		c.APIBase = DefaultAPIBase
+	}
+	if c.DuplicateCheckInterval == 0 {
+		c.DuplicateCheckInterval = DefaultDuplicateCheckInterval
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	u, err := url.Parse(c.APIBase)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("wecom: API base %q must be an http(s) URL", c.APIBase)
+	}
+	c.APIBase = strings.TrimRight(c.APIBase, "/")
+	app := c.CorpID != "" || c.CorpSecret != "" || c.AgentID != 0
+	if app && (c.CorpID == "" || c.CorpSecret == "" || c.AgentID <= 0) {
+		return errors.New("wecom: an application needs WECOM_CORP_ID, WECOM_CORP_SECRET and WECOM_AGENT_ID")
+	}
+	if !app && len(c.Robots) == 0 {
+		return errors.New("wecom: configure an application (WECOM_CORP_ID, WECOM_CORP_SECRET, WECOM_AGENT_ID) or robots (WECOM_ROBOTS)")
+	}
+	if d := c.DuplicateCheckInterval; d < time.Second || d > 4*time.Hour {
+		return fmt.Errorf("wecom: duplicate check interval %s: WeCom takes 1s to 4h", d)
+	}
+	return nil
+}
+
+// ParseRobots reads WECOM_ROBOTS: name=KEY,name=KEY.
+func ParseRobots(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, key, ok := strings.Cut(part, "=")
+		name, key = strings.TrimSpace(name), strings.TrimSpace(key)
+		if !ok || name == "" || key == "" {
+			return nil, fmt.Errorf("robot %q: want name=KEY", part)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("robot %q listed twice", name)
+		}
+		out[name] = key
+	}
+	return out, nil
+}
+
+// Tokens hands out the application's access token. Invalidate drops bad
+// if it is still the current one, so that a refresh happens once however
+// many senders saw it fail.
+type Tokens interface {
+	Token(ctx context.Context) (string, error)
+	Invalidate(ctx context.Context, bad string) error
+}
+
+// Client sends through WeCom. It is safe for concurrent use.
+type Client struct {
+	cfg    Config
+	http   *http.Client
+	tokens Tokens
+}
+
+// New validates cfg and returns a Client. tokens may be nil when only
+// robots are configured.
+func New(cfg Config, tokens Tokens) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.CorpID != "" && tokens == nil {
+		return nil, errors.New("wecom: an application needs a token source")
+	}
+	return &Client{cfg: cfg, tokens: tokens, http: &http.Client{
+		Timeout: cfg.Timeout,
+		// WeCom never redirects an API call; following one would carry the
+		// token or the robot key elsewhere.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}}, nil
+}
+
+// Name implements provider.WeComSender.
+func (c *Client) Name() string { return Name }
+
+// Account implements provider.WeComSender: the application (by corp and
+// agent id) or the robot.
+func (c *Client) Account(m provider.WeCom) string {
+	if m.Robot != "" {
+		return "wecom-robot:" + m.Robot
+	}
+	return "wecom-app:" + c.cfg.CorpID + ":" + strconv.FormatInt(c.cfg.AgentID, 10)
+}
+
+// Close drops idle connections.
+func (c *Client) Close() error {
+	c.http.CloseIdleConnections()
+	return nil
+}
+
+// answer is the part of every WeCom reply msgpulse reads.
+type answer struct {
+	ErrCode        int    `json:"errcode"`
+	ErrMsg         string `json:"errmsg"`
+	AccessToken    string `json:"access_token"`
+	ExpiresIn      int64  `json:"expires_in"`
+	InvalidUser    string `json:"invaliduser"`
+	UnlicensedUser string `json:"unlicenseduser"`
+	MsgID          string `json:"msgid"`
+}
+
+// FetchToken asks WeCom for a new access token and how long it lives. The
+// token package calls it, once per expiry for the whole fleet.
+func (c *Client) FetchToken(ctx context.Context) (string, time.Duration, error) {
+	q := url.Values{"corpid": {c.cfg.CorpID}, "corpsecret": {c.cfg.CorpSecret}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.cfg.APIBase+"/cgi-bin/gettoken?"+q.Encode(), nil)
+	if err != nil {
+		return "", 0, err
+	}
+	a, err := c.call(req, Name)
+	if err != nil {
+		return "", 0, err
+	}
+	if a.ErrCode != 0 {
+		return "", 0, classify(Name, a)
+	}
+	if a.AccessToken == "" || a.ExpiresIn <= 0 {
+		return "", 0, &provider.Error{Provider: Name, Class: provider.Transient, Code: "bad_token_reply", Message: "gettoken answered without access_token or expires_in"}
+	}
+	return a.AccessToken, time.Duration(a.ExpiresIn) * time.Second, nil
+}
+
+// SendWeCom implements provider.WeComSender.
+func (c *Client) SendWeCom(ctx context.Context, m provider.WeCom) (provider.WeComReceipt, error) {
+	if m.Format != "text" && m.Format != "markdown" {
+		return provider.WeComReceipt{}, &provider.Error{Provider: Name, Class: provider.Permanent, Code: "format", Message: "format " + strconv.Quote(m.Format) + " is not text or markdown"}
+	}
+	if m.Robot != "" {
+		return c.sendRobot(ctx, m)
+	}
+	return c.sendApp(ctx, m)
+}
+
+func (c *Client) sendApp(ctx context.Context, m provider.WeCom) (provider.WeComReceipt, error) {
+	if c.tokens == nil {
+		return provider.WeComReceipt{}, &provider.Error{Provider: Name, Class: provider.Permanent, Code: "not_configured", Message: "no WeCom application is configured (WECOM_CORP_ID, WECOM_CORP_SECRET, WECOM_AGENT_ID)"}
+	}
+	if n := len(m.ToUsers); n == 0 || n > MaxUsers {
+		return provider.WeComReceipt{}, &provider.Error{Provider: Name, Class: provider.Permanent, Code: "touser", Message: fmt.Sprintf("%d users: one call takes 1 to %d", n, MaxUsers)}
+	}
+	body, err := json.Marshal(map[string]any{
+		"touser":                   strings.Join(m.ToUsers, "|"),
+		"msgtype":                  m.Format,
+		"agentid":                  c.cfg.AgentID,
+		m.Format:                   map[string]string{"content": m.Content},
+		"enable_duplicate_check":   1,
+		"duplicate_check_interval": int(c.cfg.DuplicateCheckInterval / time.Second),
+	})
+	if err != nil {
+		return provider.WeComReceipt{}, err
+	}
+	// One resend at most: with a token refreshed because WeCom said the
+	// one we used is invalid, expired or missing.
+	for refreshed := false; ; refreshed = true {
+		tok, err := c.tokens.Token(ctx)
+		if err != nil {
+			return provider.WeComReceipt{}, err
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.APIBase+"/cgi-bin/message/send?access_token="+url.QueryEscape(tok), bytes.NewReader(body))
+		if err != nil {
+			return provider.WeComReceipt{}, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		a, err := c.call(req, Name)
+		if err != nil {
+			return provider.WeComReceipt{}, err
+		}
+		if TokenProblem(a.ErrCode) && !refreshed {
+			if err := c.tokens.Invalidate(ctx, tok); err != nil {
+				return provider.WeComReceipt{}, err
+			}
+			continue
+		}
+		return appReceipt(m, a)
+	}
+}
+
+// appReceipt turns a message/send answer into a receipt: the users WeCom
+// listed as invalid or unlicensed failed, the others got the message. When
+// every user failed (81013, or all listed) it is a permanent error.
+func appReceipt(m provider.WeCom, a answer) (provider.WeComReceipt, error) {
+	rejected := map[string]string{}
+	for _, l := range []struct{ list, why string }{
+		{a.InvalidUser, "invaliduser: WeCom does not know this userid, or it is outside the application's visible range"},
+		{a.UnlicensedUser, "unlicenseduser: the user has no license for this application"},
+	} {
+		for _, u := range strings.Split(l.list, "|") {
+			if u != "" && slices.Contains(m.ToUsers, u) {
+				rejected[u] = l.why
+			}
+		}
+	}
+	if a.ErrCode != 0 && a.ErrCode != 81013 {
+		return provider.WeComReceipt{}, classify(Name, a)
+	}
+	if a.ErrCode == 81013 || len(rejected) == len(m.ToUsers) {
+		why := "every recipient was refused"
+		for _, r := range rejected {
+			why = r
+			break
+		}
+		return provider.WeComReceipt{}, &provider.Error{Provider: Name, Class: provider.Permanent, Code: strconv.Itoa(a.ErrCode), Message: why}
+	}
+	return provider.WeComReceipt{Receipt: provider.Receipt{Provider: Name, MessageID: a.MsgID}, Rejected: rejected}, nil
+}
+
+func (c *Client) sendRobot(ctx context.Context, m provider.WeCom) (provider.WeComReceipt, error) {
+	key, ok := c.cfg.Robots[m.Robot]
+	if !ok {
+		return provider.WeComReceipt{}, &provider.Error{Provider: RobotName, Class: provider.Permanent, Code: "unknown_robot", Message: "no robot " + strconv.Quote(m.Robot) + " in WECOM_ROBOTS"}
+	}
+	content := map[string]any{"content": m.Content}
+	if len(m.Mentions) > 0 {
+		if m.Format == "text" {
+			content["mentioned_list"] = m.Mentions
+		} else {
+			// Markdown has no mentioned_list: a mention is <@userid> in the text.
+			var b strings.Builder
+			b.WriteString(m.Content + "\n")
+			for _, u := range m.Mentions {
+				b.WriteString("<@" + u + ">")
+			}
+			content["content"] = b.String()
+		}
+	}
+	body, err := json.Marshal(map[string]any{"msgtype": m.Format, m.Format: content})
+	if err != nil {
+		return provider.WeComReceipt{}, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.APIBase+"/cgi-bin/webhook/send?key="+url.QueryEscape(key), bytes.NewReader(body))
+	if err != nil {
+		return provider.WeComReceipt{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	a, err := c.call(req, RobotName)
+	if err != nil {
+		return provider.WeComReceipt{}, err
+	}
+	if a.ErrCode != 0 {
+		return provider.WeComReceipt{}, classify(RobotName, a)
+	}
+	return provider.WeComReceipt{Receipt: provider.Receipt{Provider: RobotName}}, nil
+}
+
+// call does req and decodes WeCom's JSON answer. Transport failures and
+// HTTP errors come back classified, without the URL (it holds the token or
+// the robot key).
+func (c *Client) call(req *http.Request, name string) (answer, error) {
+	resp, err := c.http.Do(req) //nolint:gosec // the base URL comes from configuration
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return answer{}, &provider.Error{Provider: name, Class: provider.Transient, Code: "connection", Err: err}
+	}
+	defer func() { _ = resp.Body.Close() }()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return answer{}, &provider.Error{Provider: name, Class: provider.Transient, Code: "connection", Err: err}
+	}
+	if resp.StatusCode != http.StatusOK {
+		class := provider.Permanent
+		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusRequestTimeout {
+			class = provider.Transient
+		}
+		return answer{}, &provider.Error{Provider: name, Class: class, Code: "http_" + strconv.Itoa(resp.StatusCode)}
+	}
+	var a answer
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return answer{}, &provider.Error{Provider: name, Class: provider.Transient, Code: "bad_reply", Message: "WeCom's answer is not JSON"}
+	}
+	return a, nil
+}

@@ -1,0 +1,302 @@
+// Package wecomtest is a WeCom test server: an httptest server that checks
+// what WeCom checks (corpid and secret, a valid unexpired access token, the
+// agentid, touser's size, msgtype and its content, robot keys and their
+// 20-a-minute limit) and answers with WeCom's real errcodes, including
+// invaliduser for userids it does not know.
+//
+// Only tests import it. It fakes the vendor, never RabbitMQ or Redis.
+package wecomtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Test credentials.
+const (
+	CorpID     = "ww-test-corp"
+	CorpSecret = "test-secret"
+	AgentID    = 1000002
+	RobotKey   = "robot-key-1"
+)
+
+// Received is one message a user or robot got.
+type Received struct {
+	MsgType  string
+	Content  string
+	Mentions []string
+}
+
+// Server is the fake. Its exported fields may be set before the first
+// request; use the methods afterwards.
+type Server struct {
+	*httptest.Server
+	// Unknown userids are answered in invaliduser.
+	Unknown map[string]bool
+	// TokenTTL is the expires_in of new tokens; default 7200 s.
+	TokenTTL time.Duration
+	// Latency is added to every answer (make bench's 50 ms).
+	Latency time.Duration
+
+	mu          sync.Mutex
+	tokens      map[string]time.Time // token → expiry
+	n           int
+	fetches     int
+	sendCalls   int
+	throttle    []int // errcodes to answer the next sends with
+	users       map[string][]Received
+	robot       []Received
+	robotTimes  []time.Time
+	lastDupFlag int
+}
+
+// New starts a server that is closed when t ends.
+func New(t testing.TB) *Server {
+	s := &Server{Unknown: map[string]bool{}, TokenTTL: 7200 * time.Second, tokens: map[string]time.Time{}, users: map[string][]Received{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /cgi-bin/gettoken", s.gettoken)
+	mux.HandleFunc("POST /cgi-bin/message/send", s.send)
+	mux.HandleFunc("POST /cgi-bin/webhook/send", s.webhook)
+	s.Server = httptest.NewServer(mux)
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *Server) answer(w http.ResponseWriter, v map[string]any) {
+	if s.Latency > 0 {
+		time.Sleep(s.Latency) // the vendor's own latency, not a wait for an outcome
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func fail(code int, msg string) map[string]any {
+	return map[string]any{"errcode": code, "errmsg": msg + ", hint: [test], more info at https://open.work.weixin.qq.com/devtool/query?e=" + fmt.Sprint(code)}
+}
+
+func (s *Server) gettoken(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	switch {
+	case q.Get("corpid") != CorpID:
+		s.answer(w, fail(40013, "invalid corpid"))
+		return
+	case q.Get("corpsecret") != CorpSecret:
+		s.answer(w, fail(40001, "invalid credential"))
+		return
+	}
+	s.mu.Lock()
+	s.n++
+	s.fetches++
+	tok := fmt.Sprintf("token-%d", s.n)
+	s.tokens[tok] = time.Now().Add(s.TokenTTL)
+	ttl := s.TokenTTL
+	s.mu.Unlock()
+	s.answer(w, map[string]any{"errcode": 0, "errmsg": "ok", "access_token": tok, "expires_in": int(ttl / time.Second)})
+}
+
+// checkToken answers 41001, 40014 or 42001 as WeCom does, or 0.
+func (s *Server) checkToken(tok string) (int, string) {
+	if tok == "" {
+		return 41001, "access_token missing"
+	}
+	exp, ok := s.tokens[tok]
+	switch {
+	case !ok:
+		return 40014, "invalid access_token"
+	case !time.Now().Before(exp):
+		return 42001, "access_token expired"
+	}
+	return 0, ""
+}
+
+type sendBody struct {
+	ToUser  string `json:"touser"`
+	MsgType string `json:"msgtype"`
+	AgentID int64  `json:"agentid"`
+	Text    *struct {
+		Content       string   `json:"content"`
+		MentionedList []string `json:"mentioned_list"`
+	} `json:"text"`
+	Markdown *struct {
+		Content string `json:"content"`
+	} `json:"markdown"`
+	EnableDuplicateCheck   int `json:"enable_duplicate_check"`
+	DuplicateCheckInterval int `json:"duplicate_check_interval"`
+}
+
+// content checks msgtype and its content as WeCom does.
+func (b *sendBody) content() (string, []string, int, string) {
+	var c string
+	var mentions []string
+	switch b.MsgType {
+	case "text":
+		if b.Text == nil {
+			return "", nil, 40058, "text missing"
+		}
+		c, mentions = b.Text.Content, b.Text.MentionedList
+	case "markdown":
+		if b.Markdown == nil {
+			return "", nil, 40058, "markdown missing"
+		}
+		c = b.Markdown.Content
+	default:
+		return "", nil, 40008, "invalid message type"
+	}
+	switch {
+	case strings.TrimSpace(c) == "":
+		return "", nil, 44004, "empty content"
+	case len(c) > 4096:
+		return "", nil, 45002, "content size out of limit"
+	}
+	return c, mentions, 0, ""
+}
+
+func (s *Server) send(w http.ResponseWriter, r *http.Request) {
+	var b sendBody
+	if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
+		s.answer(w, fail(47001, "data format error"))
+		return
+	}
+	s.answer(w, s.sendReply(r, &b))
+}
+
+func (s *Server) sendReply(r *http.Request, b *sendBody) map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if code, msg := s.checkToken(r.URL.Query().Get("access_token")); code != 0 {
+		return fail(code, msg)
+	}
+	s.sendCalls++
+	if len(s.throttle) > 0 {
+		code := s.throttle[0]
+		s.throttle = s.throttle[1:]
+		return fail(code, "api freq out of limit")
+	}
+	if b.AgentID != AgentID {
+		return fail(40056, "invalid agentid")
+	}
+	users := strings.Split(b.ToUser, "|")
+	if b.ToUser == "" {
+		return fail(82001, "All touser & toparty & totag invalid")
+	}
+	if len(users) > 1000 {
+		return fail(40032, "invalid userid size")
+	}
+	content, _, code, msg := b.content()
+	if code != 0 {
+		return fail(code, msg)
+	}
+	s.lastDupFlag = b.EnableDuplicateCheck
+	var invalid []string
+	for _, u := range users {
+		if s.Unknown[u] {
+			invalid = append(invalid, u)
+			continue
+		}
+		s.users[u] = append(s.users[u], Received{MsgType: b.MsgType, Content: content})
+	}
+	if len(invalid) == len(users) {
+		return map[string]any{"errcode": 81013, "errmsg": "user & party & tag all invalid", "invaliduser": strings.Join(invalid, "|")}
+	}
+	return map[string]any{"errcode": 0, "errmsg": "ok", "invaliduser": strings.Join(invalid, "|"), "msgid": fmt.Sprintf("msg-%d", s.sendCalls)}
+}
+
+func (s *Server) webhook(w http.ResponseWriter, r *http.Request) {
+	var b sendBody
+	if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
+		s.answer(w, fail(47001, "data format error"))
+		return
+	}
+	s.answer(w, s.webhookReply(r, &b))
+}
+
+func (s *Server) webhookReply(r *http.Request, b *sendBody) map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.URL.Query().Get("key") != RobotKey {
+		return fail(93000, "invalid webhook url")
+	}
+	now := time.Now()
+	recent := s.robotTimes[:0]
+	for _, t := range s.robotTimes {
+		if now.Sub(t) < time.Minute {
+			recent = append(recent, t)
+		}
+	}
+	s.robotTimes = recent
+	if len(recent) >= 20 {
+		return fail(45009, "api freq out of limit")
+	}
+	content, mentions, code, msg := b.content()
+	if code != 0 {
+		return fail(code, msg)
+	}
+	s.robotTimes = append(s.robotTimes, now)
+	s.robot = append(s.robot, Received{MsgType: b.MsgType, Content: content, Mentions: mentions})
+	return map[string]any{"errcode": 0, "errmsg": "ok"}
+}
+
+// ExpireTokens makes every token issued so far expired, as WeCom may do
+// before expires_in has passed.
+func (s *Server) ExpireTokens() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for t := range s.tokens {
+		s.tokens[t] = time.Now().Add(-time.Second)
+	}
+}
+
+// Throttle makes the next sends answer these errcodes (e.g. 45009).
+func (s *Server) Throttle(codes ...int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.throttle = append(s.throttle, codes...)
+}
+
+// TokenFetches counts successful gettoken calls.
+func (s *Server) TokenFetches() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fetches
+}
+
+// SendCalls counts message/send calls that carried a valid token.
+func (s *Server) SendCalls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sendCalls
+}
+
+// ReceivedBy returns what a user got.
+func (s *Server) ReceivedBy(user string) []Received {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Received(nil), s.users[user]...)
+}
+
+// Users counts the users that got at least one message.
+func (s *Server) Users() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.users)
+}
+
+// RobotPosts returns what the robot got.
+func (s *Server) RobotPosts() []Received {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Received(nil), s.robot...)
+}
+
+// DuplicateCheck reports the last send's enable_duplicate_check.
+func (s *Server) DuplicateCheck() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastDupFlag
+}

@@ -37,7 +37,7 @@ func (f fixture) source(t *testing.T, early time.Duration) *token.Source {
 
 type nopTokens struct{}
 
-func (nopTokens) Token(context.Context) (string, error)      { return "", nil }
+func (nopTokens) Token(context.Context) (string, error)    { return "", nil }
 func (nopTokens) Invalidate(context.Context, string) error { return nil }
 
 func TestManyProcessesFetchTheTokenOnce(t *testing.T) {

@@ -1,0 +1,113 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// Bounds are an adaptive rate's start, floor and ceiling, in sends per
+// second, and how it moves: multiplied by Decrease when the vendor
+// throttles, raised by Increase after each success.
+type Bounds struct {
+	Start, Min, Max    float64
+	Decrease, Increase float64
+}
+
+// Valid reports whether b can be used.
+func (b Bounds) Valid() bool {
+	return b.Min > 0 && b.Min <= b.Start && b.Start <= b.Max && b.Decrease > 0 && b.Decrease < 1 && b.Increase > 0
+}
+
+// Adaptive is seed 004's optimal rate: a send rate per vendor account
+// (a WeCom application, a robot) that drops when the vendor throttles and
+// climbs back while sends succeed. The rate lives in Redis, so every
+// consumer sends at the same one, and is enforced as an ordinary rule of
+// the Limiter; each change is exported as msgpulse_adaptive_send_rate.
+type Adaptive struct {
+	rdb    redis.UniversalClient
+	prefix string
+	gauge  *prometheus.GaugeVec
+}
+
+// NewAdaptive returns an Adaptive registering its gauge in reg (nil = none).
+func NewAdaptive(rdb redis.UniversalClient, prefix string, reg prometheus.Registerer) *Adaptive {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "msgpulse_adaptive_send_rate",
+		Help: "Adaptive send rate per vendor account (sends per second), lowered when the vendor throttles and raised while sends succeed."}, []string{"account"})
+	if reg != nil {
+		reg.MustRegister(g)
+	}
+	return &Adaptive{rdb: rdb, prefix: prefix, gauge: g}
+}
+
+func (a *Adaptive) key(account string) string { return a.prefix + "ratelimit:{rl}:adaptive:" + account }
+
+// Rate returns an account's current rate (b.Start if it has none yet).
+func (a *Adaptive) Rate(ctx context.Context, account string, b Bounds) (float64, error) {
+	v, err := a.rdb.Get(ctx, a.key(account)).Result()
+	if err == redis.Nil {
+		return b.Start, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("ratelimit: adaptive rate of %s: %w", account, err)
+	}
+	r, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return b.Start, nil //nolint:nilerr // a garbled value starts over
+	}
+	return math.Min(math.Max(r, b.Min), b.Max), nil
+}
+
+// Rule is the Limiter rule that holds sends of account to its current rate.
+func (a *Adaptive) Rule(ctx context.Context, account string, b Bounds) (Rule, error) {
+	r, err := a.Rate(ctx, account, b)
+	if err != nil {
+		return Rule{}, err
+	}
+	a.gauge.WithLabelValues(account).Set(r)
+	w := Window{Length: time.Second, Limit: int(r)}
+	if r < 1 {
+		// Below one a second: one send per 1/r seconds.
+		w = Window{Length: time.Duration(float64(time.Second) / r), Limit: 1}
+	}
+	return Rule{Name: "adaptive rate of " + account, Key: "adaptive:" + account, Windows: []Window{w}}, nil
+}
+
+// ARGV: start, min, max, factor, step, direction (down|up), ttl ms.
+var adaptScript = redis.NewScript(`
+local r = tonumber(redis.call('GET', KEYS[1]) or ARGV[1]) or tonumber(ARGV[1])
+if ARGV[6] == 'down' then r = r * tonumber(ARGV[4]) else r = r + tonumber(ARGV[5]) end
+r = math.max(tonumber(ARGV[2]), math.min(tonumber(ARGV[3]), r))
+local s = string.format('%.4f', r)
+redis.call('SET', KEYS[1], s, 'PX', ARGV[7])
+return s
+`)
+
+// Throttled lowers the account's rate: the vendor said we send too fast.
+func (a *Adaptive) Throttled(ctx context.Context, account string, b Bounds) (float64, error) {
+	return a.adapt(ctx, account, b, "down")
+}
+
+// Succeeded raises the account's rate a step, up to b.Max.
+func (a *Adaptive) Succeeded(ctx context.Context, account string, b Bounds) (float64, error) {
+	return a.adapt(ctx, account, b, "up")
+}
+
+func (a *Adaptive) adapt(ctx context.Context, account string, b Bounds, dir string) (float64, error) {
+	// A rate nobody touched for a day starts over.
+	s, err := adaptScript.Run(ctx, a.rdb, []string{a.key(account)}, b.Start, b.Min, b.Max, b.Decrease, b.Increase, dir, (24 * time.Hour).Milliseconds()).Text()
+	if err != nil {
+		return 0, fmt.Errorf("ratelimit: adapt %s: %w", account, err)
+	}
+	r, _ := strconv.ParseFloat(s, 64)
+	a.gauge.WithLabelValues(account).Set(r)
+	return r, nil
+}
+
+// Gauge is msgpulse_adaptive_send_rate.
+func (a *Adaptive) Gauge() *prometheus.GaugeVec { return a.gauge }

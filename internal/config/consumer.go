@@ -10,6 +10,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/provider/mail"
 	"github.com/msgpulse/msgpulse/internal/provider/sms"
+	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
@@ -44,6 +45,7 @@ type Consumer struct {
 	RateLimitRefresh time.Duration
 	SMTP             mail.Config
 	SMS              sms.Config
+	WeCom            wecom.Config
 	Templates        Templates
 	Delay            Delay
 }
@@ -98,6 +100,7 @@ func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader
 	c.RateLimitRefresh = l.Duration("RATE_LIMIT_REFRESH", 30*time.Second, time.Second, time.Hour, "full reload of per-provider rate-limit configs (changes also arrive at once by pub/sub)")
 	c.SMTP = loadSMTP(l)
 	c.SMS = loadSMS(l)
+	c.WeCom = loadWeCom(l, c.Channels)
 	c.Templates = loadTemplates(l)
 	c.Delay = loadDelay(l)
 	return c, l

@@ -71,6 +71,13 @@ type Config struct {
 	Keys       *seal.Keys
 	Mail       provider.Mailer
 	SMS        provider.SMSSender
+	WeCom      provider.WeComSender
+	// Adaptive holds each WeCom account (application, robot) to its
+	// adaptive rate; nil = no adaptive rate. AppRate and RobotRate bound
+	// it (defaults: DefaultAppRate, DefaultRobotRate).
+	Adaptive  *ratelimit.Adaptive
+	AppRate   ratelimit.Bounds
+	RobotRate ratelimit.Bounds
 	Delayed    *delay.Publisher
 	Limiter    *ratelimit.Limiter
 	RateLimits *ratelimit.ConfigStore // per-provider limits; nil = none
@@ -93,8 +100,17 @@ func (c *Config) Validate() error {
 	if c.Model == nil || c.Claims == nil || c.Status == nil || c.Templates == nil || c.Keys == nil || c.Delayed == nil || c.Limiter == nil || c.Redis == nil {
 		return errors.New("dispatch: missing dependency")
 	}
-	if c.Mail == nil && c.SMS == nil {
+	if c.Mail == nil && c.SMS == nil && c.WeCom == nil {
 		return errors.New("dispatch: no provider")
+	}
+	if c.AppRate == (ratelimit.Bounds{}) {
+		c.AppRate = DefaultAppRate
+	}
+	if c.RobotRate == (ratelimit.Bounds{}) {
+		c.RobotRate = DefaultRobotRate
+	}
+	if !c.AppRate.Valid() || !c.RobotRate.Valid() {
+		return errors.New("dispatch: invalid adaptive rate bounds")
 	}
 	c.Retry.setDefaults()
 	if c.Retry.MaxRetries < 0 {
@@ -145,6 +161,25 @@ type job struct {
 
 	claim           *claim.Claim // ours, once the provider accepted the message
 	sendingRecorded bool         // the "sending" status rode with the claim
+	// rejected: recipients of a WeCom message that WeCom refused for good
+	// (invaliduser, unlicenseduser), by userid, with the reason.
+	rejected map[string]string
+}
+
+// taskIDs are the status records a job's outcome is written to: the
+// message's own, or each recipient's of a WeCom batch.
+func (j *job) taskIDs() []string {
+	if j.msg == nil {
+		return []string{j.del.MessageId}
+	}
+	if len(j.msg.Recipients) == 0 {
+		return []string{j.msg.TaskID}
+	}
+	ids := make([]string, len(j.msg.Recipients))
+	for i, r := range j.msg.Recipients {
+		ids[i] = r.TaskID
+	}
+	return ids
 }
 
 // Handler returns the broker handler for one channel's main queue.
@@ -185,6 +220,9 @@ func (d *Dispatcher) providerName(channel string) string {
 	if channel == topology.SMS && d.cfg.SMS != nil {
 		return d.cfg.SMS.Name()
 	}
+	if channel == topology.WeCom && d.cfg.WeCom != nil {
+		return d.cfg.WeCom.Name()
+	}
 	return "none"
 }
 
@@ -215,6 +253,13 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 	var rules []ratelimit.Rule
 	if d.cfg.RateLimits != nil {
 		rules = d.cfg.RateLimits.Rules(j.provider)
+	}
+	if j.channel == topology.WeCom && d.cfg.WeCom != nil {
+		more, err := d.wecomRules(ctx, msg)
+		if err != nil {
+			return fmt.Errorf("%w: adaptive rate: %w", errRedis, err)
+		}
+		rules = append(rules, more...)
 	}
 	res, err := d.claim(ctx, j, key, len(rules) == 0)
 	if err != nil {
@@ -302,24 +347,46 @@ func (d *Dispatcher) sendingUpdate(j *job) status.Update {
 	return status.Update{Status: status.Sending, IncAttempts: true, Provider: ptr(j.provider), Blind: true}
 }
 
-// markSent marks the claim sent and records the sent status in one round
-// trip, then fires the callback. Only the claim's mark is retried after a
-// NOSCRIPT: a repeated status update to sent is harmless.
+// markSent marks the claim sent and records the outcome in one round
+// trip, then fires the callbacks. The outcome is sent, except for the
+// recipients of a WeCom message that WeCom refused for good: failed, with
+// the reason. Only the claim's mark is retried after a NOSCRIPT: a
+// repeated status update is harmless.
 func (d *Dispatcher) markSent(ctx context.Context, j *job) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	now := d.now()
-	var rec status.Record
+	blind := j.msg.CallbackURL == "" || d.cfg.Callbacks == nil
+	sent := status.Update{Status: status.Sent, SentAt: &now, Provider: ptr(j.provider), LastError: ptr(""), Blind: blind}
+	ids := j.taskIDs()
+	updates := make([]status.Update, len(ids))
+	for i := range ids {
+		updates[i] = sent
+		if why, ok := j.rejected[d.recipientAt(j, i)]; ok {
+			updates[i] = status.Update{Status: status.Failed, Provider: ptr(j.provider), Reason: ptr(ReasonPermanent), ErrorClass: ptr(string(provider.Permanent)), LastError: ptr(why), Blind: blind}
+		}
+	}
+	var recs []status.Record
 	var recErr error
 	err := rdb.Pipelined(ctx, d.cfg.Redis, func(p redis.Pipeliner) (func() error, error) {
 		marked := j.claim.QueueMarkSent(ctx, p)
-		updated, err := d.cfg.Status.QueueUpdate(ctx, p, j.msg.TaskID, status.Update{Status: status.Sent, SentAt: &now, Provider: ptr(j.provider), LastError: ptr(""),
-			Blind: j.msg.CallbackURL == "" || d.cfg.Callbacks == nil})
-		if err != nil {
-			return nil, err
+		results := make([]func() (status.Record, error), len(ids))
+		for i, id := range ids {
+			var err error
+			if results[i], err = d.cfg.Status.QueueUpdate(ctx, p, id, updates[i]); err != nil {
+				return nil, err
+			}
 		}
 		return func() error {
-			rec, recErr = updated()
+			recs, recErr = recs[:0], nil
+			for _, res := range results {
+				rec, err := res()
+				if err != nil {
+					recErr = err
+					continue
+				}
+				recs = append(recs, rec)
+			}
 			return marked()
 		}, nil
 	}, d.loadScripts)
@@ -328,9 +395,23 @@ func (d *Dispatcher) markSent(ctx context.Context, j *job) {
 			zap.String("task_id", j.msg.TaskID), zap.Error(err))
 	}
 	d.logStatusError(j.msg.TaskID, status.Sent, recErr)
-	if d.cfg.Callbacks != nil && j.msg.CallbackURL != "" && recErr == nil {
-		d.cfg.Callbacks.Send(j.msg.CallbackURL, rec)
+	if !blind {
+		for _, rec := range recs {
+			d.cfg.Callbacks.Send(j.msg.CallbackURL, rec)
+		}
 	}
+	if n := len(j.rejected); n > 0 {
+		d.cfg.Metrics.DeadLettered.WithLabelValues(j.channel, j.provider, ReasonPermanent).Add(float64(n))
+		d.log.Warn("WeCom refused some recipients for good; they are failed", zap.String("task_id", j.msg.TaskID), zap.Int("refused", n), zap.Int("recipients", len(ids)))
+	}
+}
+
+// recipientAt is the i-th recipient of a job (see taskIDs).
+func (d *Dispatcher) recipientAt(j *job, i int) string {
+	if len(j.msg.Recipients) == 0 {
+		return j.msg.Recipient
+	}
+	return j.msg.Recipients[i].Recipient
 }
 
 func (d *Dispatcher) logStatusError(taskID string, st status.State, err error) {
@@ -360,7 +441,7 @@ func (d *Dispatcher) send(ctx context.Context, j *job) error {
 		vars["code"] = code
 	}
 	if !j.sendingRecorded {
-		d.record(ctx, msg.TaskID, d.sendingUpdate(j))
+		d.recordJob(ctx, j, d.sendingUpdate(j))
 	}
 	sctx, cancel := context.WithTimeout(ctx, d.cfg.SendTimeout)
 	defer cancel()
@@ -386,6 +467,8 @@ func (d *Dispatcher) send(ctx context.Context, j *job) error {
 			return fmt.Errorf("%w: %w", ErrTemplate, err)
 		}
 		rcpt, err = d.cfg.SMS.SendSMS(sctx, provider.SMS{To: msg.Recipient, Text: text, TaskID: msg.TaskID, Template: msg.Template, Params: vars})
+	case topology.WeCom:
+		rcpt, err = d.sendWeCom(ctx, sctx, j, vars)
 	}
 	var pe *provider.Error
 	switch {
@@ -413,7 +496,7 @@ func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Actio
 	switch {
 	case err == nil:
 		d.markSent(ctx, j)
-		d.cfg.Metrics.Sent.WithLabelValues(j.channel, j.provider).Inc()
+		d.cfg.Metrics.Sent.WithLabelValues(j.channel, j.provider).Add(float64(len(j.taskIDs()) - len(j.rejected)))
 		log.Info("sent")
 		return broker.Ack
 
@@ -457,7 +540,7 @@ func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Actio
 			return broker.Requeue
 		}
 		d.cfg.Metrics.Skipped.WithLabelValues(j.channel, "breaker_open").Inc()
-		d.record(ctx, taskID, status.Update{Status: status.Retrying, ErrorClass: ptr("circuit_open"), LastError: ptr(err.Error())})
+		d.recordJob(ctx, j, status.Update{Status: status.Retrying, ErrorClass: ptr("circuit_open"), LastError: ptr(err.Error())})
 		log.Info("circuit breaker open; the message comes back later", zap.Duration("in", wait))
 		return broker.Ack
 	}
@@ -479,19 +562,14 @@ func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Actio
 		return broker.Requeue
 	}
 	d.cfg.Metrics.Retried.WithLabelValues(j.channel, j.provider, class).Inc()
-	d.record(ctx, taskID, status.Update{Status: status.Retrying, ErrorClass: ptr(class), LastError: ptr(err.Error())})
+	d.recordJob(ctx, j, status.Update{Status: status.Retrying, ErrorClass: ptr(class), LastError: ptr(err.Error())})
 	log.Warn("send failed; retry scheduled", zap.String("class", class), zap.Duration("in", wait), zap.Error(err))
 	return broker.Ack
 }
 
 func (d *Dispatcher) deadLetter(ctx context.Context, j *job, log *zap.Logger, reason, class string, err error) broker.Action {
 	d.cfg.Metrics.DeadLettered.WithLabelValues(j.channel, j.provider, reason).Inc()
-	u := status.Update{Status: status.Failed, Reason: ptr(reason), ErrorClass: ptr(class), LastError: ptr(err.Error())}
-	if j.msg == nil {
-		d.record(ctx, j.del.MessageId, u)
-	} else {
-		d.final(ctx, j, u)
-	}
+	d.final(ctx, j, status.Update{Status: status.Failed, Reason: ptr(reason), ErrorClass: ptr(class), LastError: ptr(err.Error())})
 	log.Warn("dead-lettering", zap.String("reason", reason), zap.String("class", class), zap.Error(err))
 	return broker.Reject
 }
@@ -547,12 +625,56 @@ func (d *Dispatcher) later(ctx context.Context, j *job, wait time.Duration, isRe
 	return true
 }
 
-// final records a final status and fires the callback, if any.
+// final records a final status and fires the callbacks, if any.
 func (d *Dispatcher) final(ctx context.Context, j *job, u status.Update) {
-	rec := d.record(ctx, j.msg.TaskID, u)
-	if d.cfg.Callbacks != nil && j.msg.CallbackURL != "" && rec != nil {
-		d.cfg.Callbacks.Send(j.msg.CallbackURL, *rec)
+	recs := d.recordJob(ctx, j, u)
+	if d.cfg.Callbacks != nil && j.msg != nil && j.msg.CallbackURL != "" {
+		for _, rec := range recs {
+			d.cfg.Callbacks.Send(j.msg.CallbackURL, rec)
+		}
 	}
+}
+
+// recordJob updates the status records of a job (see taskIDs); a batch's
+// go in one round trip. Like record, a failure is logged, never decides.
+func (d *Dispatcher) recordJob(ctx context.Context, j *job, u status.Update) []status.Record {
+	ids := j.taskIDs()
+	if len(ids) == 1 {
+		if rec := d.record(ctx, ids[0], u); rec != nil {
+			return []status.Record{*rec}
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	var recs []status.Record
+	err := rdb.Pipelined(ctx, d.cfg.Redis, func(p redis.Pipeliner) (func() error, error) {
+		results := make([]func() (status.Record, error), len(ids))
+		for i, id := range ids {
+			var err error
+			if results[i], err = d.cfg.Status.QueueUpdate(ctx, p, id, u); err != nil {
+				return nil, err
+			}
+		}
+		return func() error {
+			recs = recs[:0]
+			var first error
+			for _, res := range results {
+				rec, err := res()
+				switch {
+				case err == nil:
+					recs = append(recs, rec)
+				case first == nil && !errors.Is(err, status.ErrFinal):
+					first = err // a NOSCRIPT makes Pipelined load and run again
+				}
+			}
+			return first
+		}, nil
+	}, d.loadScripts)
+	if err != nil {
+		d.log.Warn("could not update the status records of a batch", zap.String("task_id", j.msg.TaskID), zap.String("status", string(u.Status)), zap.Error(err))
+	}
+	return recs
 }
 
 // record updates a status record. A status write never decides a

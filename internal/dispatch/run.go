@@ -8,12 +8,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/msgpulse/msgpulse/internal/breaker"
@@ -26,12 +28,14 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider"
 	"github.com/msgpulse/msgpulse/internal/provider/mail"
 	"github.com/msgpulse/msgpulse/internal/provider/sms"
+	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/timeline"
+	"github.com/msgpulse/msgpulse/internal/token"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
@@ -57,6 +61,23 @@ func WithReady(f func()) Option { return func(o *runOptions) { o.ready = f } }
 
 // WithRegistry collects the metrics into reg instead of a fresh registry.
 func WithRegistry(reg *prometheus.Registry) Option { return func(o *runOptions) { o.reg = reg } }
+
+// newWeCom builds the WeCom client, its access token shared through Redis
+// by every consumer.
+func newWeCom(cfg config.Consumer, redisClient redis.UniversalClient) (*wecom.Client, error) {
+	var c *wecom.Client
+	var tokens wecom.Tokens
+	if cfg.WeCom.CorpID != "" {
+		src, err := token.New(redisClient, token.Config{Prefix: cfg.RedisPrefix, Name: "wecom:" + cfg.WeCom.CorpID + ":" + strconv.FormatInt(cfg.WeCom.AgentID, 10)},
+			func(ctx context.Context) (string, time.Duration, error) { return c.FetchToken(ctx) })
+		if err != nil {
+			return nil, err
+		}
+		tokens = src
+	}
+	c, err := wecom.New(cfg.WeCom, tokens)
+	return c, err
+}
 
 // Run consumes until ctx ends, then stops gracefully: consumers stop taking
 // work, in-flight sends finish (up to SHUTDOWN_TIMEOUT) and are acked, the
@@ -103,6 +124,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 
 	var mailer provider.Mailer
 	var smsSender provider.SMSSender
+	var weCom provider.WeComSender
 	for _, ch := range cfg.Channels {
 		switch ch {
 		case topology.Mail:
@@ -123,6 +145,13 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 			}
 			defer func() { _ = r.Close() }()
 			smsSender = r
+		case topology.WeCom:
+			c, err := newWeCom(cfg, redisClient)
+			if err != nil {
+				return fmt.Errorf("WECOM: %w", err)
+			}
+			defer func() { _ = c.Close() }()
+			weCom = c
 		}
 	}
 
@@ -193,8 +222,9 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 		callbacks.Close(cctx)
 	}()
 	d, err := New(Config{
-		Model: model, Claims: claims, Status: statuses, Templates: tpl, Keys: keys, Mail: mailer, SMS: smsSender,
-		Delayed: delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix), RateLimits: rateLimits, Callbacks: callbacks,
+		Model: model, Claims: claims, Status: statuses, Templates: tpl, Keys: keys, Mail: mailer, SMS: smsSender, WeCom: weCom,
+		Adaptive: ratelimit.NewAdaptive(redisClient, cfg.RedisPrefix, reg),
+		Delayed:  delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix), RateLimits: rateLimits, Callbacks: callbacks,
 		Redis: redisClient, SendTimeout: cfg.SendTimeout, MaxMessageBytes: cfg.MaxMessageBytes, Owner: cfg.ConsumerID, Metrics: metrics, DelayMetrics: delayMetrics,
 		Logger: log, Retry: RetryPolicy{MaxRetries: cfg.MaxRetries, Backoff: cfg.RetryBackoff, Throttled: cfg.ThrottledBackoff},
 	})

@@ -30,11 +30,14 @@ import (
 	"github.com/msgpulse/msgpulse/internal/mailcatcher"
 	"github.com/msgpulse/msgpulse/internal/provider"
 	"github.com/msgpulse/msgpulse/internal/provider/mail"
+	"github.com/msgpulse/msgpulse/internal/provider/wecom"
+	"github.com/msgpulse/msgpulse/internal/provider/wecom/wecomtest"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/testenv"
+	"github.com/msgpulse/msgpulse/internal/token"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
@@ -47,7 +50,11 @@ type Options struct {
 	SMS provider.SMSSender
 	// Mailer wraps the SMTP mailer (e.g. to crash mid-send); nil = as is.
 	Mailer func(provider.Mailer) provider.Mailer
-	Logger *zap.Logger
+	// WeComBase is the URL of a wecomtest server: each consumer then
+	// sends WeCom messages there, with its own client and the access
+	// token shared through Redis, like separate processes.
+	WeComBase string
+	Logger    *zap.Logger
 }
 
 // Stack is one isolated msgpulse deployment.
@@ -68,6 +75,7 @@ type Stack struct {
 	Claims   *claim.Claimer
 	Metrics  *dispatch.Metrics
 	DelayMet *delay.Metrics
+	Adaptive *ratelimit.Adaptive // the consumers' adaptive rates (the state is in Redis)
 	opts     Options
 }
 
@@ -123,6 +131,7 @@ func New(t testing.TB, opts Options) *Stack {
 	s.Planner, err = delay.NewPlanner(m.Delay, 20*time.Millisecond, 2*time.Millisecond)
 	require.NoError(t, err)
 	s.Metrics = dispatch.NewMetrics(prometheus.NewRegistry())
+	s.Adaptive = ratelimit.NewAdaptive(s.Redis.Client, s.Redis.Prefix, prometheus.NewRegistry())
 	s.DelayMet = delay.NewMetrics(prometheus.NewRegistry())
 	s.Delayed = delay.NewPublisher(s.Pub, s.Planner, m.Delay, s.DelayMet)
 	return s
@@ -172,6 +181,10 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	}
 	tpl, err := template.Load("", "en")
 	require.NoError(t, err)
+	var wc provider.WeComSender
+	if s.opts.WeComBase != "" {
+		wc = s.weCom(rdb)
+	}
 	rl, err := ratelimit.NewConfigStore(rdb, s.Redis.Prefix, zap.NewNop(), ratelimit.StoreConfig{RefreshEvery: time.Hour})
 	require.NoError(t, err)
 
@@ -185,7 +198,8 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	require.NoError(t, err)
 	delayed := delay.NewPublisher(pub, s.Planner, s.Model.Delay, s.DelayMet)
 	d, err := dispatch.New(dispatch.Config{
-		Model: s.Model, Claims: claims, Status: statuses, Templates: tpl, Keys: s.Keys, Mail: m, SMS: sms,
+		Model: s.Model, Claims: claims, Status: statuses, Templates: tpl, Keys: s.Keys, Mail: m, SMS: sms, WeCom: wc,
+		Adaptive: s.Adaptive,
 		Delayed: delayed, Limiter: ratelimit.New(rdb, s.Redis.Prefix), RateLimits: rl, Redis: rdb,
 		Retry: s.opts.Retry, SendTimeout: 5 * time.Second, Owner: name, Metrics: s.Metrics, DelayMetrics: s.DelayMet,
 		Logger: s.opts.Logger.Named(name),
@@ -276,11 +290,21 @@ func (s *Stack) publish(m *envelope.Message) {
 	require.NoError(t, err)
 	ct, err := s.Model.Channel(m.Channel)
 	require.NoError(t, err)
-	apiChannel := map[string]string{topology.Mail: "email", topology.SMS: "sms"}[m.Channel]
-	err = s.Status.Create(context.Background(), status.Record{TaskID: m.TaskID, Status: status.Queued, Channel: apiChannel,
-		Recipient: "masked", Kind: string(m.Kind), Template: m.Template, CreatedAt: time.Now(), UpdatedAt: time.Now()})
-	if !errors.Is(err, status.ErrExists) { // publishing a task twice is a test's way to model redelivery
-		require.NoError(t, err)
+	apiChannel := map[string]string{topology.Mail: "email", topology.SMS: "sms", topology.WeCom: "wecom"}[m.Channel]
+	ids := []string{m.TaskID}
+	if len(m.Recipients) > 0 {
+		ids = ids[:0]
+		for _, r := range m.Recipients {
+			ids = append(ids, r.TaskID)
+		}
+		require.NoError(t, s.Status.CreateBatch(context.Background(), m.BatchID, ids))
+	}
+	for _, id := range ids {
+		err = s.Status.Create(context.Background(), status.Record{TaskID: id, Status: status.Queued, Channel: apiChannel,
+			Recipient: "masked", Kind: string(m.Kind), Template: m.Template, CreatedAt: time.Now(), UpdatedAt: time.Now()})
+		if !errors.Is(err, status.ErrExists) { // publishing a task twice is a test's way to model redelivery
+			require.NoError(t, err)
+		}
 	}
 	require.NoError(t, s.Pub.Publish(testenv.Context(t, 10*time.Second), ct.Exchange, ct.RoutingKey, pub))
 }
@@ -349,4 +373,45 @@ func (r *RecordingSMS) Count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.Sent)
+}
+
+// weCom is one consumer's WeCom client: its own HTTP client, the access
+// token shared through Redis.
+func (s *Stack) weCom(rdb redis.UniversalClient) provider.WeComSender {
+	t := s.T
+	var c *wecom.Client
+	src, err := token.New(rdb, token.Config{Prefix: s.Redis.Prefix, Name: "wecom:test"},
+		func(ctx context.Context) (string, time.Duration, error) { return c.FetchToken(ctx) })
+	require.NoError(t, err)
+	c, err = wecom.New(wecom.Config{CorpID: wecomtest.CorpID, CorpSecret: wecomtest.CorpSecret, AgentID: wecomtest.AgentID, APIBase: s.opts.WeComBase,
+		Robots: map[string]string{"ops": wecomtest.RobotKey}}, src)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// WeCom publishes a `notice` WeCom message the way the API does: to one
+// userid, or, with several, as one batch message whose recipients each
+// have a status record. It returns the recipients' task ids, in order.
+func (s *Stack) WeCom(title string, users []string, mod func(*envelope.Message)) []string {
+	s.T.Helper()
+	m := &envelope.Message{Version: envelope.SchemaVersion, TaskID: testenv.ID() + testenv.ID(), Kind: envelope.Notification, Channel: topology.WeCom,
+		Template: "notice", Variables: map[string]string{"title": title, "content": "content of " + title}, CreatedAt: time.Now()}
+	ids := []string{m.TaskID}
+	if len(users) == 1 {
+		m.Recipient = users[0]
+	} else {
+		m.BatchID = m.TaskID
+		ids = ids[:0]
+		for _, u := range users {
+			id := testenv.ID() + testenv.ID()
+			m.Recipients = append(m.Recipients, envelope.Recipient{TaskID: id, Recipient: u})
+			ids = append(ids, id)
+		}
+	}
+	if mod != nil {
+		mod(m)
+	}
+	s.publish(m)
+	return ids
 }

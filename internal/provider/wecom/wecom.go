@@ -32,6 +32,8 @@ const (
 	MaxUsers = 1000
 	// RobotPerMinute is WeCom's documented limit of a group robot.
 	RobotPerMinute = 20
+	// MentionAll mentions everyone in a robot's group (text messages only).
+	MentionAll = "@all"
 )
 
 // Config configures the client.
@@ -275,10 +277,14 @@ func (c *Client) sendRobot(ctx context.Context, m provider.WeCom) (provider.WeCo
 		if m.Format == "text" {
 			content["mentioned_list"] = m.Mentions
 		} else {
-			// Markdown has no mentioned_list: a mention is <@userid> in the text.
+			// Markdown has no mentioned_list: a mention is <@userid> in the
+			// text, and there is none for everyone.
 			var b strings.Builder
 			b.WriteString(m.Content + "\n")
 			for _, u := range m.Mentions {
+				if u == MentionAll {
+					return provider.WeComReceipt{}, &provider.Error{Provider: RobotName, Class: provider.Permanent, Code: "mention_all_markdown", Message: "a markdown robot message cannot mention @all; use a text template"}
+				}
 				b.WriteString("<@" + u + ">")
 			}
 			content["content"] = b.String()

@@ -122,6 +122,8 @@ func TestRobotPostCarriesMentions(t *testing.T) {
 	require.Equal(t, wecomtest.Received{MsgType: "text", Content: "disk full", Mentions: []string{"alice", "@all"}}, posts[0])
 	require.Equal(t, "markdown", posts[1].MsgType)
 	require.True(t, strings.HasSuffix(posts[1].Content, "<@bob>"), posts[1].Content)
+	_, err = c.SendWeCom(ctx, provider.WeCom{Robot: "ops", Format: "markdown", Content: "x", Mentions: []string{"@all"}})
+	require.ErrorIs(t, err, provider.ErrPermanent)
 
 	for _, tc := range []struct{ robot, code string }{{"stale", "93000"}, {"nobody", "unknown_robot"}} {
 		_, err = c.SendWeCom(ctx, provider.WeCom{Robot: tc.robot, Format: "text", Content: "x"})

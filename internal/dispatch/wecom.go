@@ -1,0 +1,101 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/provider"
+	"github.com/msgpulse/msgpulse/internal/provider/wecom"
+	"github.com/msgpulse/msgpulse/internal/ratelimit"
+)
+
+// Adaptive rate bounds of WeCom accounts (sends per second). An
+// application starts at 20 a second and may climb to 50; a robot never
+// goes above its documented 20 a minute.
+var (
+	DefaultAppRate   = ratelimit.Bounds{Start: 20, Min: 0.5, Max: 50, Decrease: 0.5, Increase: 0.5}
+	DefaultRobotRate = ratelimit.Bounds{Start: wecom.RobotPerMinute / 60.0, Min: 1 / 60.0, Max: wecom.RobotPerMinute / 60.0, Decrease: 0.5, Increase: 0.01}
+)
+
+// wecomMessage is what the provider is asked to send for msg (without the
+// rendered content).
+func wecomMessage(msg *envelope.Message) provider.WeCom {
+	m := provider.WeCom{Mentions: msg.Mentions, TaskID: msg.TaskID}
+	switch {
+	case msg.Robot:
+		m.Robot = msg.Recipient
+	case len(msg.Recipients) > 0:
+		for _, r := range msg.Recipients {
+			m.ToUsers = append(m.ToUsers, r.Recipient)
+		}
+	default:
+		m.ToUsers = []string{msg.Recipient}
+	}
+	return m
+}
+
+func (d *Dispatcher) bounds(m provider.WeCom) ratelimit.Bounds {
+	if m.Robot != "" {
+		return d.cfg.RobotRate
+	}
+	return d.cfg.AppRate
+}
+
+// wecomRules are the provider limits of a WeCom message: a robot's
+// documented 20 a minute, and the account's adaptive rate. A message over
+// them waits (snoozes); it does not fail.
+func (d *Dispatcher) wecomRules(ctx context.Context, msg *envelope.Message) ([]ratelimit.Rule, error) {
+	m := wecomMessage(msg)
+	var rules []ratelimit.Rule
+	if m.Robot != "" {
+		rules = append(rules, ratelimit.Rule{Name: "robot " + m.Robot + " (WeCom's 20 a minute)", Key: "provider:" + wecom.RobotName + ":" + m.Robot,
+			Windows: []ratelimit.Window{{Length: time.Minute, Limit: wecom.RobotPerMinute}}})
+	}
+	if d.cfg.Adaptive != nil {
+		r, err := d.cfg.Adaptive.Rule(ctx, d.cfg.WeCom.Account(m), d.bounds(m))
+		if err != nil {
+			return nil, err
+		}
+		rules = append(rules, r)
+	}
+	return rules, nil
+}
+
+// sendWeCom renders and sends a WeCom message (one call for every
+// recipient of a batch), notes the recipients WeCom refused, and moves the
+// account's adaptive rate.
+func (d *Dispatcher) sendWeCom(ctx, sctx context.Context, j *job, vars map[string]string) (provider.Receipt, error) {
+	if d.cfg.WeCom == nil {
+		return provider.Receipt{}, fmt.Errorf("%w: this consumer has no WeCom provider", ErrTemplate)
+	}
+	w, err := d.cfg.Templates.RenderWeCom(j.msg.Template, j.msg.Locale, vars)
+	if err != nil {
+		return provider.Receipt{}, fmt.Errorf("%w: %w", ErrTemplate, err)
+	}
+	m := wecomMessage(j.msg)
+	m.Format, m.Content = w.Format, w.Content
+	rcpt, err := d.cfg.WeCom.SendWeCom(sctx, m)
+	j.rejected = rcpt.Rejected
+	if d.cfg.Adaptive != nil {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		var aerr error
+		switch {
+		case err == nil:
+			_, aerr = d.cfg.Adaptive.Succeeded(actx, d.cfg.WeCom.Account(m), d.bounds(m))
+		case errors.Is(err, provider.ErrThrottled):
+			var r float64
+			r, aerr = d.cfg.Adaptive.Throttled(actx, d.cfg.WeCom.Account(m), d.bounds(m))
+			d.log.Info("WeCom throttled: adaptive rate lowered", zap.String("account", d.cfg.WeCom.Account(m)), zap.Float64("per_second", r))
+		}
+		cancel()
+		if aerr != nil {
+			d.log.Warn("could not move the adaptive rate", zap.Error(aerr))
+		}
+	}
+	return rcpt.Receipt, err
+}

@@ -1,0 +1,167 @@
+package dispatch_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/msgpulse/msgpulse/internal/dispatch"
+	"github.com/msgpulse/msgpulse/internal/dispatch/dispatchtest"
+	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/provider/wecom/wecomtest"
+	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/testenv"
+)
+
+func setupWeCom(t *testing.T, opts dispatchtest.Options) (*dispatchtest.Stack, *wecomtest.Server) {
+	t.Helper()
+	srv := wecomtest.New(t)
+	opts.WeComBase = srv.URL
+	return setup(t, opts), srv
+}
+
+func TestWeComMessageIsDeliveredOnce(t *testing.T) {
+	s, srv := setupWeCom(t, dispatchtest.Options{})
+	s.StartConsumer("c1", 4)
+	id := s.WeCom("Deploy", []string{"alice"}, nil)[0]
+	rec := waitStatus(t, s, id, status.Sent)
+	require.Equal(t, "wecom", rec.Provider)
+	require.Equal(t, 1, rec.Attempts)
+	require.Equal(t, []wecomtest.Received{{MsgType: "markdown", Content: "**Deploy**\n\ncontent of Deploy"}}, srv.ReceivedBy("alice"))
+	require.Equal(t, 1, srv.DuplicateCheck(), "WeCom's duplicate check is on")
+	require.Equal(t, 1, srv.SendCalls())
+}
+
+func users(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%04d", prefix, i)
+	}
+	return out
+}
+
+func TestWeComBatchGoesOutInOneCallAndUnknownUsersFail(t *testing.T) {
+	s, srv := setupWeCom(t, dispatchtest.Options{})
+	to := users("u", 600)
+	unknown := map[int]bool{7: true, 250: true, 599: true}
+	for i := range unknown {
+		srv.Unknown[to[i]] = true
+	}
+	var batchID string
+	ids := s.WeCom("Outage", to, func(m *envelope.Message) { batchID = m.BatchID })
+	s.StartConsumer("c1", 4)
+	for i, id := range ids {
+		want := status.Sent
+		if unknown[i] {
+			want = status.Failed
+		}
+		rec := waitStatus(t, s, id, want)
+		if unknown[i] {
+			require.Contains(t, rec.LastError, "invaliduser")
+			require.Equal(t, status.ReasonPermanent, rec.Reason)
+		}
+	}
+	require.Equal(t, 1, srv.SendCalls(), "one message/send call for 600 users")
+	require.Equal(t, 1, srv.TokenFetches())
+	for i, u := range to {
+		if !unknown[i] {
+			require.Len(t, srv.ReceivedBy(u), 1, u)
+		}
+	}
+	b, err := s.Status.GetBatch(context.Background(), batchID)
+	require.NoError(t, err)
+	require.Equal(t, map[status.State]int{status.Sent: 597, status.Failed: 3}, b.Counts)
+	require.Equal(t, ids, b.TaskIDs)
+}
+
+func TestRedeliveredWeComBatchSendsNothingTwice(t *testing.T) {
+	s, srv := setupWeCom(t, dispatchtest.Options{})
+	var msg envelope.Message
+	ids := s.WeCom("Twice", users("r", 20), func(m *envelope.Message) { msg = *m })
+	c := s.StartConsumer("c1", 2)
+	for _, id := range ids {
+		waitStatus(t, s, id, status.Sent)
+	}
+	c.Stop()
+	// The same batch message again, as a redelivery after a lost ack.
+	s.WeCom("Twice", users("r", 20), func(m *envelope.Message) { *m = msg })
+	s.StartConsumer("c2", 2)
+	testenv.WaitFor(t, 10*time.Second, "the redelivery acked", func() bool {
+		return testutil.ToFloat64(s.Metrics.Skipped.WithLabelValues("wecom", "duplicate")) == 1
+	})
+	require.Equal(t, 1, srv.SendCalls())
+	require.Len(t, srv.ReceivedBy("r0000"), 1)
+}
+
+func TestTwoConsumersFetchTheWeComTokenOnce(t *testing.T) {
+	s, srv := setupWeCom(t, dispatchtest.Options{})
+	var ids []string
+	for i := range 50 {
+		ids = append(ids, s.WeCom(fmt.Sprint("m", i), []string{fmt.Sprintf("user%02d", i)}, nil)...)
+	}
+	s.StartConsumer("c1", 8)
+	s.StartConsumer("c2", 8)
+	for _, id := range ids {
+		waitStatus(t, s, id, status.Sent)
+	}
+	require.Equal(t, 1, srv.TokenFetches())
+	require.Equal(t, 50, srv.SendCalls())
+
+	// WeCom expires the token early: one refresh, nothing lost.
+	srv.ExpireTokens()
+	var more []string
+	for i := range 50 {
+		more = append(more, s.WeCom(fmt.Sprint("n", i), []string{fmt.Sprintf("user%02d", i)}, nil)...)
+	}
+	for _, id := range more {
+		waitStatus(t, s, id, status.Sent)
+	}
+	require.Equal(t, 2, srv.TokenFetches())
+	for i := range 50 {
+		require.Len(t, srv.ReceivedBy(fmt.Sprintf("user%02d", i)), 2)
+	}
+}
+
+func TestWeComThrottlingDelaysButDoesNotFail(t *testing.T) {
+	s, srv := setupWeCom(t, dispatchtest.Options{})
+	srv.Throttle(45009, 45009, 45009)
+	s.StartConsumer("c1", 2)
+	id := s.WeCom("Slow", []string{"bob"}, nil)[0]
+	rec := waitStatus(t, s, id, status.Sent)
+	require.Equal(t, 4, rec.Attempts)
+	require.Len(t, srv.ReceivedBy("bob"), 1)
+	require.Equal(t, 3.0, testutil.ToFloat64(s.Metrics.Retried.WithLabelValues("wecom", "wecom", "throttled")))
+	// The application's adaptive rate went down three times and up once.
+	rate, err := s.Adaptive.Rate(context.Background(), "wecom-app:"+wecomtest.CorpID+":1000002", dispatch.DefaultAppRate)
+	require.NoError(t, err)
+	require.InDelta(t, dispatch.DefaultAppRate.Start/8+dispatch.DefaultAppRate.Increase, rate, 1e-9)
+}
+
+func TestWeComUnknownUserFailsWithTheReason(t *testing.T) {
+	s, srv := setupWeCom(t, dispatchtest.Options{})
+	srv.Unknown["ghost"] = true
+	s.StartConsumer("c1", 2)
+	id := s.WeCom("Hello", []string{"ghost"}, nil)[0]
+	rec := waitStatus(t, s, id, status.Failed)
+	require.Contains(t, rec.LastError, "invaliduser")
+	require.Equal(t, status.ReasonPermanent, rec.Reason)
+}
+
+func TestRobotMessageReachesTheRobotWithMentions(t *testing.T) {
+	s, srv := setupWeCom(t, dispatchtest.Options{})
+	s.StartConsumer("c1", 2)
+	id := s.WeCom("Disk full", []string{"ops"}, func(m *envelope.Message) {
+		m.Robot, m.Mentions = true, []string{"alice", "bob"}
+	})[0]
+	rec := waitStatus(t, s, id, status.Sent)
+	require.Equal(t, "wecom-robot", rec.Provider)
+	posts := srv.RobotPosts()
+	require.Len(t, posts, 1)
+	require.Equal(t, "markdown", posts[0].MsgType)
+	require.Contains(t, posts[0].Content, "**Disk full**")
+	require.Contains(t, posts[0].Content, "<@alice><@bob>")
+}

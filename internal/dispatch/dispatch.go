@@ -64,20 +64,20 @@ func (p RetryPolicy) Wait(n int, throttled bool, hint time.Duration) time.Durati
 
 // Config wires a Dispatcher.
 type Config struct {
-	Model      *topology.Model
-	Claims     *claim.Claimer
-	Status     *status.Store
-	Templates  *template.Store
-	Keys       *seal.Keys
-	Mail       provider.Mailer
-	SMS        provider.SMSSender
-	WeCom      provider.WeComSender
+	Model     *topology.Model
+	Claims    *claim.Claimer
+	Status    *status.Store
+	Templates *template.Store
+	Keys      *seal.Keys
+	Mail      provider.Mailer
+	SMS       provider.SMSSender
+	WeCom     provider.WeComSender
 	// Adaptive holds each WeCom account (application, robot) to its
 	// adaptive rate; nil = no adaptive rate. AppRate and RobotRate bound
 	// it (defaults: DefaultAppRate, DefaultRobotRate).
-	Adaptive  *ratelimit.Adaptive
-	AppRate   ratelimit.Bounds
-	RobotRate ratelimit.Bounds
+	Adaptive   *ratelimit.Adaptive
+	AppRate    ratelimit.Bounds
+	RobotRate  ratelimit.Bounds
 	Delayed    *delay.Publisher
 	Limiter    *ratelimit.Limiter
 	RateLimits *ratelimit.ConfigStore // per-provider limits; nil = none

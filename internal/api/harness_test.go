@@ -20,6 +20,7 @@ import (
 
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/broker"
+	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/delay"
 	"github.com/msgpulse/msgpulse/internal/egress"
@@ -127,6 +128,8 @@ func setup(t *testing.T, o options) *harness {
 	require.NoError(t, err)
 	st, err := status.New(h.redis.Client, status.Config{Prefix: h.redis.Prefix})
 	require.NoError(t, err)
+	claims, err := claim.New(h.redis.Client, claim.Config{Prefix: h.redis.Prefix})
+	require.NoError(t, err)
 	tpl, err := template.Load("", "en")
 	require.NoError(t, err)
 	core, logs := observer.New(zapcore.DebugLevel)
@@ -134,7 +137,7 @@ func setup(t *testing.T, o options) *harness {
 	h.srv, err = New(Deps{
 		Log: zap.New(core), Model: m, Publisher: pub, Delayed: delay.NewPublisher(pub, planner, m.Delay, nil),
 		Limiter: ratelimit.New(h.redis.Client, h.redis.Prefix), RateLimits: rl, Codes: codes, Keys: h.keys, Status: st, Redis: h.redis.Client, Templates: tpl,
-		Registry: reg, DLQ: CachedDLQStats(s, m, st, 0),
+		Registry: reg, Claims: claims, DLQ: CachedDLQStats(s, m, st, 0),
 		Inspect: func(ctx context.Context, names []string) ([]broker.QueueState, error) {
 			conn, err := s.Conn(ctx)
 			if err != nil {

@@ -23,8 +23,11 @@ func window(d time.Duration, limit int) []ratelimit.Window {
 func (s *Server) commonRules(key apikey.Key, channel string) []ratelimit.Rule {
 	L := s.opts.Limits
 	perSecond := L.EmailPerSecond
-	if channel == chSMS {
+	switch channel {
+	case chSMS:
 		perSecond = L.SMSPerSecond
+	case chWeCom, chWeComRobot:
+		perSecond = L.WeComPerSecond
 	}
 	rules := []ratelimit.Rule{
 		{Name: "per API key", Key: "apikey:" + key.Name, Windows: window(time.Minute, L.PerAPIKeyMinute)},

@@ -1,14 +1,17 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/labstack/echo/v5"
 
+	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/logging"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
@@ -50,43 +53,75 @@ func (s *Server) sendMessage(c *echo.Context) error {
 	if e := req.validate(s.d.Templates.HasLocale, s.opts.CallbackHTTP, now); e != nil {
 		return e
 	}
-	if err := s.d.Templates.Validate(req.TemplateCode, template.Channel(req.channel), req.Variables); err != nil {
+	ctx := c.Request().Context()
+	if e := s.checkContent(ctx, &req); e != nil {
+		return e
+	}
+	caller := Caller(c)
+	a, e := s.admit(ctx, caller, &req, req.Recipient, now)
+	if e != nil {
+		return e
+	}
+	msg := s.message(&req, caller.Tenant, now)
+	msg.TaskID, msg.Recipient = a.taskID, a.recipient
+	if err := s.publish(ctx, req.channel, msg, req.delay); err != nil {
+		s.rollback(ctx, undo{reservation: a.res, taskID: a.taskID})
+		return publishFailure(err)
+	}
+	out := SendResult{TaskID: a.taskID, Status: string(status.Queued)}
+	text := "message queued"
+	if req.delay > 0 {
+		at := now.Add(req.delay).UTC()
+		out.Status, out.ScheduledAt = string(status.Scheduled), &at
+		text = "message scheduled"
+	}
+	return reply(c, http.StatusAccepted, text, out)
+}
+
+// checkContent checks what the message says, once for all its
+// recipients: the template and its variables, the delay, the mentions, the
+// callback's host.
+func (s *Server) checkContent(ctx context.Context, req *SendRequest) *apiError {
+	if err := s.d.Templates.Validate(req.TemplateCode, templateChannel(req.channel), req.Variables); err != nil {
 		return s.templateError(req.TemplateCode, req.channel, err)
+	}
+	if slices.Contains(req.Mentions, "@all") {
+		if f, _ := s.d.Templates.WeComFormat(req.TemplateCode); f != template.FormatText {
+			return badRequest("template %s is %s: a WeCom robot mentions @all only in text messages", req.TemplateCode, f)
+		}
 	}
 	if req.delay > 0 {
 		if err := s.d.Delayed.Check(req.delay); err != nil {
 			return badRequest("delay of %s not accepted: %v (DELAY_MAX)", describeDelay(req.delay), err)
 		}
 	}
-	ctx := c.Request().Context()
 	if req.CallbackURL != "" {
-		if e := s.checkCallbackHost(ctx, req.CallbackURL); e != nil {
-			return e
-		}
+		return s.checkCallbackHost(ctx, req.CallbackURL)
 	}
-	caller := Caller(c)
+	return nil
+}
+
+// admitted is one recipient that frequency control let through.
+type admitted struct {
+	recipient string
+	taskID    string
+	res       *ratelimit.Reservation
+}
+
+// admit runs one recipient through frequency control and, only if it is
+// admitted, stores its status record in the same round trip: what every
+// send does before it publishes.
+func (s *Server) admit(ctx context.Context, caller apikey.Key, req *SendRequest, recipient string, now time.Time) (admitted, *apiError) {
 	taskID := newTaskID()
-	msg := &envelope.Message{
-		Version: envelope.SchemaVersion, TaskID: taskID, Kind: envelope.Notification,
-		Channel: topologyChannel(req.channel), Recipient: req.Recipient, Template: req.TemplateCode, Locale: req.Locale,
-		Variables: req.Variables, CallbackURL: req.CallbackURL, Tenant: caller.Tenant, CreatedAt: now,
-	}
-	if req.Priority != nil {
-		msg.Priority = uint8(*req.Priority)
-	}
-	rec := status.Record{TaskID: taskID, Status: status.Queued, Channel: req.channel, Recipient: logging.Mask(req.Recipient),
+	rec := status.Record{TaskID: taskID, Status: status.Queued, Channel: req.channel, Recipient: logging.Mask(recipient),
 		Kind: string(envelope.Notification), Template: req.TemplateCode, Tenant: caller.Tenant, CreatedAt: now, UpdatedAt: now}
-	out := SendResult{TaskID: taskID, Status: string(status.Queued)}
 	if req.delay > 0 {
 		at := now.Add(req.delay).UTC()
 		rec.Status, rec.ScheduledAt = status.Scheduled, &at
-		out.Status, out.ScheduledAt = string(status.Scheduled), &at
 	}
-	// One round trip: the limits and, only if they admit the message, its
-	// status record.
 	insert, err := s.d.Status.InsertCommands(rec)
 	if err != nil {
-		return internal(err)
+		return admitted{}, internal(err)
 	}
 	lr := rlRequest(s.commonRules(caller, req.channel))
 	lr.Then = insert
@@ -95,17 +130,22 @@ func (s *Server) sendMessage(c *echo.Context) error {
 		if !errors.Is(err, ratelimit.ErrLimited) {
 			s.rollbackLater(ctx, undo{taskID: taskID}) // the script is not a transaction
 		}
-		return limited(err)
+		return admitted{}, limited(err)
 	}
-	if err := s.publish(ctx, req.channel, msg, req.delay); err != nil {
-		s.rollback(ctx, undo{reservation: res, taskID: taskID})
-		return publishFailure(err)
+	return admitted{recipient: recipient, taskID: taskID, res: res}, nil
+}
+
+// message is the envelope of req without its task and recipient.
+func (s *Server) message(req *SendRequest, tenant string, now time.Time) *envelope.Message {
+	msg := &envelope.Message{
+		Version: envelope.SchemaVersion, Kind: envelope.Notification, Channel: topologyChannel(req.channel),
+		Template: req.TemplateCode, Locale: req.Locale, Variables: req.Variables, CallbackURL: req.CallbackURL, Tenant: tenant, CreatedAt: now,
+		Robot: req.channel == chWeComRobot, Mentions: req.Mentions,
 	}
-	text := "message queued"
-	if req.delay > 0 {
-		text = "message scheduled"
+	if req.Priority != nil {
+		msg.Priority = uint8(*req.Priority)
 	}
-	return reply(c, http.StatusAccepted, text, out)
+	return msg
 }
 
 var taskIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)

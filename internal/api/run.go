@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/msgpulse/msgpulse/internal/broker"
+	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/console"
 	"github.com/msgpulse/msgpulse/internal/delay"
@@ -109,6 +110,10 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	claims, err := claim.New(redisClient, claim.Config{Prefix: cfg.RedisPrefix})
+	if err != nil {
+		return err
+	}
 	statuses, err := status.New(redisClient, status.Config{Prefix: cfg.RedisPrefix, TTL: cfg.StatusTTL})
 	if err != nil {
 		return err
@@ -122,7 +127,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	}
 	srv, err := New(Deps{
 		Log: log, Model: model, Publisher: pub, Delayed: delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix),
-		RateLimits: rateLimits, Codes: codes, Keys: keys, Status: statuses, Redis: redisClient, Templates: tpl, Registry: reg,
+		RateLimits: rateLimits, Codes: codes, Keys: keys, Status: statuses, Redis: redisClient, Templates: tpl, Registry: reg, Claims: claims,
 		DLQ:     CachedDLQStats(session, model, statuses, 5*time.Second),
 		Inspect: inspect,
 		Ready: func(ctx context.Context) map[string]string {

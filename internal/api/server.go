@@ -21,6 +21,7 @@ import (
 	apidoc "github.com/msgpulse/msgpulse/api"
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/broker"
+	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
@@ -63,8 +64,11 @@ type Deps struct {
 	// in one pipelined round trip.
 	Redis     redis.UniversalClient
 	Templates *template.Store
-	Inspect   QueueInspector
-	DLQ       DLQStats
+	// Claims withdraws what a failed batch had published (nil = the
+	// published part of a failed mail or SMS batch may still be sent).
+	Claims  *claim.Claimer
+	Inspect QueueInspector
+	DLQ     DLQStats
 	// Ready reports each dependency's health ("ok" or the error text).
 	Ready    func(ctx context.Context) map[string]string
 	Registry *prometheus.Registry
@@ -155,6 +159,8 @@ func New(d Deps, opts Options) (*Server, error) {
 		{http.MethodPost, "/verification-codes", apikey.Send, s.requestCode},
 		{http.MethodPost, "/verification-codes/verify", apikey.Send, s.verifyCode},
 		{http.MethodPost, "/messages/send", apikey.Send, s.sendMessage},
+		{http.MethodPost, "/messages/batch", apikey.Send, s.sendBatch},
+		{http.MethodGet, "/batches/:batchId", apikey.Read, s.getBatch},
 		{http.MethodGet, "/messages/:taskId", apikey.Read, s.getMessage},
 		{http.MethodGet, "/messages", apikey.Read, s.getMessage},
 		{http.MethodGet, "/rate-limits", apikey.Read, s.listRateLimits},

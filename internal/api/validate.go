@@ -12,27 +12,46 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
 // API channel names and their topology channels.
 const (
-	chEmail = "email"
-	chSMS   = "sms"
+	chEmail      = "email"
+	chSMS        = "sms"
+	chWeCom      = "wecom"       // WeCom application messages, to userids
+	chWeComRobot = "wecom_robot" // WeCom group robots, by name
 )
 
 func topologyChannel(apiChannel string) string {
-	if apiChannel == chEmail {
+	switch apiChannel {
+	case chEmail:
 		return topology.Mail
+	case chWeCom, chWeComRobot:
+		return topology.WeCom
 	}
 	return topology.SMS
 }
+
+// templateChannel is the template channel an API channel renders with.
+func templateChannel(apiChannel string) template.Channel {
+	if apiChannel == chWeComRobot {
+		return template.WeCom
+	}
+	return template.Channel(apiChannel)
+}
+
+// messageTypes maps messageType to its API channel.
+var messageTypes = map[string]string{"EMAIL": chEmail, "SMS": chSMS, "WECOM": chWeCom, "WECOM_ROBOT": chWeComRobot}
 
 var (
 	e164     = regexp.MustCompile(`^\+[1-9][0-9]{7,14}$`)
 	slug     = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 	varName  = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,63}$`)
 	codeRE   = regexp.MustCompile(`^[0-9]{4,10}$`)
+	userid   = regexp.MustCompile(`^[A-Za-z0-9_.@-]{1,64}$`) // WeCom userid
+	robot    = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 	hostname = regexp.MustCompile(`^(?i)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$`)
 )
 
@@ -69,9 +88,20 @@ func normalizeRecipient(channel, r string) (string, *apiError) {
 	if e := noControl("recipient", r); e != nil {
 		return "", e
 	}
-	if channel == chSMS {
+	switch channel {
+	case chSMS:
 		if !e164.MatchString(r) {
 			return "", badRequest("recipient must be an E.164 phone number such as +8613900001234")
+		}
+		return r, nil
+	case chWeCom:
+		if !userid.MatchString(r) {
+			return "", badRequest("recipient must be a WeCom userid: 1 to 64 letters, digits, _ . @ or -")
+		}
+		return r, nil
+	case chWeComRobot:
+		if !robot.MatchString(r) {
+			return "", badRequest("recipient must be the name of a WeCom robot (WECOM_ROBOTS), such as ops")
 		}
 		return r, nil
 	}
@@ -188,10 +218,14 @@ type SendRequest struct {
 	CallbackURL  string            `json:"callbackUrl,omitempty"`
 	DelaySeconds *float64          `json:"delaySeconds,omitempty"`
 	SendAt       *string           `json:"sendAt,omitempty"`
+	// Mentions: for WECOM_ROBOT, the userids the robot mentions, or @all.
+	Mentions []string `json:"mentions,omitempty"`
 
-	channel string        // email or sms, from MessageType
+	channel string        // email, sms, wecom or wecom_robot, from MessageType
 	delay   time.Duration // 0 = now
 }
+
+const maxMentions = 100
 
 const (
 	maxVariables     = 32
@@ -199,22 +233,38 @@ const (
 )
 
 func (r *SendRequest) validate(locales func(string) bool, allowHTTP bool, now time.Time) *apiError {
-	switch r.MessageType {
-	case "EMAIL":
-		r.channel = chEmail
-	case "SMS":
-		r.channel = chSMS
-	default:
-		return badRequest("messageType must be \"EMAIL\" or \"SMS\"")
-	}
-	if !slug.MatchString(r.TemplateCode) {
-		return badRequest("templateCode must be a template name such as notice or verify_code")
+	if e := r.validateCommon(locales, allowHTTP, now); e != nil {
+		return e
 	}
 	rec, e := normalizeRecipient(r.channel, r.Recipient)
 	if e != nil {
 		return e
 	}
 	r.Recipient = rec
+	return nil
+}
+
+// validateCommon checks everything but the recipient: what a batch shares.
+func (r *SendRequest) validateCommon(locales func(string) bool, allowHTTP bool, now time.Time) *apiError {
+	ch, ok := messageTypes[r.MessageType]
+	if !ok {
+		return badRequest("messageType must be \"EMAIL\", \"SMS\", \"WECOM\" or \"WECOM_ROBOT\"")
+	}
+	r.channel = ch
+	if !slug.MatchString(r.TemplateCode) {
+		return badRequest("templateCode must be a template name such as notice or verify_code")
+	}
+	if len(r.Mentions) > 0 && r.channel != chWeComRobot {
+		return badRequest("mentions are for WECOM_ROBOT messages only")
+	}
+	if len(r.Mentions) > maxMentions {
+		return badRequest("at most %d mentions", maxMentions)
+	}
+	for _, m := range r.Mentions {
+		if m != "@all" && !userid.MatchString(m) {
+			return badRequest("mention %q must be a WeCom userid or @all", truncate(m, 64))
+		}
+	}
 	if len(r.Variables) > maxVariables {
 		return badRequest("at most %d variables", maxVariables)
 	}

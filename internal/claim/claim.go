@@ -320,3 +320,21 @@ func (cl *Claim) Release(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Withdraw marks keys as done before any consumer claimed them, so that a
+// message published for a request that was then rolled back is acked
+// without being sent (a consumer treats any value but a lease as sent).
+// A key a consumer holds or marked already is left alone: that message
+// is on its way.
+func (c *Claimer) Withdraw(ctx context.Context, keys []string) error {
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range keys {
+			p.SetNX(ctx, k, "withdrawn", c.cfg.SentTTL)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("claim: withdraw: %w", err)
+	}
+	return nil
+}

@@ -391,6 +391,16 @@ func (s *Store) Channels(code string) ([]Channel, error) {
 	return slices.Clone(e.channels), nil
 }
 
+// WeComFormat returns the format (text or markdown) template code renders
+// to on WeCom.
+func (s *Store) WeComFormat(code string) (string, error) {
+	e, err := s.entry(code)
+	if err != nil {
+		return "", err
+	}
+	return e.wecomFormat, nil
+}
+
 // Locales returns every locale some template has, sorted.
 func (s *Store) Locales() []string {
 	set := map[string]bool{}

@@ -1,0 +1,230 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v5"
+	"go.uber.org/zap"
+
+	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/status"
+)
+
+// MaxBatchRecipients is the most recipients of one batch: one WeCom
+// message/send call.
+const MaxBatchRecipients = envelope.MaxRecipients
+
+// BatchRequest is the body of POST /api/messages/batch: a send request
+// with recipients instead of a recipient.
+type BatchRequest struct {
+	MessageType  string            `json:"messageType"`
+	TemplateCode string            `json:"templateCode"`
+	Recipients   []string          `json:"recipients"`
+	Variables    map[string]string `json:"variables"`
+	Locale       string            `json:"locale,omitempty"`
+	Priority     *int              `json:"priority,omitempty"`
+	CallbackURL  string            `json:"callbackUrl,omitempty"`
+	DelaySeconds *float64          `json:"delaySeconds,omitempty"`
+	SendAt       *string           `json:"sendAt,omitempty"`
+	Mentions     []string          `json:"mentions,omitempty"`
+}
+
+// BatchAccepted is one accepted recipient and its task.
+type BatchAccepted struct {
+	Recipient string `json:"recipient"`
+	TaskID    string `json:"taskId"`
+}
+
+// BatchRejected is one rejected recipient, with the status code and
+// message a single send to it would have got.
+type BatchRejected struct {
+	Recipient string `json:"recipient"`
+	Code      int    `json:"code"`
+	Msg       string `json:"msg"`
+}
+
+// BatchResult is the 202 answer's data.
+type BatchResult struct {
+	BatchID     string          `json:"batchId"`
+	Status      string          `json:"status"`
+	ScheduledAt *time.Time      `json:"scheduledAt,omitempty"`
+	Accepted    []BatchAccepted `json:"accepted"`
+	Rejected    []BatchRejected `json:"rejected"`
+}
+
+// batchBodyLimit: a batch carries up to 1000 recipients, more than
+// BODY_LIMIT's default allows for single requests.
+func (s *Server) batchBodyLimit() int64 { return max(s.opts.BodyLimit, 512<<10) }
+
+func (s *Server) sendBatch(c *echo.Context) error {
+	if e := checkContentType(c.Request()); e != nil {
+		return e
+	}
+	var b BatchRequest
+	if e := decodeJSON(c.Request().Body, s.batchBodyLimit(), &b); e != nil {
+		return e
+	}
+	now := s.now()
+	req := SendRequest{MessageType: b.MessageType, TemplateCode: b.TemplateCode, Variables: b.Variables, Locale: b.Locale, Priority: b.Priority,
+		CallbackURL: b.CallbackURL, DelaySeconds: b.DelaySeconds, SendAt: b.SendAt, Mentions: b.Mentions}
+	if e := req.validateCommon(s.d.Templates.HasLocale, s.opts.CallbackHTTP, now); e != nil {
+		return e
+	}
+	if n := len(b.Recipients); n < 1 || n > MaxBatchRecipients {
+		return badRequest("recipients: give 1 to %d, not %d", MaxBatchRecipients, n)
+	}
+	ctx := c.Request().Context()
+	if e := s.checkContent(ctx, &req); e != nil {
+		return e
+	}
+	caller := Caller(c)
+	out := BatchResult{BatchID: newTaskID(), Status: string(status.Queued), Accepted: []BatchAccepted{}, Rejected: []BatchRejected{}}
+	var accepted []admitted
+	var first *apiError
+	reject := func(r string, e *apiError) {
+		out.Rejected = append(out.Rejected, BatchRejected{Recipient: r, Code: e.Status, Msg: e.Msg})
+		if first == nil {
+			first = e
+		}
+	}
+	seen := map[string]bool{}
+	for _, r := range b.Recipients {
+		norm, e := normalizeRecipient(req.channel, r)
+		switch {
+		case e != nil:
+			reject(truncate(r, 254), e)
+			continue
+		case seen[norm]:
+			reject(r, badRequest("recipient %s is listed twice in this batch", norm))
+			continue
+		}
+		seen[norm] = true
+		a, e := s.admit(ctx, caller, &req, norm, now)
+		if e != nil && e.Status == http.StatusServiceUnavailable {
+			// Redis is not answering: the next recipients would each wait
+			// for it too. Nothing of this batch is kept.
+			s.rollbackBatch(ctx, "", accepted, nil)
+			return e
+		}
+		if e != nil {
+			reject(norm, e)
+			continue
+		}
+		accepted = append(accepted, a)
+	}
+	if len(accepted) == 0 {
+		return first // what a single send would have got
+	}
+	ids := make([]string, len(accepted))
+	for i, a := range accepted {
+		ids[i] = a.taskID
+		out.Accepted = append(out.Accepted, BatchAccepted{Recipient: a.recipient, TaskID: a.taskID})
+	}
+	if err := s.d.Status.CreateBatch(ctx, out.BatchID, ids); err != nil {
+		s.rollbackBatch(ctx, "", accepted, nil)
+		return unavailable(err, "status is unavailable (Redis); nothing was kept, try again")
+	}
+	if published, err := s.publishBatch(ctx, &req, caller.Tenant, out.BatchID, accepted, now); err != nil {
+		s.rollbackBatch(ctx, out.BatchID, accepted, published)
+		return publishFailure(err)
+	}
+	text := "batch queued"
+	if req.delay > 0 {
+		at := now.Add(req.delay).UTC()
+		out.Status, out.ScheduledAt = string(status.Scheduled), &at
+		text = "batch scheduled"
+	}
+	return reply(c, http.StatusAccepted, text, out)
+}
+
+// publishBatch publishes a batch and waits for the confirms. A WeCom
+// application batch is one message (one message/send call for all its
+// recipients); every other channel gets one message per recipient. It
+// returns the claim keys of what the broker confirmed before a failure.
+func (s *Server) publishBatch(ctx context.Context, req *SendRequest, tenant, batchID string, accepted []admitted, now time.Time) ([]string, error) {
+	ch := topologyChannel(req.channel)
+	if req.channel == chWeCom {
+		msg := s.message(req, tenant, now)
+		msg.TaskID, msg.BatchID = batchID, batchID
+		for _, a := range accepted {
+			msg.Recipients = append(msg.Recipients, envelope.Recipient{TaskID: a.taskID, Recipient: a.recipient})
+		}
+		return nil, s.publish(ctx, req.channel, msg, req.delay)
+	}
+	var published []string
+	for _, a := range accepted {
+		msg := s.message(req, tenant, now)
+		msg.TaskID, msg.Recipient, msg.BatchID = a.taskID, a.recipient, batchID
+		if err := s.publish(ctx, req.channel, msg, req.delay); err != nil {
+			return published, err
+		}
+		if s.d.Claims != nil {
+			published = append(published, s.d.Claims.TaskKey(ch, a.taskID))
+		}
+	}
+	return nil, nil
+}
+
+// rollbackBatch undoes every accepted recipient (status record and
+// counted limits), the batch's task list, and withdraws the messages the
+// broker had already confirmed, so that consumers ack them unsent.
+func (s *Server) rollbackBatch(ctx context.Context, batchID string, accepted []admitted, published []string) {
+	ctx = context.WithoutCancel(ctx)
+	if len(published) > 0 {
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := s.d.Claims.Withdraw(wctx, published); err != nil {
+			s.log.Error("could not withdraw the published part of a failed batch; it may be sent", zap.String("batch_id", batchID), zap.Error(err))
+		}
+		cancel()
+	}
+	if batchID != "" {
+		if err := s.d.Status.DeleteBatch(ctx, batchID); err != nil {
+			s.log.Warn("could not delete the task list of a failed batch; it expires with STATUS_TTL", zap.String("batch_id", batchID), zap.Error(err))
+		}
+	}
+	for _, a := range accepted {
+		s.rollback(ctx, undo{reservation: a.res, taskID: a.taskID})
+	}
+}
+
+// BatchView is GET /api/batches/{batchId}'s data.
+type BatchView struct {
+	BatchID string         `json:"batchId"`
+	Total   int            `json:"total"`
+	Counts  map[string]int `json:"counts"`
+	TaskIDs []string       `json:"taskIds"`
+}
+
+func (s *Server) getBatch(c *echo.Context) error {
+	id := c.Param("batchId")
+	if !taskIDRE.MatchString(id) {
+		return badRequest("batchId %q is not a valid batch id", truncate(id, 64))
+	}
+	ctx := c.Request().Context()
+	b, err := s.d.Status.GetBatch(ctx, id)
+	if err != nil && !errors.Is(err, status.ErrNotFound) {
+		return unavailable(err, "status is unavailable (Redis); try again")
+	}
+	// A batch belongs to the tenant of its tasks; another tenant's gets
+	// the very answer of an unknown one.
+	if err == nil {
+		var first status.Record
+		if first, err = s.d.Status.Get(ctx, b.TaskIDs[0]); err != nil && !errors.Is(err, status.ErrNotFound) {
+			return unavailable(err, "status is unavailable (Redis); try again")
+		}
+		if err == nil && !Visible(c, first.Tenant) {
+			err = status.ErrNotFound
+		}
+	}
+	if err != nil {
+		return notFound("no batch with batchId %s (batches are kept for STATUS_TTL)", id)
+	}
+	counts := map[string]int{}
+	for _, st := range []status.State{status.Queued, status.Scheduled, status.Sending, status.Sent, status.Retrying, status.Failed, status.Expired} {
+		counts[string(st)] = b.Counts[st]
+	}
+	return reply(c, http.StatusOK, "ok", BatchView{BatchID: b.ID, Total: len(b.TaskIDs), Counts: counts, TaskIDs: b.TaskIDs})
+}

@@ -1,0 +1,165 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/msgpulse/msgpulse/internal/envelope"
+)
+
+func notice(messageType string, mod func(map[string]any)) map[string]any {
+	m := map[string]any{"messageType": messageType, "templateCode": "notice", "variables": map[string]string{"title": "t", "content": "c"}}
+	if mod != nil {
+		mod(m)
+	}
+	return m
+}
+
+func TestWeComSendValidation(t *testing.T) {
+	h := setup(t, options{})
+	for _, tc := range []struct {
+		name string
+		body map[string]any
+		want int
+		msg  string
+	}{
+		{"userid", notice("WECOM", func(m map[string]any) { m["recipient"] = "zhang.san@corp" }), 202, "queued"},
+		{"robot", notice("WECOM_ROBOT", func(m map[string]any) { m["recipient"] = "ops"; m["mentions"] = []string{"alice"} }), 202, "queued"},
+		{"bad userid", notice("WECOM", func(m map[string]any) { m["recipient"] = "a|b" }), 400, "WeCom userid"},
+		{"bad robot", notice("WECOM_ROBOT", func(m map[string]any) { m["recipient"] = "ops team" }), 400, "robot"},
+		{"mentions off robots", notice("WECOM", func(m map[string]any) { m["recipient"] = "a"; m["mentions"] = []string{"b"} }), 400, "WECOM_ROBOT messages only"},
+		{"bad mention", notice("WECOM_ROBOT", func(m map[string]any) { m["recipient"] = "ops"; m["mentions"] = []string{"a b"} }), 400, "mention"},
+		{"@all in markdown", notice("WECOM_ROBOT", func(m map[string]any) { m["recipient"] = "ops"; m["mentions"] = []string{"@all"} }), 400, "@all only in text"},
+		{"no wecom version", notice("WECOM", func(m map[string]any) {
+			m["recipient"], m["templateCode"], m["variables"] = "a", "verify_code", map[string]string{"code": "1", "ttlMinutes": "1"}
+		}), 400, "no wecom version"},
+	} {
+		r := h.do("POST", "/api/messages/send", tc.body)
+		require.Equal(t, tc.want, r.Status, "%s: %s", tc.name, r.Msg)
+		require.Contains(t, r.Msg, tc.msg, tc.name)
+	}
+	app, err := envelope.Decode(h.get("queue.wecom").Body)
+	require.NoError(t, err)
+	require.Equal(t, "zhang.san@corp", app.Recipient)
+	require.False(t, app.Robot)
+	robot, err := envelope.Decode(h.get("queue.wecom").Body)
+	require.NoError(t, err)
+	require.True(t, robot.Robot)
+	require.Equal(t, []string{"alice"}, robot.Mentions)
+}
+
+func TestWeComBatchIsOneMessageWithEveryAcceptedRecipient(t *testing.T) {
+	h := setup(t, options{})
+	var to []string
+	for i := range 600 {
+		to = append(to, fmt.Sprintf("u%04d", i))
+	}
+	to = append(to, "bad|id", "u0001") // invalid, and listed twice
+	r := h.do("POST", "/api/messages/batch", notice("WECOM", func(m map[string]any) { m["recipients"] = to }))
+	require.Equal(t, http.StatusAccepted, r.Status, r.Msg)
+	var res BatchResult
+	r.data(t, &res)
+	require.Len(t, res.Accepted, 600)
+	require.Equal(t, []BatchRejected{
+		{Recipient: "bad|id", Code: 400, Msg: "recipient must be a WeCom userid: 1 to 64 letters, digits, _ . @ or -"},
+		{Recipient: "u0001", Code: 400, Msg: "recipient u0001 is listed twice in this batch"},
+	}, res.Rejected)
+
+	msg, err := envelope.Decode(h.get("queue.wecom").Body)
+	require.NoError(t, err)
+	require.Equal(t, 0, h.depth("queue.wecom"), "one message for the whole batch")
+	require.Equal(t, res.BatchID, msg.BatchID)
+	require.Len(t, msg.Recipients, 600)
+	require.Equal(t, envelope.Recipient{TaskID: res.Accepted[7].TaskID, Recipient: "u0007"}, msg.Recipients[7])
+
+	g := h.do("GET", "/api/batches/"+res.BatchID, nil)
+	require.Equal(t, http.StatusOK, g.Status)
+	var view BatchView
+	g.data(t, &view)
+	require.Equal(t, 600, view.Total)
+	require.Equal(t, 600, view.Counts["queued"])
+	require.Equal(t, 0, view.Counts["sent"])
+	require.Equal(t, res.Accepted[599].TaskID, view.TaskIDs[599])
+	one := h.do("GET", "/api/messages/"+res.Accepted[0].TaskID, nil)
+	require.Equal(t, http.StatusOK, one.Status)
+	require.Equal(t, http.StatusNotFound, h.do("GET", "/api/batches/nope", nil).Status)
+}
+
+func TestMailBatchIsOneMessagePerRecipientAndLimitedOnesAreRejectedAlone(t *testing.T) {
+	lim := defaultLimits()
+	lim.PerAPIKeyMinute = 3
+	h := setup(t, options{limits: lim})
+	r := h.do("POST", "/api/messages/batch", notice("EMAIL", func(m map[string]any) {
+		m["recipients"] = []string{"a@example.com", "not-mail", "B@example.com", "c@example.com", "d@example.com"}
+	}))
+	require.Equal(t, http.StatusAccepted, r.Status, r.Msg)
+	var res BatchResult
+	r.data(t, &res)
+	require.Equal(t, []string{"a@example.com", "b@example.com", "c@example.com"}, []string{res.Accepted[0].Recipient, res.Accepted[1].Recipient, res.Accepted[2].Recipient})
+	require.Len(t, res.Rejected, 2)
+	require.Equal(t, 400, res.Rejected[0].Code)
+	require.Equal(t, BatchRejected{Recipient: "d@example.com", Code: 429, Msg: res.Rejected[1].Msg}, res.Rejected[1])
+	require.Contains(t, res.Rejected[1].Msg, "per API key")
+	for _, a := range res.Accepted {
+		m, err := envelope.Decode(h.get("queue.mail").Body)
+		require.NoError(t, err)
+		require.Equal(t, a.TaskID, m.TaskID)
+		require.Equal(t, res.BatchID, m.BatchID)
+	}
+
+	// Nothing accepted: the answer a single send would get.
+	none := h.do("POST", "/api/messages/batch", notice("EMAIL", func(m map[string]any) { m["recipients"] = []string{"e@example.com"} }))
+	require.Equal(t, http.StatusTooManyRequests, none.Status)
+	require.NotEmpty(t, none.Header.Get("Retry-After"))
+	bad := h.do("POST", "/api/messages/batch", notice("SMS", func(m map[string]any) { m["recipients"] = []string{"123"} }))
+	require.Equal(t, http.StatusBadRequest, bad.Status)
+	require.Contains(t, bad.Msg, "E.164")
+}
+
+func TestBatchValidation(t *testing.T) {
+	h := setup(t, options{})
+	many := make([]string, 1001)
+	for i := range many {
+		many[i] = fmt.Sprintf("u%d", i)
+	}
+	for _, tc := range []struct {
+		name string
+		body map[string]any
+		msg  string
+	}{
+		{"none", notice("WECOM", func(m map[string]any) { m["recipients"] = []string{} }), "1 to 1000"},
+		{"too many", notice("WECOM", func(m map[string]any) { m["recipients"] = many }), "1 to 1000"},
+		{"bad type", notice("FAX", func(m map[string]any) { m["recipients"] = []string{"a"} }), "messageType"},
+		{"missing variable", notice("WECOM", func(m map[string]any) { m["recipients"] = []string{"a"}; m["variables"] = map[string]string{} }), "needs variable"},
+	} {
+		r := h.do("POST", "/api/messages/batch", tc.body)
+		require.Equal(t, http.StatusBadRequest, r.Status, tc.name)
+		require.Contains(t, r.Msg, tc.msg, tc.name)
+	}
+}
+
+func TestFailedBatchPublishRollsBackEveryRecipient(t *testing.T) {
+	for _, tc := range []struct{ messageType, exchange string }{{"EMAIL", "exchange.direct.mail"}, {"WECOM", "exchange.direct.wecom"}} {
+		t.Run(tc.messageType, func(t *testing.T) {
+			h := setup(t, options{})
+			require.NoError(t, h.ch.ExchangeDelete(tc.exchange, false, false))
+			recipients := []string{"a@example.com", "b@example.com"}
+			if tc.messageType == "WECOM" {
+				recipients = []string{"alice", "bob"}
+			}
+			r := h.do("POST", "/api/messages/batch", notice(tc.messageType, func(m map[string]any) { m["recipients"] = recipients }))
+			require.Equal(t, http.StatusServiceUnavailable, r.Status)
+			require.Contains(t, r.Msg, "safe to retry")
+			require.Empty(t, h.keysMatching("status:*"), "no status record left")
+			require.Empty(t, h.keysMatching("batch:*"), "no batch left")
+			for _, k := range h.keysMatching("ratelimit:{rl}:log:*") {
+				n, err := h.redis.Client.ZCard(t.Context(), k).Result()
+				require.NoError(t, err)
+				require.Zero(t, n, "nothing counted in %s", k)
+			}
+		})
+	}
+}

@@ -64,6 +64,8 @@ func TestDocumentHasExactlyTheContractRoutes(t *testing.T) {
 		"POST /api/verification-codes",
 		"POST /api/verification-codes/verify",
 		"POST /api/messages/send",
+		"POST /api/messages/batch",
+		"GET /api/batches/{batchId}",
 		"GET /api/messages/{taskId}",
 		"GET /api/messages",
 		"GET /api/rate-limits",
@@ -367,7 +369,7 @@ func validate(doc node, schema, v any, at string) error {
 	for k := range s {
 		switch k {
 		case "type", "nullable", "enum", "required", "properties", "additionalProperties", "items", "allOf", "oneOf",
-			"minimum", "maximum", "minLength", "maxLength", "pattern", "format", "maxProperties",
+			"minimum", "maximum", "minLength", "maxLength", "pattern", "format", "maxProperties", "minItems", "maxItems",
 			"description", "example":
 		default:
 			return fmt.Errorf("%s: schema keyword %q is not supported by this check", at, k)
@@ -436,6 +438,12 @@ func validate(doc node, schema, v any, at string) error {
 		a, ok := v.([]any)
 		if !ok {
 			return fmt.Errorf("%s: want an array, got %T", at, v)
+		}
+		if n, ok := s["minItems"].(int); ok && len(a) < n {
+			return fmt.Errorf("%s: fewer than %d items", at, n)
+		}
+		if n, ok := s["maxItems"].(int); ok && len(a) > n {
+			return fmt.Errorf("%s: more than %d items", at, n)
 		}
 		for i, item := range a {
 			if err := validate(doc, s["items"], item, fmt.Sprintf("%s[%d]", at, i)); err != nil {
@@ -521,6 +529,9 @@ func TestClientTypesMatchSchemas(t *testing.T) {
 		{"VerifyResult", client.VerifyResult{}, false},
 		{"SendRequest", client.SendRequest{}, true},
 		{"SendResult", client.SendResult{}, false},
+		{"BatchRequest", client.BatchRequest{}, true},
+		{"BatchResult", client.BatchResult{}, false},
+		{"Batch", client.Batch{}, false},
 		{"Message", client.Message{}, false},
 		{"RateLimitInput", client.RateLimit{}, true},
 		{"RateLimit", client.RateLimit{}, false},

@@ -151,6 +151,25 @@ func (c *Client) SendMessage(ctx context.Context, req SendRequest) (*SendResult,
 	return call[SendResult](ctx, c, http.MethodPost, "/api/messages/send", req)
 }
 
+// SendBatch sends one templated message to many recipients (POST
+// /api/messages/batch). Rejected recipients are in the result; an error
+// means none was accepted (or nothing was kept).
+func (c *Client) SendBatch(ctx context.Context, req BatchRequest) (*BatchResult, error) {
+	if req.DelaySeconds != nil && req.SendAt != nil {
+		return nil, errors.New("msgpulse: send batch: DelaySeconds and SendAt are mutually exclusive")
+	}
+	return call[BatchResult](ctx, c, http.MethodPost, "/api/messages/batch", req)
+}
+
+// GetBatch counts a batch's recipients by status (GET /api/batches/{batchId}).
+func (c *Client) GetBatch(ctx context.Context, batchID string) (*Batch, error) {
+	seg, err := segment("batch id", batchID)
+	if err != nil {
+		return nil, err
+	}
+	return call[Batch](ctx, c, http.MethodGet, "/api/batches/"+seg, nil)
+}
+
 // GetMessage reads a message's delivery status (GET /api/messages/{taskId}).
 // An unknown task is an *APIError for which IsNotFound is true.
 func (c *Client) GetMessage(ctx context.Context, taskID string) (*Message, error) {

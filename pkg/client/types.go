@@ -7,8 +7,10 @@ type Channel string
 
 // Channels.
 const (
-	ChannelEmail Channel = "email"
-	ChannelSMS   Channel = "sms"
+	ChannelEmail      Channel = "email"
+	ChannelSMS        Channel = "sms"
+	ChannelWeCom      Channel = "wecom"       // messages only
+	ChannelWeComRobot Channel = "wecom_robot" // messages only
 )
 
 // MessageType is the kind of a templated message (SendRequest.MessageType).
@@ -17,8 +19,10 @@ type MessageType string
 
 // Message types.
 const (
-	MessageEmail MessageType = "EMAIL"
-	MessageSMS   MessageType = "SMS"
+	MessageEmail      MessageType = "EMAIL"
+	MessageSMS        MessageType = "SMS"
+	MessageWeCom      MessageType = "WECOM"       // a WeCom application message; Recipient is a userid
+	MessageWeComRobot MessageType = "WECOM_ROBOT" // a WeCom group robot post; Recipient is the robot's name
 )
 
 // Locales the server renders codes in.
@@ -89,6 +93,54 @@ type SendRequest struct {
 	CallbackURL  string     `json:"callbackUrl,omitempty"` // https only
 	DelaySeconds *float64   `json:"delaySeconds,omitempty"`
 	SendAt       *time.Time `json:"sendAt,omitempty"`
+	// Mentions (WECOM_ROBOT only): userids the robot mentions, or "@all".
+	Mentions []string `json:"mentions,omitempty"`
+}
+
+// BatchRequest is one message to 1 to 1000 recipients (SendBatch).
+type BatchRequest struct {
+	MessageType  MessageType       `json:"messageType"`
+	TemplateCode string            `json:"templateCode"`
+	Recipients   []string          `json:"recipients"`
+	Variables    map[string]string `json:"variables,omitempty"`
+	Locale       string            `json:"locale,omitempty"`
+	Priority     *int              `json:"priority,omitempty"`
+	CallbackURL  string            `json:"callbackUrl,omitempty"`
+	DelaySeconds *float64          `json:"delaySeconds,omitempty"`
+	SendAt       *time.Time        `json:"sendAt,omitempty"`
+	Mentions     []string          `json:"mentions,omitempty"`
+}
+
+// BatchResult is the answer to SendBatch: each accepted recipient's task,
+// and why the others were rejected.
+type BatchResult struct {
+	BatchID     string          `json:"batchId"`
+	Status      Status          `json:"status"`
+	ScheduledAt *time.Time      `json:"scheduledAt,omitempty"`
+	Accepted    []BatchAccepted `json:"accepted"`
+	Rejected    []BatchRejected `json:"rejected"`
+}
+
+// BatchAccepted is an accepted recipient of a batch.
+type BatchAccepted struct {
+	Recipient string `json:"recipient"`
+	TaskID    string `json:"taskId"`
+}
+
+// BatchRejected is a rejected recipient, with the status code and message
+// a single send to it would have got.
+type BatchRejected struct {
+	Recipient string `json:"recipient"`
+	Code      int    `json:"code"`
+	Msg       string `json:"msg"`
+}
+
+// Batch counts a batch's recipients by status (GetBatch).
+type Batch struct {
+	BatchID string         `json:"batchId"`
+	Total   int            `json:"total"`
+	Counts  map[Status]int `json:"counts"`
+	TaskIDs []string       `json:"taskIds"`
 }
 
 // SendResult is the answer to SendMessage.

@@ -441,8 +441,11 @@ func sampleBody(channel string) ([]byte, error) {
 
 func sampleMessage(channel string, i int) *envelope.Message {
 	rcpt := fmt.Sprintf("user%d@example.com", i)
-	if channel == topology.SMS {
+	switch channel {
+	case topology.SMS:
 		rcpt = fmt.Sprintf("+86139%08d", i)
+	case topology.WeCom:
+		rcpt = fmt.Sprintf("user%d", i)
 	}
 	return &envelope.Message{Version: envelope.SchemaVersion, TaskID: fmt.Sprintf("lg-%s-%d", randomID(), i), Kind: envelope.Notification,
 		Channel: channel, Recipient: rcpt, Template: "notice", Variables: map[string]string{"title": "Maintenance", "content": "Tonight 22:00-23:00"}, CreatedAt: time.Now()}

@@ -50,6 +50,7 @@ type ConsumerRound struct {
 	Noop       float64 `json:"noopPerSec"`
 	Slow       float64 `json:"slowProviderPerSec,omitempty"`
 	SMTP       float64 `json:"smtpPerSec"`
+	WeCom      float64 `json:"wecomPerSec,omitempty"`
 	RawConsume float64 `json:"rawConsumePerSec,omitempty"`
 	SlowMem    Mem     `json:"slowProviderConsumerMem"`
 	SMTPMem    Mem     `json:"smtpConsumerMem"`
@@ -60,6 +61,7 @@ type ConsumerMedian struct {
 	Noop       float64 `json:"noopPerSec"`
 	Slow       float64 `json:"slowProviderPerSec"`
 	SMTP       float64 `json:"smtpPerSec"`
+	WeCom      float64 `json:"wecomPerSec"`
 	RawConsume float64 `json:"rawConsumePerSec"`
 	NoopRatio  float64 `json:"noopOverRaw"`
 	RSSMB      float64 `json:"consumerPeakRssMb"`
@@ -126,6 +128,12 @@ func Consumer(ctx context.Context, o *Options, c ConsumerOptions) (*ConsumerResu
 			return nil, fmt.Errorf("SMTP: %w", err)
 		}
 		o.progress("consumer round %d: SMTP sink %.0f msg/s (CONCURRENCY=%d), rss %.0f MB", r, rd.SMTP, c.Concurrency, rd.SMTPMem.Peak())
+		if c.ProviderLatency > 0 {
+			if rd.WeCom, _, err = binaryRound(ctx, o, bins, env, conn, c, topology.WeCom); err != nil {
+				return nil, fmt.Errorf("WeCom: %w", err)
+			}
+			o.progress("consumer round %d: WeCom server answering in %s: %.0f msg/s (CONCURRENCY=%d)", r, WeComLatency, rd.WeCom, c.ProviderConcurrency)
+		}
 		if c.Baseline {
 			if rd.RawConsume, err = rawConsumeRound(ctx, conn, c); err != nil {
 				return nil, err
@@ -139,9 +147,12 @@ func Consumer(ctx context.Context, o *Options, c ConsumerOptions) (*ConsumerResu
 }
 
 func consumerMedian(rounds []ConsumerRound) ConsumerMedian {
-	var noops, slows, smtps, raws, rss []float64
+	var noops, slows, smtps, wecoms, raws, rss []float64
 	for _, r := range rounds {
 		noops, smtps = append(noops, r.Noop), append(smtps, r.SMTP)
+		if r.WeCom > 0 {
+			wecoms = append(wecoms, r.WeCom)
+		}
 		if r.Slow > 0 {
 			slows = append(slows, r.Slow)
 		}
@@ -150,7 +161,7 @@ func consumerMedian(rounds []ConsumerRound) ConsumerMedian {
 		}
 		rss = append(rss, max(r.SlowMem.Peak(), r.SMTPMem.Peak()))
 	}
-	m := ConsumerMedian{Noop: round2(median(noops)), Slow: round2(median(slows)), SMTP: round2(median(smtps)), RawConsume: round2(median(raws)), RSSMB: round2(median(rss))}
+	m := ConsumerMedian{Noop: round2(median(noops)), Slow: round2(median(slows)), SMTP: round2(median(smtps)), WeCom: round2(median(wecoms)), RawConsume: round2(median(raws)), RSSMB: round2(median(rss))}
 	if m.RawConsume > 0 {
 		m.NoopRatio = round2(m.Noop / m.RawConsume)
 	}
@@ -163,6 +174,7 @@ func consumerEnv(env *Env, concurrency, prefetch int) map[string]string {
 		"AMQP_URL": env.AMQPURL, "REDIS_URL": env.RedisURL, "REDIS_PREFIX": env.Prefix, "RABBITMQ_MANAGEMENT_URL": env.ManagementURL,
 		"CONCURRENCY": strconv.Itoa(concurrency), "PREFETCH": strconv.Itoa(prefetch), "METRICS_ADDR": "off", "RELAY": "off", "LOG_FORMAT": "json",
 		"MAIL_QUEUE_TTL": "0s", "MAIL_QUEUE_MAX_LENGTH": "0", "SMS_QUEUE_TTL": "0s", "SMS_QUEUE_MAX_LENGTH": "0",
+		"WECOM_QUEUE_TTL": "0s", "WECOM_QUEUE_MAX_LENGTH": "0",
 	}
 }
 
@@ -215,6 +227,9 @@ func noopRound(ctx context.Context, o *Options, env *Env, conn *amqp.Connection,
 // SMS through the webhook provider to a sink answering after
 // ProviderLatency, mail through SMTP to the lean sink.
 func binaryRound(ctx context.Context, o *Options, bins *Binaries, env *Env, conn *amqp.Connection, c ConsumerOptions, channel string) (float64, Mem, error) {
+	if channel == topology.WeCom {
+		c.Messages = min(c.Messages, WeComMessages)
+	}
 	if err := prefill(ctx, conn, channel, c.Messages); err != nil {
 		return 0, Mem{}, err
 	}
@@ -222,7 +237,20 @@ func binaryRound(ctx context.Context, o *Options, bins *Binaries, env *Env, conn
 	m := consumerEnv(env, c.Concurrency, c.Prefetch)
 	m["CHANNELS"] = channel
 	queue := queueOf(channel)
-	if channel == topology.SMS {
+	switch channel {
+	case topology.WeCom:
+		sink, err := NewWeComSink(arr, WeComLatency)
+		if err != nil {
+			return 0, Mem{}, err
+		}
+		defer sink.Close()
+		m["WECOM_API_BASE"], m["WECOM_CORP_ID"], m["WECOM_CORP_SECRET"], m["WECOM_AGENT_ID"] = sink.URL(), "loadgen", "loadgen-secret", "1000002"
+		m["CONCURRENCY"] = strconv.Itoa(c.ProviderConcurrency)
+		m["PREFETCH"] = strconv.Itoa(slowPrefetch(c))
+		// Over its adaptive rate a message waits in the delay queues, whose
+		// intermediate hops the relay moves on.
+		m["RELAY"] = "on"
+	case topology.SMS:
 		sink, err := NewWebhookSink(arr, c.ProviderLatency)
 		if err != nil {
 			return 0, Mem{}, err
@@ -232,7 +260,7 @@ func binaryRound(ctx context.Context, o *Options, bins *Binaries, env *Env, conn
 		m["CONCURRENCY"] = strconv.Itoa(c.ProviderConcurrency)
 		m["PREFETCH"] = strconv.Itoa(slowPrefetch(c))
 		m["SMS_TIMEOUT"] = (c.ProviderLatency + 10*time.Second).String()
-	} else {
+	default:
 		sink, err := NewSMTPSink(arr)
 		if err != nil {
 			return 0, Mem{}, err
@@ -255,10 +283,7 @@ func binaryRound(ctx context.Context, o *Options, bins *Binaries, env *Env, conn
 	}
 	t0 := time.Now()
 	sampler := SampleRSS(ctx, p.Pid())
-	name := "consumer-smtp"
-	if channel == topology.SMS {
-		name = "consumer-slow-provider"
-	}
+	name := "consumer-" + map[string]string{topology.SMS: "slow-provider", topology.Mail: "smtp", topology.WeCom: "wecom"}[channel]
 	profiled := o.profiler().fetch(ctx, pprofAddr, name, time.Second, o.progress)
 	defer profiled()
 	err = waitCount(ctx, c.Messages, 2*time.Minute+time.Duration(c.Messages)*c.ProviderLatency/time.Duration(max(c.ProviderConcurrency, 1)), arr.Count, func() error {
@@ -322,6 +347,14 @@ func prefill(ctx context.Context, conn *amqp.Connection, channel string, n int) 
 	}
 	return nil
 }
+
+// The WeCom row: a server answering in about 50 ms, and fewer messages
+// than the other rows, because the consumer holds a WeCom application to
+// its adaptive rate (20 a second at first, at most 50).
+const (
+	WeComLatency  = 50 * time.Millisecond
+	WeComMessages = 1000
+)
 
 // slowPrefetch is the slow-provider run's PREFETCH: at least two
 // deliveries per worker (the consumer's own default), so the prefetch never

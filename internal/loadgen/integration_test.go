@@ -88,6 +88,12 @@ func TestConsumerMode(t *testing.T) {
 	// 200 sends of 20 ms each, at most 64 at once: at least 4 waves.
 	require.Less(t, rd.Slow, 64/0.020)
 	require.Positive(t, rd.SMTP)
+	require.Positive(t, rd.WeCom)
+	// 200 messages at an adaptive rate that starts at 20 a second and
+	// climbs half a step per send: well below what 64 workers at 50 ms
+	// could do.
+	require.Less(t, rd.WeCom, 64/0.050)
+	require.Positive(t, res.Median.WeCom)
 	require.Positive(t, rd.RawConsume)
 	require.Positive(t, rd.SMTPMem.Peak())
 	require.Positive(t, res.Median.NoopRatio)

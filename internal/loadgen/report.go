@@ -59,6 +59,9 @@ func WriteText(w io.Writer, r Report) {
 			p("  %-52s %10.0f", fmt.Sprintf("provider taking %.0f ms (CONCURRENCY=%d)", c.ProviderLatencyMs, c.ProviderConcurrency), m.Slow)
 		}
 		p("  %-52s %10.0f", "SMTP sink", m.SMTP)
+		if m.WeCom > 0 {
+			p("  %-52s %10.0f", fmt.Sprintf("WeCom server answering in %s", WeComLatency), m.WeCom)
+		}
 		if m.RawConsume > 0 {
 			p("  %-52s %10.0f", fmt.Sprintf("raw consume+ack (prefetch %d)", c.Prefetch), m.RawConsume)
 			p("  no-op / raw consume+ack: %.2f", m.NoopRatio)
@@ -301,16 +304,19 @@ func WriteMarkdown(w io.Writer, in MarkdownInput) {
 			p("| provider taking %.0f ms per send (consumer binary, webhook SMS provider) | %.0f | CONCURRENCY=%d PREFETCH=%d |", c.ProviderLatencyMs, m.Slow, c.ProviderConcurrency, c.ProviderPrefetch)
 		}
 		p("| SMTP sink on loopback (consumer binary) | %.0f | CONCURRENCY=%d SMTP_POOL_SIZE=%d |", m.SMTP, c.Concurrency, c.Concurrency)
+		if m.WeCom > 0 {
+			p("| WeCom server answering in %s (consumer binary, %d messages; the adaptive rate holds an application to 20-50/s) | %.0f | CONCURRENCY=%d PREFETCH=%d |", WeComLatency, WeComMessages, m.WeCom, c.ProviderConcurrency, c.ProviderPrefetch)
+		}
 		if m.RawConsume > 0 {
 			p("| raw consume+ack, amqp091-go | %.0f | prefetch %d, multiple acks |", m.RawConsume, c.Prefetch)
 			p("")
 			p("no-op / raw consume+ack = **%.2f**.", m.NoopRatio)
 		}
 		p("")
-		p("| round | no-op | slow provider | SMTP | raw consume+ack | consumer RSS MB |")
-		p("|---|---:|---:|---:|---:|---:|")
+		p("| round | no-op | slow provider | SMTP | WeCom | raw consume+ack | consumer RSS MB |")
+		p("|---|---:|---:|---:|---:|---:|---:|")
 		for i, rd := range c.Rounds {
-			p("| %d | %.0f | %.0f | %.0f | %.0f | %.0f |", i+1, rd.Noop, rd.Slow, rd.SMTP, rd.RawConsume, max(rd.SlowMem.Peak(), rd.SMTPMem.Peak()))
+			p("| %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |", i+1, rd.Noop, rd.Slow, rd.SMTP, rd.WeCom, rd.RawConsume, max(rd.SlowMem.Peak(), rd.SMTPMem.Peak()))
 		}
 	}
 	if e := r.E2E; e != nil {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/textproto"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -197,4 +198,66 @@ func waitCount(ctx context.Context, n int, within time.Duration, count func() in
 		}
 	}
 	return nil
+}
+
+// WeComSink stands in for the WeCom server API: gettoken hands out one
+// token, message/send records each userid of touser as an arrival and
+// answers errcode 0 after Latency, as WeCom would.
+type WeComSink struct {
+	latency time.Duration
+	arr     *Arrivals
+	srv     *http.Server
+	ln      net.Listener
+	done    chan struct{}
+	calls   atomic.Int64
+}
+
+// NewWeComSink listens on a free loopback port.
+func NewWeComSink(arr *Arrivals, latency time.Duration) (*WeComSink, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	w := &WeComSink{latency: latency, arr: arr, ln: ln, done: make(chan struct{})}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /cgi-bin/gettoken", func(rw http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(rw, `{"errcode":0,"errmsg":"ok","access_token":"loadgen-token","expires_in":7200}`)
+	})
+	mux.HandleFunc("POST /cgi-bin/message/send", w.send)
+	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { defer close(w.done); _ = w.srv.Serve(ln) }()
+	return w, nil
+}
+
+// URL is the API base.
+func (w *WeComSink) URL() string { return "http://" + w.ln.Addr().String() }
+
+// Calls counts message/send calls.
+func (w *WeComSink) Calls() int64 { return w.calls.Load() }
+
+// Close stops the server.
+func (w *WeComSink) Close() {
+	_ = w.srv.Close()
+	<-w.done
+}
+
+func (w *WeComSink) send(rw http.ResponseWriter, r *http.Request) {
+	var p struct {
+		ToUser string `json:"touser"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&p); err != nil {
+		http.Error(rw, err.Error(), http.StatusBadRequest)
+		return
+	}
+	w.calls.Add(1)
+	// WeCom's own time per call: simulated, not an outcome waited on.
+	if w.latency > 0 && !pace(r.Context(), w.latency) {
+		return
+	}
+	now := time.Now()
+	for _, u := range strings.Split(p.ToUser, "|") {
+		w.arr.Add(u, now)
+	}
+	rw.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(rw, `{"errcode":0,"errmsg":"ok","invaliduser":"","msgid":"sink"}`)
 }

@@ -33,7 +33,7 @@ const (
 const Usage = `usage: dlq <command> [flags]
 
 Reads, replays and purges msgpulse's dead-letter queues without losing a
-message. Pick the queue with --channel mail|sms or --queue NAME (any DLQ of
+message. Pick the queue with --channel mail|sms|wecom or --queue NAME (any DLQ of
 the topology model, e.g. the relay's); stats covers every DLQ without one.
 --json prints machine output: one JSON document for stats, replay and purge,
 one JSON object per line for list and show.
@@ -192,7 +192,7 @@ func parse(cmd string, args []string, scanMax int, stderr io.Writer) (opts, erro
 	o := opts{cmd: cmd}
 	fs := flag.NewFlagSet("dlq "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.channel, "channel", "", "channel whose DLQ to use: mail or sms")
+	fs.StringVar(&o.channel, "channel", "", "channel whose DLQ to use: mail, sms or wecom")
 	fs.StringVar(&o.queue, "queue", "", "DLQ to use, by name (any DLQ of the model)")
 	fs.BoolVar(&o.json, "json", false, "machine output")
 	var since, rate string
@@ -243,7 +243,7 @@ func parse(cmd string, args []string, scanMax int, stderr io.Writer) (opts, erro
 		return o, usagef("give --channel or --queue, not both")
 	}
 	if cmd != "stats" && o.channel == "" && o.queue == "" {
-		return o, usagef("%s needs --channel mail|sms or --queue NAME", cmd)
+		return o, usagef("%s needs --channel mail|sms|wecom or --queue NAME", cmd)
 	}
 	if o.Limit < 0 {
 		return o, usagef("--limit must not be negative")

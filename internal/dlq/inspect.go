@@ -19,7 +19,7 @@ import (
 type Entry struct {
 	ID    string `json:"id"`    // message id (= taskId), or the body's taskId
 	Queue string `json:"queue"` // the DLQ it is in
-	// Channel is where a replay sends it (mail or sms; "" if unknown).
+	// Channel is where a replay sends it (mail, sms or wecom; "" if unknown).
 	Channel   string `json:"channel"`
 	Recipient string `json:"recipient,omitempty"` // masked
 	Kind      string `json:"kind,omitempty"`

@@ -201,6 +201,7 @@ func TestSecretsAreDeclaredSecretAndNeverPrinted(t *testing.T) {
 	env := map[string]string{
 		"CODE_SECRET": value, "CALLBACK_SECRET": value, "SMTP_PASSWORD": value, "SMTP_USERNAME": "u", "SMTP_TLS": "starttls",
 		"SMS_WEBHOOK_SECRET": value, "ALIYUN_ACCESS_KEY_SECRET": value, "TENCENT_SECRET_KEY": value, "TWILIO_AUTH_TOKEN": value,
+		"WECOM_CORP_SECRET": value, "WECOM_ROBOTS": "ops=" + value,
 		"API_KEYS": "caller:" + value, "MAILCATCHER_SMTP_PASSWORD": value, "MAILCATCHER_SMTP_USERNAME": "u",
 		"AMQP_URL": "amqps://user:" + value + "@rabbit.example.com:5671/", "REDIS_URL": "rediss://:" + value + "@redis.example.com:6380/0",
 		"RABBITMQ_MANAGEMENT_URL": "https://user:" + value + "@rabbit.example.com:15671",

@@ -20,16 +20,8 @@ const MaxBatchRecipients = envelope.MaxRecipients
 // BatchRequest is the body of POST /api/messages/batch: a send request
 // with recipients instead of a recipient.
 type BatchRequest struct {
-	MessageType  string            `json:"messageType"`
-	TemplateCode string            `json:"templateCode"`
-	Recipients   []string          `json:"recipients"`
-	Variables    map[string]string `json:"variables"`
-	Locale       string            `json:"locale,omitempty"`
-	Priority     *int              `json:"priority,omitempty"`
-	CallbackURL  string            `json:"callbackUrl,omitempty"`
-	DelaySeconds *float64          `json:"delaySeconds,omitempty"`
-	SendAt       *string           `json:"sendAt,omitempty"`
-	Mentions     []string          `json:"mentions,omitempty"`
+	Message
+	Recipients []string `json:"recipients"`
 }
 
 // BatchAccepted is one accepted recipient and its task.
@@ -68,8 +60,7 @@ func (s *Server) sendBatch(c *echo.Context) error {
 		return e
 	}
 	now := s.now()
-	req := SendRequest{MessageType: b.MessageType, TemplateCode: b.TemplateCode, Variables: b.Variables, Locale: b.Locale, Priority: b.Priority,
-		CallbackURL: b.CallbackURL, DelaySeconds: b.DelaySeconds, SendAt: b.SendAt, Mentions: b.Mentions}
+	req := &b.Message
 	if e := req.validateCommon(s.d.Templates.HasLocale, s.opts.CallbackHTTP, now); e != nil {
 		return e
 	}
@@ -77,7 +68,7 @@ func (s *Server) sendBatch(c *echo.Context) error {
 		return badRequest("recipients: give 1 to %d, not %d", MaxBatchRecipients, n)
 	}
 	ctx := c.Request().Context()
-	if e := s.checkContent(ctx, &req); e != nil {
+	if e := s.checkContent(ctx, req); e != nil {
 		return e
 	}
 	caller := Caller(c)
@@ -102,7 +93,7 @@ func (s *Server) sendBatch(c *echo.Context) error {
 			continue
 		}
 		seen[norm] = true
-		a, e := s.admit(ctx, caller, &req, norm, now)
+		a, e := s.admit(ctx, caller, req, norm, now)
 		if e != nil && e.Status == http.StatusServiceUnavailable {
 			// Redis is not answering: the next recipients would each wait
 			// for it too. Nothing of this batch is kept.
@@ -127,7 +118,7 @@ func (s *Server) sendBatch(c *echo.Context) error {
 		s.rollbackBatch(ctx, "", accepted, nil)
 		return unavailable(err, "status is unavailable (Redis); nothing was kept, try again")
 	}
-	if published, err := s.publishBatch(ctx, &req, caller.Tenant, out.BatchID, accepted, now); err != nil {
+	if published, err := s.publishBatch(ctx, req, caller.Tenant, out.BatchID, accepted, now); err != nil {
 		s.rollbackBatch(ctx, out.BatchID, accepted, published)
 		return publishFailure(err)
 	}
@@ -144,7 +135,7 @@ func (s *Server) sendBatch(c *echo.Context) error {
 // application batch is one message (one message/send call for all its
 // recipients); every other channel gets one message per recipient. It
 // returns the claim keys of what the broker confirmed before a failure.
-func (s *Server) publishBatch(ctx context.Context, req *SendRequest, tenant, batchID string, accepted []admitted, now time.Time) ([]string, error) {
+func (s *Server) publishBatch(ctx context.Context, req *Message, tenant, batchID string, accepted []admitted, now time.Time) ([]string, error) {
 	ch := topologyChannel(req.channel)
 	if req.channel == chWeCom {
 		msg := s.message(req, tenant, now)

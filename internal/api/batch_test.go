@@ -10,7 +10,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/envelope"
 )
 
-func notice(messageType string, mod func(map[string]any)) map[string]any {
+func noticeBody(messageType string, mod func(map[string]any)) map[string]any {
 	m := map[string]any{"messageType": messageType, "templateCode": "notice", "variables": map[string]string{"title": "t", "content": "c"}}
 	if mod != nil {
 		mod(m)
@@ -26,14 +26,14 @@ func TestWeComSendValidation(t *testing.T) {
 		want int
 		msg  string
 	}{
-		{"userid", notice("WECOM", func(m map[string]any) { m["recipient"] = "zhang.san@corp" }), 202, "queued"},
-		{"robot", notice("WECOM_ROBOT", func(m map[string]any) { m["recipient"] = "ops"; m["mentions"] = []string{"alice"} }), 202, "queued"},
-		{"bad userid", notice("WECOM", func(m map[string]any) { m["recipient"] = "a|b" }), 400, "WeCom userid"},
-		{"bad robot", notice("WECOM_ROBOT", func(m map[string]any) { m["recipient"] = "ops team" }), 400, "robot"},
-		{"mentions off robots", notice("WECOM", func(m map[string]any) { m["recipient"] = "a"; m["mentions"] = []string{"b"} }), 400, "WECOM_ROBOT messages only"},
-		{"bad mention", notice("WECOM_ROBOT", func(m map[string]any) { m["recipient"] = "ops"; m["mentions"] = []string{"a b"} }), 400, "mention"},
-		{"@all in markdown", notice("WECOM_ROBOT", func(m map[string]any) { m["recipient"] = "ops"; m["mentions"] = []string{"@all"} }), 400, "@all only in text"},
-		{"no wecom version", notice("WECOM", func(m map[string]any) {
+		{"userid", noticeBody("WECOM", func(m map[string]any) { m["recipient"] = "zhang.san@corp" }), 202, "queued"},
+		{"robot", noticeBody("WECOM_ROBOT", func(m map[string]any) { m["recipient"] = "ops"; m["mentions"] = []string{"alice"} }), 202, "queued"},
+		{"bad userid", noticeBody("WECOM", func(m map[string]any) { m["recipient"] = "a|b" }), 400, "WeCom userid"},
+		{"bad robot", noticeBody("WECOM_ROBOT", func(m map[string]any) { m["recipient"] = "ops team" }), 400, "robot"},
+		{"mentions off robots", noticeBody("WECOM", func(m map[string]any) { m["recipient"] = "a"; m["mentions"] = []string{"b"} }), 400, "WECOM_ROBOT messages only"},
+		{"bad mention", noticeBody("WECOM_ROBOT", func(m map[string]any) { m["recipient"] = "ops"; m["mentions"] = []string{"a b"} }), 400, "mention"},
+		{"@all in markdown", noticeBody("WECOM_ROBOT", func(m map[string]any) { m["recipient"] = "ops"; m["mentions"] = []string{"@all"} }), 400, "@all only in text"},
+		{"no wecom version", noticeBody("WECOM", func(m map[string]any) {
 			m["recipient"], m["templateCode"], m["variables"] = "a", "verify_code", map[string]string{"code": "1", "ttlMinutes": "1"}
 		}), 400, "no wecom version"},
 	} {
@@ -58,7 +58,7 @@ func TestWeComBatchIsOneMessageWithEveryAcceptedRecipient(t *testing.T) {
 		to = append(to, fmt.Sprintf("u%04d", i))
 	}
 	to = append(to, "bad|id", "u0001") // invalid, and listed twice
-	r := h.do("POST", "/api/messages/batch", notice("WECOM", func(m map[string]any) { m["recipients"] = to }))
+	r := h.do("POST", "/api/messages/batch", noticeBody("WECOM", func(m map[string]any) { m["recipients"] = to }))
 	require.Equal(t, http.StatusAccepted, r.Status, r.Msg)
 	var res BatchResult
 	r.data(t, &res)
@@ -92,7 +92,7 @@ func TestMailBatchIsOneMessagePerRecipientAndLimitedOnesAreRejectedAlone(t *test
 	lim := defaultLimits()
 	lim.PerAPIKeyMinute = 3
 	h := setup(t, options{limits: lim})
-	r := h.do("POST", "/api/messages/batch", notice("EMAIL", func(m map[string]any) {
+	r := h.do("POST", "/api/messages/batch", noticeBody("EMAIL", func(m map[string]any) {
 		m["recipients"] = []string{"a@example.com", "not-mail", "B@example.com", "c@example.com", "d@example.com"}
 	}))
 	require.Equal(t, http.StatusAccepted, r.Status, r.Msg)
@@ -111,10 +111,10 @@ func TestMailBatchIsOneMessagePerRecipientAndLimitedOnesAreRejectedAlone(t *test
 	}
 
 	// Nothing accepted: the answer a single send would get.
-	none := h.do("POST", "/api/messages/batch", notice("EMAIL", func(m map[string]any) { m["recipients"] = []string{"e@example.com"} }))
+	none := h.do("POST", "/api/messages/batch", noticeBody("EMAIL", func(m map[string]any) { m["recipients"] = []string{"e@example.com"} }))
 	require.Equal(t, http.StatusTooManyRequests, none.Status)
 	require.NotEmpty(t, none.Header.Get("Retry-After"))
-	bad := h.do("POST", "/api/messages/batch", notice("SMS", func(m map[string]any) { m["recipients"] = []string{"123"} }))
+	bad := h.do("POST", "/api/messages/batch", noticeBody("SMS", func(m map[string]any) { m["recipients"] = []string{"123"} }))
 	require.Equal(t, http.StatusBadRequest, bad.Status)
 	require.Contains(t, bad.Msg, "E.164")
 }
@@ -130,10 +130,10 @@ func TestBatchValidation(t *testing.T) {
 		body map[string]any
 		msg  string
 	}{
-		{"none", notice("WECOM", func(m map[string]any) { m["recipients"] = []string{} }), "1 to 1000"},
-		{"too many", notice("WECOM", func(m map[string]any) { m["recipients"] = many }), "1 to 1000"},
-		{"bad type", notice("FAX", func(m map[string]any) { m["recipients"] = []string{"a"} }), "messageType"},
-		{"missing variable", notice("WECOM", func(m map[string]any) { m["recipients"] = []string{"a"}; m["variables"] = map[string]string{} }), "needs variable"},
+		{"none", noticeBody("WECOM", func(m map[string]any) { m["recipients"] = []string{} }), "1 to 1000"},
+		{"too many", noticeBody("WECOM", func(m map[string]any) { m["recipients"] = many }), "1 to 1000"},
+		{"bad type", noticeBody("FAX", func(m map[string]any) { m["recipients"] = []string{"a"} }), "messageType"},
+		{"missing variable", noticeBody("WECOM", func(m map[string]any) { m["recipients"] = []string{"a"}; m["variables"] = map[string]string{} }), "needs variable"},
 	} {
 		r := h.do("POST", "/api/messages/batch", tc.body)
 		require.Equal(t, http.StatusBadRequest, r.Status, tc.name)
@@ -150,7 +150,7 @@ func TestFailedBatchPublishRollsBackEveryRecipient(t *testing.T) {
 			if tc.messageType == "WECOM" {
 				recipients = []string{"alice", "bob"}
 			}
-			r := h.do("POST", "/api/messages/batch", notice(tc.messageType, func(m map[string]any) { m["recipients"] = recipients }))
+			r := h.do("POST", "/api/messages/batch", noticeBody(tc.messageType, func(m map[string]any) { m["recipients"] = recipients }))
 			require.Equal(t, http.StatusServiceUnavailable, r.Status)
 			require.Contains(t, r.Msg, "safe to retry")
 			require.Empty(t, h.keysMatching("status:*"), "no status record left")

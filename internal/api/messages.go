@@ -54,15 +54,15 @@ func (s *Server) sendMessage(c *echo.Context) error {
 		return e
 	}
 	ctx := c.Request().Context()
-	if e := s.checkContent(ctx, &req); e != nil {
+	if e := s.checkContent(ctx, &req.Message); e != nil {
 		return e
 	}
 	caller := Caller(c)
-	a, e := s.admit(ctx, caller, &req, req.Recipient, now)
+	a, e := s.admit(ctx, caller, &req.Message, req.Recipient, now)
 	if e != nil {
 		return e
 	}
-	msg := s.message(&req, caller.Tenant, now)
+	msg := s.message(&req.Message, caller.Tenant, now)
 	msg.TaskID, msg.Recipient = a.taskID, a.recipient
 	if err := s.publish(ctx, req.channel, msg, req.delay); err != nil {
 		s.rollback(ctx, undo{reservation: a.res, taskID: a.taskID})
@@ -81,7 +81,7 @@ func (s *Server) sendMessage(c *echo.Context) error {
 // checkContent checks what the message says, once for all its
 // recipients: the template and its variables, the delay, the mentions, the
 // callback's host.
-func (s *Server) checkContent(ctx context.Context, req *SendRequest) *apiError {
+func (s *Server) checkContent(ctx context.Context, req *Message) *apiError {
 	if err := s.d.Templates.Validate(req.TemplateCode, templateChannel(req.channel), req.Variables); err != nil {
 		return s.templateError(req.TemplateCode, req.channel, err)
 	}
@@ -111,7 +111,7 @@ type admitted struct {
 // admit runs one recipient through frequency control and, only if it is
 // admitted, stores its status record in the same round trip: what every
 // send does before it publishes.
-func (s *Server) admit(ctx context.Context, caller apikey.Key, req *SendRequest, recipient string, now time.Time) (admitted, *apiError) {
+func (s *Server) admit(ctx context.Context, caller apikey.Key, req *Message, recipient string, now time.Time) (admitted, *apiError) {
 	taskID := newTaskID()
 	rec := status.Record{TaskID: taskID, Status: status.Queued, Channel: req.channel, Recipient: logging.Mask(recipient),
 		Kind: string(envelope.Notification), Template: req.TemplateCode, Tenant: caller.Tenant, CreatedAt: now, UpdatedAt: now}
@@ -136,7 +136,7 @@ func (s *Server) admit(ctx context.Context, caller apikey.Key, req *SendRequest,
 }
 
 // message is the envelope of req without its task and recipient.
-func (s *Server) message(req *SendRequest, tenant string, now time.Time) *envelope.Message {
+func (s *Server) message(req *Message, tenant string, now time.Time) *envelope.Message {
 	msg := &envelope.Message{
 		Version: envelope.SchemaVersion, Kind: envelope.Notification, Channel: topologyChannel(req.channel),
 		Template: req.TemplateCode, Locale: req.Locale, Variables: req.Variables, CallbackURL: req.CallbackURL, Tenant: tenant, CreatedAt: now,

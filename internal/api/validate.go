@@ -207,11 +207,11 @@ func (r *VerifyRequest) validate() *apiError {
 	return nil
 }
 
-// SendRequest is the body of POST /api/messages/send.
-type SendRequest struct {
+// Message is what a message says, whoever gets it: the fields a send
+// and a batch share.
+type Message struct {
 	MessageType  string            `json:"messageType"`
 	TemplateCode string            `json:"templateCode"`
-	Recipient    string            `json:"recipient"`
 	Variables    map[string]string `json:"variables"`
 	Locale       string            `json:"locale,omitempty"`
 	Priority     *int              `json:"priority,omitempty"`
@@ -223,6 +223,12 @@ type SendRequest struct {
 
 	channel string        // email, sms, wecom or wecom_robot, from MessageType
 	delay   time.Duration // 0 = now
+}
+
+// SendRequest is the body of POST /api/messages/send.
+type SendRequest struct {
+	Message
+	Recipient string `json:"recipient"`
 }
 
 const maxMentions = 100
@@ -244,8 +250,8 @@ func (r *SendRequest) validate(locales func(string) bool, allowHTTP bool, now ti
 	return nil
 }
 
-// validateCommon checks everything but the recipient: what a batch shares.
-func (r *SendRequest) validateCommon(locales func(string) bool, allowHTTP bool, now time.Time) *apiError {
+// validateCommon checks everything but the recipients.
+func (r *Message) validateCommon(locales func(string) bool, allowHTTP bool, now time.Time) *apiError {
 	ch, ok := messageTypes[r.MessageType]
 	if !ok {
 		return badRequest("messageType must be \"EMAIL\", \"SMS\", \"WECOM\" or \"WECOM_ROBOT\"")

@@ -63,15 +63,15 @@ func TestSendRequestDelay(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 21, 8, 0, 0, 0, time.UTC)
 	f := 1.5
-	r := SendRequest{MessageType: "EMAIL", TemplateCode: "notice", Recipient: "a@example.com", DelaySeconds: &f}
+	r := SendRequest{Message: Message{MessageType: "EMAIL", TemplateCode: "notice", DelaySeconds: &f}, Recipient: "a@example.com"}
 	require.Nil(t, r.validate(locales, false, now))
 	require.Equal(t, 1500*time.Millisecond, r.delay)
 	at := "2026-11-21T08:00:30+00:00"
-	r = SendRequest{MessageType: "SMS", TemplateCode: "notice", Recipient: "+8613900001234", SendAt: &at}
+	r = SendRequest{Message: Message{MessageType: "SMS", TemplateCode: "notice", SendAt: &at}, Recipient: "+8613900001234"}
 	require.Nil(t, r.validate(locales, false, now))
 	require.Equal(t, 30*time.Second, r.delay)
 	tiny := 0.0001
-	r = SendRequest{MessageType: "SMS", TemplateCode: "notice", Recipient: "+8613900001234", DelaySeconds: &tiny}
+	r = SendRequest{Message: Message{MessageType: "SMS", TemplateCode: "notice", DelaySeconds: &tiny}, Recipient: "+8613900001234"}
 	require.NotNil(t, r.validate(locales, false, now))
 }
 

@@ -117,7 +117,7 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 		PerTenantMinute:    l.Int("LIMIT_PER_TENANT_PER_MINUTE", 0, 0, 100_000_000, "requests (codes and messages) per tenant, across its keys, per sliding minute (0 = unlimited)"),
 		EmailPerSecond:     l.Int("LIMIT_EMAIL_PER_SECOND", 500, 0, 1_000_000, "global cap on accepted email per sliding second (0 = unlimited)"),
 		SMSPerSecond:       l.Int("LIMIT_SMS_PER_SECOND", 200, 0, 1_000_000, "global cap on accepted SMS per sliding second (0 = unlimited)"),
-		WeComPerSecond:     l.Int("LIMIT_WECOM_PER_SECOND", 200, 0, 1_000_000, "global cap on accepted WeCom messages (application and robot) per sliding second; each batch recipient counts (0 = unlimited)"),
+		WeComPerSecond:     l.Int("LIMIT_WECOM_PER_SECOND", 2000, 0, 1_000_000, "global cap on accepted WeCom messages (application and robot) per sliding second; each batch recipient counts, so keep it above 1000 (a full batch) (0 = unlimited)"),
 		ConfigRefreshEvery: l.Duration("RATE_LIMIT_REFRESH", 30*time.Second, time.Second, time.Hour, "full reload of rate-limit configs (changes also arrive at once by pub/sub)"),
 	}
 	c.StatusTTL = l.Duration("STATUS_TTL", 7*24*time.Hour, time.Minute, 365*24*time.Hour, "how long message status records are kept")

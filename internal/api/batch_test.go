@@ -163,3 +163,23 @@ func TestFailedBatchPublishRollsBackEveryRecipient(t *testing.T) {
 		})
 	}
 }
+
+// A batch belongs to its sender's tenant, like its messages: another
+// tenant gets the answer of an unknown batch.
+func TestBatchIsVisibleToItsTenantOnly(t *testing.T) {
+	h := setup(t, options{keys: tenantKeys(t)})
+	r := h.do("POST", "/api/messages/batch", noticeBody("WECOM", func(m map[string]any) { m["recipients"] = []string{"a", "b"} }), "X-API-Key", shopKey)
+	require.Equal(t, http.StatusAccepted, r.Status, r.Msg)
+	var res BatchResult
+	r.data(t, &res)
+	for _, tc := range []struct {
+		key  string
+		want int
+	}{{shopKey, 200}, {readKey, 200}, {adminKey, 200}, {blogKey, 404}} {
+		require.Equal(t, tc.want, h.do("GET", "/api/batches/"+res.BatchID, nil, "X-API-Key", tc.key).Status, tc.key)
+	}
+	m, err := envelope.Decode(h.get("queue.wecom").Body)
+	require.NoError(t, err)
+	require.Equal(t, "shop", m.Tenant)
+	require.Equal(t, http.StatusForbidden, h.do("POST", "/api/messages/batch", noticeBody("WECOM", func(m map[string]any) { m["recipients"] = []string{"a"} }), "X-API-Key", readKey).Status)
+}

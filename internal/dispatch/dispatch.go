@@ -209,7 +209,12 @@ func (d *Dispatcher) OnPanic(channel string) func(*amqp.Delivery, any) {
 	return func(del *amqp.Delivery, recovered any) {
 		d.log.Error("panic while processing; dead-lettering", zap.String("task_id", del.MessageId), zap.Any("panic", recovered))
 		d.cfg.Metrics.DeadLettered.WithLabelValues(channel, d.providerName(channel), ReasonPanic).Inc()
-		d.record(context.Background(), del.MessageId, status.Update{Status: status.Failed, Reason: ptr(ReasonPanic), ErrorClass: ptr("panic"), LastError: ptr(fmt.Sprint("panic: ", recovered))})
+		// A WeCom batch's records are its recipients', not its own.
+		j := &job{channel: channel, del: del}
+		if msg, err := envelope.Decode(del.Body); err == nil && msg.TaskID == del.MessageId {
+			j.msg = msg
+		}
+		d.recordJob(context.Background(), j, status.Update{Status: status.Failed, Reason: ptr(ReasonPanic), ErrorClass: ptr("panic"), LastError: ptr(fmt.Sprint("panic: ", recovered))})
 	}
 }
 

@@ -27,6 +27,10 @@ func realMessages(t testing.TB) [][]byte {
 			Recipient: "+8613900001234", Template: "notice", Locale: "zh-CN",
 			Variables:   map[string]string{"title": "维护通知", "content": "今晚 22:00-23:00 <b>&</b> \"quoted\"\n第二行"},
 			CallbackURL: "https://backend.example.com/msgpulse/status", Priority: 5, CreatedAt: created, Attempt: 2},
+		{Version: SchemaVersion, TaskID: "b1", BatchID: "b1", Kind: Notification, Channel: "wecom", Template: "notice",
+			Recipients: []Recipient{{TaskID: "t1", Recipient: "zhangsan"}, {TaskID: "t2", Recipient: "lisi"}}, CreatedAt: created},
+		{Version: SchemaVersion, TaskID: "r1", Kind: Notification, Channel: "wecom", Recipient: "ops", Robot: true, Mentions: []string{"@all"},
+			Template: "notice", CreatedAt: created},
 	}
 	var out [][]byte
 	for _, m := range msgs {
@@ -153,4 +157,39 @@ func FuzzEncodeDecode(f *testing.F) {
 		got.CreatedAt, got.Deadline = m.CreatedAt, m.Deadline
 		require.Equal(t, m, got)
 	})
+}
+
+func TestBatchValidation(t *testing.T) {
+	t.Parallel()
+	batch := func(mod func(*Message)) *Message {
+		m := &Message{Version: SchemaVersion, TaskID: "b", Kind: Notification, Channel: "wecom", Template: "notice",
+			Recipients: []Recipient{{TaskID: "t1", Recipient: "a"}, {TaskID: "t2", Recipient: "b"}}, CreatedAt: time.Now()}
+		mod(m)
+		return m
+	}
+	many := make([]Recipient, MaxRecipients+1)
+	for i := range many {
+		many[i] = Recipient{TaskID: "t", Recipient: "u"}
+	}
+	for _, tc := range []struct {
+		name string
+		m    *Message
+		ok   bool
+	}{
+		{"wecom batch", batch(func(*Message) {}), true},
+		{"mail batch", batch(func(m *Message) { m.Channel = "mail" }), false},
+		{"robot batch", batch(func(m *Message) { m.Robot = true }), false},
+		{"recipient and recipients", batch(func(m *Message) { m.Recipient = "c" }), false},
+		{"too many", batch(func(m *Message) { m.Recipients = many }), false},
+		{"separator", batch(func(m *Message) { m.Recipients[0].Recipient = "a|b" }), false},
+		{"no task", batch(func(m *Message) { m.Recipients[1].TaskID = "" }), false},
+		{"unknown channel", batch(func(m *Message) { m.Channel = "fax"; m.Recipients = nil; m.Recipient = "x" }), false},
+	} {
+		err := tc.m.Validate()
+		if tc.ok {
+			require.NoError(t, err, tc.name)
+		} else {
+			require.ErrorIs(t, err, ErrMalformed, tc.name)
+		}
+	}
 }

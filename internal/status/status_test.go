@@ -387,3 +387,26 @@ func TestInsertCommandsStoreTheRecord(t *testing.T) {
 	_, err = e.s.InsertCommands(status.Record{TaskID: "ins2", Channel: "email", Recipient: "x", Kind: "verification", Template: "t"})
 	require.Error(t, err, "times are required")
 }
+
+func TestBatchCountsItsTasksByStatus(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ids := []string{"b-1", "b-2", "b-3", "b-4"}
+	for i, id := range ids[:3] {
+		require.NoError(t, e.s.Create(e.ctx, status.Record{TaskID: id, Channel: "wecom", Status: []status.State{status.Queued, status.Sent, status.Sent}[i]}))
+	}
+	// b-4's record is gone (expired): it counts as expired.
+	require.NoError(t, e.s.CreateBatch(e.ctx, "batch-1", ids))
+	b, err := e.s.GetBatch(e.ctx, "batch-1")
+	require.NoError(t, err)
+	require.Equal(t, ids, b.TaskIDs)
+	require.Equal(t, map[status.State]int{status.Queued: 1, status.Sent: 2, status.Expired: 1}, b.Counts)
+	ttl, err := e.r.Client.PTTL(e.ctx, e.r.Prefix+"batch:batch-1").Result()
+	require.NoError(t, err)
+	require.Greater(t, ttl, 59*time.Minute, "kept as long as the records")
+
+	require.NoError(t, e.s.DeleteBatch(e.ctx, "batch-1"))
+	_, err = e.s.GetBatch(e.ctx, "batch-1")
+	require.ErrorIs(t, err, status.ErrNotFound)
+	require.Error(t, e.s.CreateBatch(e.ctx, "batch-2", nil))
+}

@@ -1,0 +1,46 @@
+package config
+
+import (
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/msgpulse/msgpulse/internal/envconf"
+)
+
+func TestLoadWeCom(t *testing.T) {
+	t.Parallel()
+	app := map[string]string{"CHANNELS": "mail,sms,wecom", "WECOM_CORP_ID": "ww1", "WECOM_CORP_SECRET": "s", "WECOM_AGENT_ID": "1000002"}
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		bad  string // the variable the error names; "" = valid
+	}{
+		{"application", app, ""},
+		{"robots only", map[string]string{"CHANNELS": "wecom", "WECOM_ROBOTS": "ops=K1,alerts=K2"}, ""},
+		{"not consumed: nothing required", map[string]string{"CHANNELS": "mail,sms"}, ""},
+		{"nothing configured", map[string]string{"CHANNELS": "mail,sms,wecom"}, "WECOM_CORP_ID"},
+		{"no secret", with(maps.Clone(app), "WECOM_CORP_SECRET", ""), "WECOM_CORP_ID"},
+		{"agent id", with(maps.Clone(app), "WECOM_AGENT_ID", "x"), "WECOM_AGENT_ID"},
+		{"robots", with(maps.Clone(app), "WECOM_ROBOTS", "ops"), "WECOM_ROBOTS"},
+		{"interval", with(maps.Clone(app), "WECOM_DUPLICATE_CHECK_INTERVAL", "0"), "WECOM_DUPLICATE_CHECK_INTERVAL"},
+		{"base", with(maps.Clone(app), "WECOM_API_BASE", "ftp://x"), "WECOM_API_BASE"},
+		{"unknown channel", map[string]string{"CHANNELS": "mail,fax"}, "CHANNELS"},
+	} {
+		_, l := LoadConsumer(envconf.FromMap(tc.env))
+		if tc.bad == "" {
+			require.NoError(t, l.Err(), tc.name)
+			continue
+		}
+		require.ErrorContains(t, l.Err(), tc.bad, tc.name)
+	}
+	c, l := LoadConsumer(envconf.FromMap(with(maps.Clone(app), "WECOM_ROBOTS", "ops=K1")))
+	require.NoError(t, l.Err())
+	require.Equal(t, []string{"mail", "sms", "wecom"}, c.Channels)
+	require.Equal(t, int64(1000002), c.WeCom.AgentID)
+	require.Equal(t, 1800*time.Second, c.WeCom.DuplicateCheckInterval)
+	require.Equal(t, "https://qyapi.weixin.qq.com", c.WeCom.APIBase)
+	require.Equal(t, map[string]string{"ops": "K1"}, c.WeCom.Robots)
+}

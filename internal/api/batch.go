@@ -72,7 +72,7 @@ func (s *Server) sendBatch(c *echo.Context) error {
 		return e
 	}
 	caller := Caller(c)
-	out := BatchResult{BatchID: newTaskID(), Status: string(status.Queued), Accepted: []BatchAccepted{}, Rejected: []BatchRejected{}}
+	out := BatchResult{BatchID: newTaskID(), Accepted: []BatchAccepted{}, Rejected: []BatchRejected{}}
 	var accepted []admitted
 	var first *apiError
 	reject := func(r string, e *apiError) {
@@ -122,13 +122,9 @@ func (s *Server) sendBatch(c *echo.Context) error {
 		s.rollbackBatch(ctx, out.BatchID, accepted, published)
 		return publishFailure(err)
 	}
-	text := "batch queued"
-	if req.delay > 0 {
-		at := now.Add(req.delay).UTC()
-		out.Status, out.ScheduledAt = string(status.Scheduled), &at
-		text = "batch scheduled"
-	}
-	return reply(c, http.StatusAccepted, text, out)
+	st, at := req.acceptedAs(now)
+	out.Status, out.ScheduledAt = string(st), at
+	return reply(c, http.StatusAccepted, "batch "+string(st), out)
 }
 
 // publishBatch publishes a batch and waits for the confirms. A WeCom

@@ -68,14 +68,8 @@ func (s *Server) sendMessage(c *echo.Context) error {
 		s.rollback(ctx, undo{reservation: a.res, taskID: a.taskID})
 		return publishFailure(err)
 	}
-	out := SendResult{TaskID: a.taskID, Status: string(status.Queued)}
-	text := "message queued"
-	if req.delay > 0 {
-		at := now.Add(req.delay).UTC()
-		out.Status, out.ScheduledAt = string(status.Scheduled), &at
-		text = "message scheduled"
-	}
-	return reply(c, http.StatusAccepted, text, out)
+	st, at := req.acceptedAs(now)
+	return reply(c, http.StatusAccepted, "message "+string(st), SendResult{TaskID: a.taskID, Status: string(st), ScheduledAt: at})
 }
 
 // checkContent checks what the message says, once for all its
@@ -101,6 +95,16 @@ func (s *Server) checkContent(ctx context.Context, req *Message) *apiError {
 	return nil
 }
 
+// acceptedAs is the status an accepted message starts in, queued or
+// scheduled, and when a scheduled one is due.
+func (r *Message) acceptedAs(now time.Time) (status.State, *time.Time) {
+	if r.delay <= 0 {
+		return status.Queued, nil
+	}
+	at := now.Add(r.delay).UTC()
+	return status.Scheduled, &at
+}
+
 // admitted is one recipient that frequency control let through.
 type admitted struct {
 	recipient string
@@ -115,10 +119,7 @@ func (s *Server) admit(ctx context.Context, caller apikey.Key, req *Message, rec
 	taskID := newTaskID()
 	rec := status.Record{TaskID: taskID, Status: status.Queued, Channel: req.channel, Recipient: logging.Mask(recipient),
 		Kind: string(envelope.Notification), Template: req.TemplateCode, Tenant: caller.Tenant, CreatedAt: now, UpdatedAt: now}
-	if req.delay > 0 {
-		at := now.Add(req.delay).UTC()
-		rec.Status, rec.ScheduledAt = status.Scheduled, &at
-	}
+	rec.Status, rec.ScheduledAt = req.acceptedAs(now)
 	insert, err := s.d.Status.InsertCommands(rec)
 	if err != nil {
 		return admitted{}, internal(err)

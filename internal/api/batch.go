@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v5"
@@ -129,8 +130,10 @@ func (s *Server) sendBatch(c *echo.Context) error {
 
 // publishBatch publishes a batch and waits for the confirms. A WeCom
 // application batch is one message (one message/send call for all its
-// recipients); every other channel gets one message per recipient. It
-// returns the claim keys of what the broker confirmed before a failure.
+// recipients); every other channel gets one message per recipient,
+// published batchPublishers at a time. On a failure it returns the claim
+// keys of every message it tried to publish: a publish that failed on its
+// confirm may still have reached the queue, and is withdrawn too.
 func (s *Server) publishBatch(ctx context.Context, req *Message, tenant, batchID string, accepted []admitted, now time.Time) ([]string, error) {
 	ch := topologyChannel(req.channel)
 	if req.channel == chWeCom {
@@ -139,20 +142,60 @@ func (s *Server) publishBatch(ctx context.Context, req *Message, tenant, batchID
 		for _, a := range accepted {
 			msg.Recipients = append(msg.Recipients, envelope.Recipient{TaskID: a.taskID, Recipient: a.recipient})
 		}
-		return nil, s.publish(ctx, req.channel, msg, req.delay)
-	}
-	var published []string
-	for _, a := range accepted {
-		msg := s.message(req, tenant, now)
-		msg.TaskID, msg.Recipient, msg.BatchID = a.taskID, a.recipient, batchID
 		if err := s.publish(ctx, req.channel, msg, req.delay); err != nil {
-			return published, err
+			return s.claimKeys(ch, batchID), err
 		}
-		if s.d.Claims != nil {
-			published = append(published, s.d.Claims.TaskKey(ch, a.taskID))
+		return nil, nil
+	}
+	var (
+		mu        sync.Mutex
+		attempted []string
+		first     error
+		wg        sync.WaitGroup
+		slots     = make(chan struct{}, batchPublishers)
+	)
+	failed := func() bool { mu.Lock(); defer mu.Unlock(); return first != nil }
+	for _, a := range accepted {
+		slots <- struct{}{}
+		if failed() {
+			// Start no more; the ones in flight finish (within
+			// PUBLISH_TIMEOUT), so what reached the queue is known.
+			<-slots
+			break
 		}
+		mu.Lock()
+		attempted = append(attempted, s.claimKeys(ch, a.taskID)...)
+		mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			msg := s.message(req, tenant, now)
+			msg.TaskID, msg.Recipient, msg.BatchID = a.taskID, a.recipient, batchID
+			if err := s.publish(ctx, req.channel, msg, req.delay); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return attempted, first
 	}
 	return nil, nil
+}
+
+// batchPublishers is how many messages of a mail or SMS batch wait for
+// their confirms at once.
+const batchPublishers = 32
+
+func (s *Server) claimKeys(channel, taskID string) []string {
+	if s.d.Claims == nil {
+		return nil
+	}
+	return []string{s.d.Claims.TaskKey(channel, taskID)}
 }
 
 // rollbackBatch undoes every accepted recipient (status record and

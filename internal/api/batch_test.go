@@ -1,12 +1,16 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"testing"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 )
 
@@ -103,12 +107,16 @@ func TestMailBatchIsOneMessagePerRecipientAndLimitedOnesAreRejectedAlone(t *test
 	require.Equal(t, 400, res.Rejected[0].Code)
 	require.Equal(t, BatchRejected{Recipient: "d@example.com", Code: 429, Msg: res.Rejected[1].Msg}, res.Rejected[1])
 	require.Contains(t, res.Rejected[1].Msg, "per API key")
+	want, got := map[string]string{}, map[string]string{}
 	for _, a := range res.Accepted {
-		m, err := envelope.Decode(h.get("queue.mail").Body)
+		want[a.TaskID] = a.Recipient
+		m, err := envelope.Decode(h.get("queue.mail").Body) // published concurrently: in any order
 		require.NoError(t, err)
-		require.Equal(t, a.TaskID, m.TaskID)
 		require.Equal(t, res.BatchID, m.BatchID)
+		got[m.TaskID] = m.Recipient
 	}
+	require.Equal(t, want, got, "one message per accepted recipient")
+	require.Equal(t, 0, h.depth("queue.mail"))
 
 	// Nothing accepted: the answer a single send would get.
 	none := h.do("POST", "/api/messages/batch", noticeBody("EMAIL", func(m map[string]any) { m["recipients"] = []string{"e@example.com"} }))
@@ -182,4 +190,44 @@ func TestBatchIsVisibleToItsTenantOnly(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "shop", m.Tenant)
 	require.Equal(t, http.StatusForbidden, h.do("POST", "/api/messages/batch", noticeBody("WECOM", func(m map[string]any) { m["recipients"] = []string{"a"} }), "X-API-Key", readKey).Status)
+}
+
+// failingAfter lets the real publisher take n messages, then fails the
+// rest as a broker that stopped confirming would.
+type failingAfter struct {
+	Publisher
+	n atomic.Int32
+}
+
+func (f *failingAfter) Publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
+	if f.n.Add(-1) < 0 {
+		return broker.ErrNacked
+	}
+	return f.Publisher.Publish(ctx, exchange, key, msg)
+}
+
+// A mail batch whose publishing fails half-way rolls back every recipient
+// and withdraws what already reached the queue, so that no consumer sends
+// it: the 503 keeps its promise that nothing was kept.
+func TestPartlyPublishedBatchIsWithdrawn(t *testing.T) {
+	h := setup(t, options{})
+	f := &failingAfter{Publisher: h.srv.d.Publisher}
+	f.n.Store(2)
+	h.srv.d.Publisher = f
+	var to []string
+	for i := range 6 {
+		to = append(to, fmt.Sprintf("m%d@example.com", i))
+	}
+	r := h.do("POST", "/api/messages/batch", noticeBody("EMAIL", func(m map[string]any) { m["recipients"] = to }))
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, r.Msg)
+	require.Empty(t, h.keysMatching("status:*"))
+	require.Empty(t, h.keysMatching("batch:*"))
+	require.Equal(t, 2, h.depth("queue.mail"), "two were confirmed before the failure")
+	for range 2 {
+		m, err := envelope.Decode(h.get("queue.mail").Body)
+		require.NoError(t, err)
+		v, err := h.redis.Client.Get(t.Context(), h.redis.Prefix+"mail:sent:task:"+m.TaskID).Result()
+		require.NoError(t, err)
+		require.Equal(t, "withdrawn", v, "a consumer acks it without sending")
+	}
 }

@@ -66,6 +66,7 @@ func TestWeComBatchGoesOutInOneCallAndUnknownUsersFail(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, srv.SendCalls(), "one message/send call for 600 users")
+	require.Equal(t, 1, srv.SendAttempts())
 	require.Equal(t, 1, srv.TokenFetches())
 	for i, u := range to {
 		if !unknown[i] {
@@ -76,6 +77,26 @@ func TestWeComBatchGoesOutInOneCallAndUnknownUsersFail(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, map[status.State]int{status.Sent: 597, status.Failed: 3}, b.Counts)
 	require.Equal(t, ids, b.TaskIDs)
+}
+
+// A token WeCom expired early interrupts a batch once: the send is
+// refused (42001), the token refreshed, and the batch sent again: two
+// message/send calls, each user served once.
+func TestWeComBatchInterruptedByATokenRefresh(t *testing.T) {
+	s, srv := setupWeCom(t, dispatchtest.Options{})
+	s.StartConsumer("c1", 4)
+	waitStatus(t, s, s.WeCom("warm-up", []string{"first"}, nil)[0], status.Sent)
+	srv.ExpireTokens()
+	before := srv.SendAttempts()
+	ids := s.WeCom("Outage", users("v", 600), nil)
+	for _, id := range ids {
+		waitStatus(t, s, id, status.Sent)
+	}
+	require.Equal(t, 2, srv.SendAttempts()-before, "the refused call and the one after the refresh")
+	require.Equal(t, 2, srv.TokenFetches())
+	for _, u := range users("v", 600) {
+		require.Len(t, srv.ReceivedBy(u), 1, u)
+	}
 }
 
 func TestRedeliveredWeComBatchSendsNothingTwice(t *testing.T) {

@@ -49,6 +49,7 @@ type Server struct {
 	n           int
 	fetches     int
 	sendCalls   int
+	attempts    int
 	throttle    []int // errcodes to answer the next sends with
 	users       map[string][]Received
 	robot       []Received
@@ -169,6 +170,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 func (s *Server) sendReply(r *http.Request, b *sendBody) map[string]any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.attempts++
 	if code, msg := s.checkToken(r.URL.Query().Get("access_token")); code != 0 {
 		return fail(code, msg)
 	}
@@ -271,6 +273,13 @@ func (s *Server) SendCalls() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.sendCalls
+}
+
+// SendAttempts counts every message/send call, refused tokens included.
+func (s *Server) SendAttempts() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.attempts
 }
 
 // ReceivedBy returns what a user got.

@@ -5,16 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/zap"
+
+	"github.com/msgpulse/msgpulse/internal/envconf"
 )
 
 // Config configures a connection.
 type Config struct {
+	// URL is one AMQP URL, or a comma-separated list of them, one per node
+	// of a cluster. A connection starts at a random node and, when it is
+	// lost or refused, moves on to the next one.
 	URL            string
 	ConnectionName string        // shown in the management UI
 	DialTimeout    time.Duration // per attempt; default 5s
@@ -45,11 +51,16 @@ func (c *Config) setDefaults() {
 // Validate fills defaults and reports the first invalid setting.
 func (c *Config) Validate() error {
 	c.setDefaults()
-	if c.URL == "" {
+	urls := envconf.SplitURLs(c.URL)
+	if len(urls) == 0 {
 		return errors.New("broker: URL is required")
 	}
-	if _, err := amqp.ParseURI(c.URL); err != nil {
-		return fmt.Errorf("broker: URL: %w", err)
+	for _, u := range urls {
+		if _, err := amqp.ParseURI(u); err != nil {
+			// ParseURI's errors do not repeat the URL; the node is named
+			// by its redacted form.
+			return fmt.Errorf("broker: URL %s: %w", envconf.Redact(u), err)
+		}
 	}
 	if c.ReconnectMin > c.ReconnectMax {
 		return errors.New("broker: ReconnectMin exceeds ReconnectMax")
@@ -57,16 +68,29 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Dial opens one connection, without supervision. CLI tools use it; servers
-// use a Session.
+// Dial opens one connection, without supervision: it tries each node once,
+// starting at a random one. CLI tools use it; servers use a Session.
 func Dial(ctx context.Context, cfg Config) (*amqp.Connection, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return dial(ctx, cfg)
+	urls := envconf.SplitURLs(cfg.URL)
+	start := rand.IntN(len(urls)) //nolint:gosec // spreading load, not a secret
+	var errs []error
+	for i := range urls {
+		c, err := dial(ctx, cfg, urls[(start+i)%len(urls)])
+		if err == nil {
+			return c, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
 }
 
-func dial(ctx context.Context, cfg Config) (*amqp.Connection, error) {
+func dial(ctx context.Context, cfg Config, rawURL string) (*amqp.Connection, error) {
 	props := amqp.NewConnectionProperties()
 	if cfg.ConnectionName != "" {
 		props.SetClientConnectionName(cfg.ConnectionName)
@@ -77,7 +101,7 @@ func dial(ctx context.Context, cfg Config) (*amqp.Connection, error) {
 	}
 	res := make(chan result, 1)
 	go func() {
-		c, err := amqp.DialConfig(cfg.URL, amqp.Config{
+		c, err := amqp.DialConfig(rawURL, amqp.Config{
 			Heartbeat:  cfg.Heartbeat,
 			Properties: props,
 			Dial:       amqp.DefaultDial(cfg.DialTimeout),
@@ -87,7 +111,7 @@ func dial(ctx context.Context, cfg Config) (*amqp.Connection, error) {
 	select {
 	case r := <-res:
 		if r.err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrUnavailable, r.err)
+			return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, hostOf(rawURL), r.err)
 		}
 		return r.c, nil
 	case <-ctx.Done():
@@ -134,12 +158,26 @@ func (s *Session) Run(ctx context.Context) {
 	defer close(s.done)
 	log := s.cfg.Logger
 	backoff := s.cfg.ReconnectMin
+	urls := envconf.SplitURLs(s.cfg.URL)
+	// Start at a random node so that replicas spread over the cluster; a
+	// lost or refused connection moves on to the next node.
+	next := rand.IntN(len(urls)) //nolint:gosec // spreading load, not a secret
+	failed := 0
 	for {
-		conn, err := dial(ctx, s.cfg)
+		node := urls[next%len(urls)]
+		next++
+		conn, err := dial(ctx, s.cfg, node)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
+			if failed++; failed < len(urls) {
+				// Some node is still untried in this round: try the next
+				// one at once, back off only after a full round.
+				log.Warn("broker connect failed; trying the next node", zap.Error(err))
+				continue
+			}
+			failed = 0
 			wait := jitter(backoff)
 			log.Warn("broker connect failed; retrying", zap.Error(err), zap.Duration("in", wait))
 			select {
@@ -150,7 +188,7 @@ func (s *Session) Run(ctx context.Context) {
 			backoff = min(backoff*2, s.cfg.ReconnectMax)
 			continue
 		}
-		backoff = s.cfg.ReconnectMin
+		backoff, failed = s.cfg.ReconnectMin, 0
 		closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 		blocking := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
 		s.blocked.Store(false)
@@ -158,7 +196,7 @@ func (s *Session) Run(ctx context.Context) {
 		s.conn = conn
 		close(s.ready)
 		s.mu.Unlock()
-		log.Info("broker connected", zap.String("server_version", fmt.Sprint(conn.Properties["version"])))
+		log.Info("broker connected", zap.String("node", hostOf(node)), zap.String("server_version", fmt.Sprint(conn.Properties["version"])))
 		lost := s.watch(ctx, conn, closed, blocking)
 		s.mu.Lock()
 		s.conn = nil
@@ -242,6 +280,14 @@ func (s *Session) Blocked() bool { return s.blocked.Load() }
 
 // Done is closed when Run has returned.
 func (s *Session) Done() <-chan struct{} { return s.done }
+
+// hostOf names a node in logs and errors without its credentials.
+func hostOf(rawURL string) string {
+	if u, err := url.Parse(rawURL); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return envconf.Redact(rawURL)
+}
 
 func jitter(d time.Duration) time.Duration {
 	// ±25% so that many replicas do not reconnect in lockstep.

@@ -151,6 +151,7 @@ func (p *Publisher) publishShared(ctx context.Context, conn *amqp.Connection, ex
 			p.retire(l)
 			return fmt.Errorf("%w: channel closed before the confirm", ErrUnavailable)
 		}
+		p.retire(l) // a nacked channel is never reused (see Publish)
 		return ErrNacked
 	}
 	return nil

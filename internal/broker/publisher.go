@@ -313,7 +313,11 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 			p.discard(pc)
 			return fmt.Errorf("%w: channel closed before the confirm", ErrUnavailable)
 		}
-		p.release(pc)
+		// Never publish on a channel that got a nack again: after a quorum
+		// queue's leader dies, RabbitMQ 3.10 keeps nacking on that channel
+		// (found in the cluster scenarios), so it is closed and a fresh one
+		// takes its place.
+		p.discard(pc)
 		return ErrNacked
 	}
 	p.release(pc)
@@ -410,7 +414,11 @@ func (p *Publisher) awaitBatch(ctx context.Context, pc *pubChannel, msgs []Outgo
 			errs[i] = fmt.Errorf("%w: channel closed before the confirm", ErrUnavailable)
 		}
 	}
-	if timedOut || pc.ch.IsClosed() {
+	nacked := false
+	for _, err := range errs {
+		nacked = nacked || errors.Is(err, ErrNacked)
+	}
+	if timedOut || nacked || pc.ch.IsClosed() { // nacked: see Publish
 		p.discard(pc)
 	} else {
 		p.release(pc)

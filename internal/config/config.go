@@ -22,10 +22,10 @@ func (c Common) LogSettings() (level, format string) { return c.LogLevel, c.LogF
 
 func loadCommon(l *envconf.Loader) Common {
 	return Common{
-		AMQPURL:       l.URL("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", []string{"amqp", "amqps"}, "RabbitMQ connection URL (vhost is the path: /%2F for the default vhost)"),
+		AMQPURL:       l.URLs("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", []string{"amqp", "amqps"}, "RabbitMQ connection URL (vhost is the path: /%2F for the default vhost); on a cluster, a comma-separated list, one URL per node: each connection starts at a random node and moves to the next when it is lost"),
 		RedisURL:      l.URL("REDIS_URL", "redis://127.0.0.1:6379/0", []string{"redis", "rediss", "unix"}, "Redis connection URL"),
 		RedisPrefix:   l.String("REDIS_PREFIX", "msgpulse:", "prefix of every Redis key msgpulse writes"),
-		ManagementURL: l.URL("RABBITMQ_MANAGEMENT_URL", "http://guest:guest@127.0.0.1:15672", []string{"http", "https"}, "RabbitMQ management API URL (credentials in the URL)"),
+		ManagementURL: l.URLs("RABBITMQ_MANAGEMENT_URL", "http://guest:guest@127.0.0.1:15672", []string{"http", "https"}, "RabbitMQ management API URL (credentials in the URL); on a cluster, a comma-separated list: a node that does not answer is skipped"),
 		LogLevel:      l.Enum("LOG_LEVEL", "info", []string{"debug", "info", "warn", "error"}, "log level"),
 		LogFormat:     l.Enum("LOG_FORMAT", "json", []string{"json", "console"}, "log format"),
 	}
@@ -35,6 +35,8 @@ func loadTopology(l *envconf.Loader) topology.Config {
 	c := topology.DefaultConfig()
 	c.QueueType = topology.QueueType(l.Enum("QUEUE_TYPE", string(topology.Classic), []string{"classic", "quorum"},
 		"queue type for every queue; quorum replicates queues across a multi-node cluster"))
+	c.QuorumInitialGroupSize = l.Int("QUORUM_INITIAL_GROUP_SIZE", 0, 0, 99,
+		"with QUEUE_TYPE=quorum, how many nodes replicate each queue (0 = every node of the cluster; 3 or 5 in production, odd so that a majority survives)")
 	for _, ch := range topology.Channels {
 		p := topology.EnvPrefix(ch)
 		cc := c.Channels[ch]

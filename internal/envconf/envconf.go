@@ -225,21 +225,38 @@ func (l *Loader) List(name, def, help string) []string {
 func (l *Loader) URL(name, def string, schemes []string, help string) string {
 	l.doc(Var{Name: name, Default: Redact(def), Help: help})
 	s, _ := l.raw(name, def)
-	if s == "" {
-		return s
+	if s != "" {
+		l.checkURL(name, s, s, schemes)
 	}
+	return s
+}
+
+// URLs reads a comma-separated list of absolute URLs (one per node of a
+// cluster), each with one of schemes, and returns it as written.
+func (l *Loader) URLs(name, def string, schemes []string, help string) string {
+	l.doc(Var{Name: name, Default: Redact(def), Help: help})
+	s, _ := l.raw(name, def)
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" && !l.checkURL(name, s, p, schemes) {
+			break
+		}
+	}
+	return s
+}
+
+func (l *Loader) checkURL(name, whole, s string, schemes []string) bool {
 	u, err := url.Parse(s)
 	if err != nil || u.Host == "" {
-		l.Fail(name, Redact(s), "not an absolute URL")
-		return s
+		l.Fail(name, Redact(whole), "not an absolute URL")
+		return false
 	}
 	for _, sc := range schemes {
 		if u.Scheme == sc {
-			return s
+			return true
 		}
 	}
-	l.Fail(name, Redact(s), "scheme must be one of %s", strings.Join(schemes, ", "))
-	return s
+	l.Fail(name, Redact(whole), "scheme must be one of %s", strings.Join(schemes, ", "))
+	return false
 }
 
 // Vars returns the documented variables in declaration order.
@@ -290,13 +307,49 @@ func FormatDuration(d time.Duration) string {
 	return d.String()
 }
 
+// SplitURLs splits a comma-separated list of URLs (one per node of a
+// cluster), dropping empty items.
+func SplitURLs(list string) []string {
+	var out []string
+	for _, u := range strings.Split(list, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// WithVHost returns the list of AMQP URLs with every URL's vhost (its path)
+// replaced by vhost.
+func WithVHost(list, vhost string) (string, error) {
+	urls := SplitURLs(list)
+	for i, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil {
+			return "", fmt.Errorf("URL %s: not a URL", Redact(raw))
+		}
+		u.Path, u.RawPath = "/"+vhost, "/"+url.PathEscape(vhost)
+		urls[i] = u.String()
+	}
+	return strings.Join(urls, ","), nil
+}
+
 // Redact hides the password of every URL in s (a URL, an error text, a log
 // line) so it can be logged or printed: "amqp://guest:guest@host" becomes
 // "amqp://guest:xxxxx@host". It also finds credentials in what url.Parse
 // refuses or misreads (a password with "#", "%" or "@" in it, "http:/" with
 // one slash, no scheme at all): a mistyped URL is exactly the one quoted in
-// an error. It may mask a little more than a password, never less.
+// an error. It may mask a little more than a password, never less. A
+// comma-separated list of URLs (AMQP_URL on a cluster) is masked URL by URL.
 func Redact(s string) string {
+	// A list of URLs, one per node of a cluster: each one on its own, so
+	// that every host stays readable.
+	if parts := strings.Split(s, ","); len(parts) > 1 && allURLs(parts) {
+		for i, p := range parts {
+			parts[i] = Redact(p)
+		}
+		return strings.Join(parts, ",")
+	}
 	if !strings.Contains(s, "@") {
 		return s
 	}
@@ -313,6 +366,19 @@ func Redact(s string) string {
 		start = i + 1
 	}
 	return b.String()
+}
+
+// allURLs reports whether every part looks like one URL (a scheme, "://",
+// no blank), so that a list is split only where it is one.
+func allURLs(parts []string) bool {
+	for _, p := range parts {
+		p = strings.TrimSpace(p)
+		i := strings.Index(p, "://")
+		if i <= 0 || !isScheme(p[:i]) || strings.ContainsAny(p, " \t\n\"'`") {
+			return false
+		}
+	}
+	return true
 }
 
 func isTokenSep(c byte) bool {

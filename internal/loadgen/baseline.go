@@ -16,6 +16,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
@@ -44,7 +45,7 @@ func ServeBaseline(ctx context.Context, c BaselineConfig, ready func(addr string
 		return err
 	}
 	defer func() { _ = rc.Close() }()
-	conn, err := amqp.DialConfig(c.AMQPURL, amqp.Config{Properties: amqp.Table{"connection_name": "loadgen-baseline"}})
+	conn, err := broker.Dial(ctx, broker.Config{URL: c.AMQPURL, ConnectionName: "loadgen-baseline"})
 	if err != nil {
 		return err
 	}

@@ -6,12 +6,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net/url"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/msgpulse/msgpulse/internal/broker"
+	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/mgmt"
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/topology"
@@ -81,16 +81,15 @@ func NewEnv(ctx context.Context, o Options, name string) (*Env, error) {
 	if err := mc.CreateVHost(ctx, vhost, mc.User()); err != nil {
 		return nil, fmt.Errorf("create vhost (management API %s): %w", o.ManagementURL, err)
 	}
-	u, err := url.Parse(o.AMQPURL)
+	amqpURL, err := envconf.WithVHost(o.AMQPURL, vhost)
 	if err != nil {
 		return nil, err
 	}
-	u.Path = "/" + vhost
 	rc, err := rdb.New(o.RedisURL)
 	if err != nil {
 		return nil, err
 	}
-	return &Env{AMQPURL: u.String(), ManagementURL: o.ManagementURL, RedisURL: o.RedisURL, Prefix: "loadgen:" + id + ":", VHost: vhost, Redis: rc, mc: mc}, nil
+	return &Env{AMQPURL: amqpURL, ManagementURL: o.ManagementURL, RedisURL: o.RedisURL, Prefix: "loadgen:" + id + ":", VHost: vhost, Redis: rc, mc: mc}, nil
 }
 
 // Close deletes the vhost and the Redis keys.

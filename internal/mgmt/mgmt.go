@@ -7,21 +7,26 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
-// Client talks to one broker's management API.
+// Client talks to a broker's management API. Given several nodes of one
+// cluster, it sticks to the one that last answered and moves on to the next
+// when that one is unreachable: every node serves the whole cluster's state.
 type Client struct {
-	base *url.URL
-	user string
-	pass string
-	http *http.Client
+	bases []*url.URL
+	cur   atomic.Int32
+	user  string
+	pass  string
+	http  *http.Client
 }
 
 // ErrNotFound is returned for a missing vhost, queue or exchange.
@@ -30,43 +35,81 @@ var ErrNotFound = errors.New("not found")
 // ErrUnreachable wraps transport failures (plugin off, broker down).
 var ErrUnreachable = errors.New("management API unreachable")
 
-// New parses a management URL such as http://guest:guest@127.0.0.1:15672.
+// New parses a management URL such as http://guest:guest@127.0.0.1:15672,
+// or a comma-separated list of them, one per node. Credentials come from
+// the first URL that has them.
 func New(rawURL string, timeout time.Duration) (*Client, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("management URL %q: not an absolute URL", envconf.Redact(rawURL))
+	c := &Client{http: &http.Client{Timeout: timeout}}
+	for _, raw := range envconf.SplitURLs(rawURL) {
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" {
+			return nil, fmt.Errorf("management URL %q: not an absolute URL", envconf.Redact(raw))
+		}
+		if u.User != nil && c.user == "" {
+			c.user = u.User.Username()
+			c.pass, _ = u.User.Password()
+		}
+		u.User = nil
+		u.Path = strings.TrimRight(u.Path, "/")
+		c.bases = append(c.bases, u)
 	}
-	c := &Client{base: u, http: &http.Client{Timeout: timeout}}
-	if u.User != nil {
-		c.user = u.User.Username()
-		c.pass, _ = u.User.Password()
+	if len(c.bases) == 0 {
+		return nil, errors.New("management URL: empty")
 	}
-	c.base.User = nil
-	c.base.Path = strings.TrimRight(c.base.Path, "/")
+	c.cur.Store(int32(rand.IntN(len(c.bases)))) //nolint:gosec // spreading load, not a secret
 	return c, nil
 }
 
+// do sends the request to the current node and, while nodes are
+// unreachable, to each of the others in turn.
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
-	var rd io.Reader
+	var payload []byte
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return err
 		}
-		rd = bytes.NewReader(b)
+		payload = b
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base.String()+path, rd)
+	start := int(c.cur.Load())
+	var errs []error
+	for i := range c.bases {
+		n := (start + i) % len(c.bases)
+		resp, err := c.send(ctx, c.bases[n], method, path, payload)
+		if err != nil {
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		c.cur.Store(int32(n)) //nolint:gosec // a handful of nodes
+		return c.read(resp, method, path, out)
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Client) send(ctx context.Context, base *url.URL, method, path string, payload []byte) (*http.Response, error) {
+	var rd io.Reader
+	if payload != nil {
+		rd = bytes.NewReader(payload)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base.String()+path, rd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.SetBasicAuth(c.user, c.pass)
-	if body != nil {
+	if payload != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("%w at %s: %w", ErrUnreachable, c.base.Host, err)
+		return nil, fmt.Errorf("%w at %s: %w", ErrUnreachable, base.Host, err)
 	}
+	return resp, nil
+}
+
+func (c *Client) read(resp *http.Response, method, path string, out any) error {
 	defer func() { _ = resp.Body.Close() }()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	switch {
@@ -133,6 +176,10 @@ type Rate struct {
 // VHostOf is the vhost an AMQP URL names ("/" when it names none), so the
 // management API is asked about the same vhost as the AMQP connection.
 func VHostOf(amqpURL string) string {
+	// A cluster's list names one vhost on every node: the first URL's.
+	if urls := envconf.SplitURLs(amqpURL); len(urls) > 0 {
+		amqpURL = urls[0]
+	}
 	u, err := url.Parse(amqpURL)
 	if err != nil || u.Path == "" || u.Path == "/" {
 		return "/"
@@ -248,8 +295,8 @@ func (c *Client) DeleteVHost(ctx context.Context, vhost string) error {
 // User returns the user name the client authenticates as.
 func (c *Client) User() string { return c.user }
 
-// Host returns the host:port the client talks to.
-func (c *Client) Host() string { return c.base.Host }
+// Host returns the host:port of the node the client talks to now.
+func (c *Client) Host() string { return c.bases[c.cur.Load()].Host }
 
 // VHosts lists the broker's vhost names.
 func (c *Client) VHosts(ctx context.Context) ([]string, error) {

@@ -13,7 +13,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net/url"
 	"os"
 	"regexp"
 	"strconv"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/mgmt"
 )
 
@@ -91,12 +91,11 @@ func NewBroker(t testing.TB) *Broker {
 			t.Logf("testenv: delete vhost %s: %v", vhost, err)
 		}
 	})
-	u, err := url.Parse(AMQPBase)
+	amqpURL, err := envconf.WithVHost(AMQPBase, vhost)
 	if err != nil {
 		t.Fatalf("testenv: TEST_AMQP_URL: %v", err)
 	}
-	u.Path = "/" + vhost
-	return &Broker{VHost: vhost, URL: u.String(), Mgmt: mc}
+	return &Broker{VHost: vhost, URL: amqpURL, Mgmt: mc}
 }
 
 var sweepOnce sync.Once

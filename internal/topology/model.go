@@ -50,6 +50,7 @@ const (
 	ArgDeadLetterStrategy = "x-dead-letter-strategy"
 	ArgMaxPriority        = "x-max-priority"
 	ArgQueueType          = "x-queue-type"
+	ArgQuorumInitialGroup = "x-quorum-initial-group-size"
 )
 
 // ChannelConfig tunes one channel's main queue.
@@ -67,6 +68,9 @@ type ChannelConfig struct {
 // Config is everything the model depends on.
 type Config struct {
 	QueueType QueueType
+	// QuorumInitialGroupSize is how many nodes replicate each quorum queue
+	// (0 leaves it to the broker: every node of the cluster).
+	QuorumInitialGroupSize int
 	Channels  map[string]ChannelConfig
 	Delay     DelayConfig
 }
@@ -248,7 +252,7 @@ func Build(cfg Config, brokerVersion string) (*Model, error) {
 		if v.less(3, 10) {
 			return nil, fmt.Errorf("quorum queues need RabbitMQ 3.10 or later here (found %s): delay queues rely on message TTL and at-least-once dead-lettering", brokerVersion)
 		}
-		m.applyQuorum(v)
+		m.applyQuorum(v, cfg.QuorumInitialGroupSize)
 	}
 	return m, m.check()
 }
@@ -260,15 +264,22 @@ func EnvPrefix(ch string) string { return strings.ToUpper(ch) }
 // applyQuorum turns every queue into a quorum queue, keeping only the
 // arguments a quorum queue accepts on this broker version, and records what
 // changed so the declarer can say it.
-func (m *Model) applyQuorum(v version) {
+func (m *Model) applyQuorum(v version, groupSize int) {
 	m.Notes = append(m.Notes,
 		"quorum queues: every queue is replicated with Raft across the cluster's nodes (use 3 or 5 nodes to survive node loss); on a single node they only add disk writes.",
 		"quorum queues: messages are always persisted; per-message priority is not supported before RabbitMQ 4.0, so x-max-priority is dropped.",
 		"quorum queues: main queues keep overflow drop-head, so their dead-lettering stays at-most-once (at-least-once dead-lettering needs reject-publish, which would refuse new messages instead of dropping the oldest).",
 		"quorum queues: delay queues use at-least-once dead-lettering (x-dead-letter-strategy, with reject-publish), so no delay hop can lose a message.")
+	if v.less(4, 0) {
+		m.Notes = append(m.Notes, "quorum queues: RabbitMQ 4.0 and later give every quorum queue a default delivery limit of 20, after which a message is dropped or dead-lettered; before 4.0 (this broker) there is none, so a DLQ that is read over and over keeps its messages (see docs/cluster.md).")
+	}
 	for i := range m.Queues {
 		q := &m.Queues[i]
 		q.Type = Quorum
+		if groupSize > 0 {
+			q.Args[ArgQuorumInitialGroup] = int64(groupSize)
+			q.Sources[ArgQuorumInitialGroup] = "QUORUM_INITIAL_GROUP_SIZE"
+		}
 		for key := range q.Args {
 			if ok, why := quorumAccepts(key, q.Args[key], v); !ok {
 				m.Notes = append(m.Notes, fmt.Sprintf("%s: %s dropped: %s", q.Name, key, why))

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# A private 3-node RabbitMQ cluster on loopback, without Docker, for
+# `make test-cluster`. It never touches the shared broker: its own node
+# names (mpc1..3@localhost), ports (AMQP 5682-5684, management 15682-15684,
+# distribution 25682-25684), epmd (port 4382), Erlang cookie and data, all
+# under $MSGPULSE_CLUSTER_DIR (default /tmp/msgpulse-cluster/rabbitmq).
+#
+#   rabbitmq.sh start          start the three nodes and wait until they form one cluster
+#   rabbitmq.sh stop           stop them (SIGKILL what does not stop), remove the data
+#   rabbitmq.sh kill N         SIGKILL node N (1..3), as a crash would
+#   rabbitmq.sh pid N          print node N's OS pid
+#   rabbitmq.sh ctl N ARGS...  rabbitmqctl against node N
+set -euo pipefail
+
+BIN=${RABBITMQ_BIN:-/usr/lib/rabbitmq/bin}
+DIR=${MSGPULSE_CLUSTER_DIR:-/tmp/msgpulse-cluster}/rabbitmq
+export ERL_EPMD_PORT=4382 ERL_EPMD_ADDRESS=127.0.0.1
+# rabbitmqctl and the nodes read the cookie from $HOME/.erlang.cookie.
+export HOME=$DIR/home
+NODES=(1 2 3)
+
+node_env() {
+  local n=$1
+  export RABBITMQ_NODENAME=mpc$n@localhost
+  export RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
+  export RABBITMQ_NODE_PORT=$((5681 + n))
+  export RABBITMQ_DIST_PORT=$((25681 + n))
+  export RABBITMQ_MNESIA_BASE=$DIR/node$n/mnesia
+  export RABBITMQ_LOG_BASE=$DIR/node$n/log
+  export RABBITMQ_PID_FILE=$DIR/node$n/pid
+  export RABBITMQ_CONFIG_FILE=$DIR/node$n/rabbitmq.conf
+  export RABBITMQ_ADVANCED_CONFIG_FILE=$DIR/node$n/advanced.config
+  export RABBITMQ_ENABLED_PLUGINS_FILE=$DIR/node$n/enabled_plugins
+  export RABBITMQ_CONF_ENV_FILE=$DIR/node$n/rabbitmq-env.conf
+  export RABBITMQ_ALLOW_INPUT= RABBITMQ_FEATURE_FLAGS=
+  export ERL_FLAGS="-kernel inet_dist_use_interface {127,0,0,1}"
+}
+
+ctl() {
+  local n=$1; shift
+  node_env "$n"
+  "$BIN/rabbitmqctl" -n "mpc$n@localhost" "$@"
+}
+
+start() {
+  if [[ -e $DIR ]]; then stop >/dev/null 2>&1 || true; fi
+  mkdir -p "$HOME"
+  # A private cookie: no other Erlang node on this machine can join.
+  head -c 24 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' >"$HOME/.erlang.cookie"
+  chmod 400 "$HOME/.erlang.cookie"
+  for n in "${NODES[@]}"; do
+    mkdir -p "$DIR/node$n/mnesia" "$DIR/node$n/log"
+    echo '[rabbitmq_management].' >"$DIR/node$n/enabled_plugins"
+    echo '[].' >"$DIR/node$n/advanced.config"
+    : >"$DIR/node$n/rabbitmq-env.conf"
+    cat >"$DIR/node$n/rabbitmq.conf" <<CONF
+listeners.tcp.default = 127.0.0.1:$((5681 + n))
+management.tcp.port = $((15681 + n))
+management.tcp.ip = 127.0.0.1
+loopback_users = none
+cluster_formation.peer_discovery_backend = classic_config
+cluster_formation.classic_config.nodes.1 = mpc1@localhost
+cluster_formation.classic_config.nodes.2 = mpc2@localhost
+cluster_formation.classic_config.nodes.3 = mpc3@localhost
+cluster_name = msgpulse-test
+vm_memory_high_watermark.relative = 0.2
+disk_free_limit.absolute = 50MB
+log.console = false
+log.file.level = warning
+CONF
+  done
+  for n in "${NODES[@]}"; do
+    ( node_env "$n"; exec setsid "$BIN/rabbitmq-server" >"$DIR/node$n/log/stdout" 2>&1 ) &
+  done
+  local deadline=$((SECONDS + 120))
+  for n in "${NODES[@]}"; do
+    until ctl "$n" await_startup --timeout 5 >/dev/null 2>&1; do
+      if ((SECONDS > deadline)); then echo "rabbitmq.sh: node mpc$n did not start; see $DIR/node$n/log" >&2; exit 1; fi
+      sleep 1
+    done
+  done
+  until [[ $(ctl 1 cluster_status --formatter json 2>/dev/null | grep -o 'mpc[0-9]@localhost' | sort -u | wc -l) -ge 3 ]] &&
+        ctl 1 cluster_status --formatter json 2>/dev/null | python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(0 if len(d["running_nodes"])==3 else 1)'; do
+    if ((SECONDS > deadline)); then echo "rabbitmq.sh: the nodes did not form one cluster" >&2; ctl 1 cluster_status >&2 || true; exit 1; fi
+    sleep 1
+  done
+  echo "rabbitmq cluster up: amqp://guest:guest@127.0.0.1:5682,5683,5684 management 15682-15684"
+}
+
+pid_of() { cat "$DIR/node$1/pid" 2>/dev/null || true; }
+
+stop() {
+  local pids=()
+  for n in "${NODES[@]}"; do
+    local p; p=$(pid_of "$n")
+    [[ -n $p ]] && pids+=("$p")
+  done
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  local deadline=$((SECONDS + 20))
+  for p in "${pids[@]}"; do
+    while kill -0 "$p" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+    kill -KILL "$p" 2>/dev/null || true
+  done
+  # The private epmd was started by the first node; only ours listens on 4382.
+  local epmd; epmd=$(ss -ltnpH 'sport = :4382' 2>/dev/null | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u)
+  for p in $epmd; do kill -TERM "$p" 2>/dev/null || true; done
+  rm -rf "$DIR"
+}
+
+case ${1:-} in
+  start) start ;;
+  stop) stop ;;
+  kill) p=$(pid_of "$2"); [[ -n $p ]] && kill -KILL "$p" ;;
+  pid) pid_of "$2" ;;
+  ctl) shift; n=$1; shift; ctl "$n" "$@" ;;
+  *) echo "usage: $0 start|stop|kill N|pid N|ctl N ARGS..." >&2; exit 2 ;;
+esac

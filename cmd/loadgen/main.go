@@ -46,7 +46,7 @@ measurement; tables show medians. 'loadgen <mode> -h' lists a mode's flags.
 
 The api and consumer measured are the real binaries, built once from this
 source tree (or taken from --bin-dir), in a throwaway vhost and Redis prefix.
-Broker and Redis: AMQP_URL, RABBITMQ_MANAGEMENT_URL, REDIS_URL (local defaults).
+Broker and Redis: AMQP_URL, RABBITMQ_MANAGEMENT_URL (comma-separated lists on a cluster), REDIS_URL, REDIS_MODE (local defaults).
 
 Exit codes: 0 ok, 1 the run failed (or lost messages), 2 usage.
 `
@@ -256,6 +256,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		AMQPURL:       env("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
 		ManagementURL: env("RABBITMQ_MANAGEMENT_URL", "http://guest:guest@127.0.0.1:15672"),
 		RedisURL:      env("REDIS_URL", "redis://127.0.0.1:6379/0"),
+		RedisMode:     env("REDIS_MODE", "single"),
 		Progress:      stderr,
 	}
 	var c common
@@ -464,7 +465,7 @@ func baselineServer(args []string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := loadgen.ServeBaseline(ctx, loadgen.BaselineConfig{Listen: *listen, AMQPURL: env("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
-		RedisURL: env("REDIS_URL", "redis://127.0.0.1:6379/0"), Prefix: env("REDIS_PREFIX", "loadgen:"), Window: *window},
+		RedisURL: env("REDIS_URL", "redis://127.0.0.1:6379/0"), RedisMode: env("REDIS_MODE", "single"), Prefix: env("REDIS_PREFIX", "loadgen:"), Window: *window},
 		func(addr string) { _, _ = fmt.Fprintln(stderr, "baseline listening on", addr) })
 	if err != nil {
 		_, _ = fmt.Fprintln(stderr, "baseline-server:", err)

@@ -468,7 +468,7 @@ func mainQueues() []string {
 // apiEnv is the api's configuration for a run in env.
 func apiEnv(env *Env, addr string) map[string]string {
 	cfg := map[string]string{
-		"AMQP_URL": env.AMQPURL, "REDIS_URL": env.RedisURL, "REDIS_PREFIX": env.Prefix, "RABBITMQ_MANAGEMENT_URL": env.ManagementURL,
+		"AMQP_URL": env.AMQPURL, "REDIS_URL": env.RedisURL, "REDIS_MODE": env.RedisMode, "REDIS_PREFIX": env.Prefix, "RABBITMQ_MANAGEMENT_URL": env.ManagementURL,
 		"HTTP_ADDR": addr, "API_KEYS": "bench:" + benchKey, "LOG_FORMAT": "json",
 		"MAIL_QUEUE_TTL": "0s", "MAIL_QUEUE_MAX_LENGTH": "0", "SMS_QUEUE_TTL": "0s", "SMS_QUEUE_MAX_LENGTH": "0",
 	}
@@ -492,7 +492,7 @@ func publicConfig(m map[string]string, extra []string) map[string]string {
 	out := map[string]string{}
 	for k, v := range m {
 		switch k {
-		case "AMQP_URL", "REDIS_URL", "REDIS_PREFIX", "RABBITMQ_MANAGEMENT_URL", "HTTP_ADDR", "API_KEYS", "SMTP_HOST", "SMTP_PORT",
+		case "AMQP_URL", "REDIS_URL", "REDIS_MODE", "REDIS_PREFIX", "RABBITMQ_MANAGEMENT_URL", "HTTP_ADDR", "API_KEYS", "SMTP_HOST", "SMTP_PORT",
 			"SMS_WEBHOOK_URL", "SMS_WEBHOOK_SECRET", "METRICS_ADDR", "CONSUMER_ID", "PPROF_ADDR":
 			continue
 		}

@@ -23,11 +23,12 @@ import (
 
 // BaselineConfig configures the raw-path server.
 type BaselineConfig struct {
-	Listen   string
-	AMQPURL  string
-	RedisURL string
-	Prefix   string
-	Window   int // unconfirmed publishes at once on the one channel
+	Listen    string
+	AMQPURL   string
+	RedisURL  string
+	RedisMode string
+	Prefix    string
+	Window    int // unconfirmed publishes at once on the one channel
 }
 
 // rawScript is the one Redis round trip of the raw path: what a minimal
@@ -40,7 +41,7 @@ var rawScript = redis.NewScript(`local n = redis.call('INCR', KEYS[1]) redis.cal
 // measured against, so it does nothing the API could skip and nothing
 // more. ready is called with the address once it serves.
 func ServeBaseline(ctx context.Context, c BaselineConfig, ready func(addr string)) error {
-	rc, err := rdb.New(c.RedisURL)
+	rc, err := rdb.Open(c.RedisMode, c.RedisURL)
 	if err != nil {
 		return err
 	}
@@ -116,7 +117,7 @@ func startBaseline(ctx context.Context, self string, env *Env, logDir string) (*
 		return nil, "", err
 	}
 	p, err := Start("baseline", self, []string{"baseline-server", "--listen", addr}, []string{
-		"AMQP_URL=" + env.AMQPURL, "REDIS_URL=" + env.RedisURL, "REDIS_PREFIX=" + env.Prefix,
+		"AMQP_URL=" + env.AMQPURL, "REDIS_URL=" + env.RedisURL, "REDIS_MODE=" + env.RedisMode, "REDIS_PREFIX=" + env.Prefix,
 	}, logDir)
 	if err != nil {
 		return nil, "", err

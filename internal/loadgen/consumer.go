@@ -171,7 +171,7 @@ func consumerMedian(rounds []ConsumerRound) ConsumerMedian {
 // consumerEnv is the consumer's configuration for a throughput run.
 func consumerEnv(env *Env, concurrency, prefetch int) map[string]string {
 	return map[string]string{
-		"AMQP_URL": env.AMQPURL, "REDIS_URL": env.RedisURL, "REDIS_PREFIX": env.Prefix, "RABBITMQ_MANAGEMENT_URL": env.ManagementURL,
+		"AMQP_URL": env.AMQPURL, "REDIS_URL": env.RedisURL, "REDIS_MODE": env.RedisMode, "REDIS_PREFIX": env.Prefix, "RABBITMQ_MANAGEMENT_URL": env.ManagementURL,
 		"CONCURRENCY": strconv.Itoa(concurrency), "PREFETCH": strconv.Itoa(prefetch), "METRICS_ADDR": "off", "RELAY": "off", "LOG_FORMAT": "json",
 		"MAIL_QUEUE_TTL": "0s", "MAIL_QUEUE_MAX_LENGTH": "0", "SMS_QUEUE_TTL": "0s", "SMS_QUEUE_MAX_LENGTH": "0",
 		"WECOM_QUEUE_TTL": "0s", "WECOM_QUEUE_MAX_LENGTH": "0",

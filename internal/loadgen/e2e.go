@@ -136,7 +136,7 @@ func E2E(ctx context.Context, o *Options, e E2EOptions) (*E2EResult, error) {
 	}
 	host, port, _ := net.SplitHostPort(smtpSink.Addr())
 	ccfg := map[string]string{
-		"AMQP_URL": env.AMQPURL, "REDIS_URL": env.RedisURL, "REDIS_PREFIX": env.Prefix, "RABBITMQ_MANAGEMENT_URL": env.ManagementURL,
+		"AMQP_URL": env.AMQPURL, "REDIS_URL": env.RedisURL, "REDIS_MODE": env.RedisMode, "REDIS_PREFIX": env.Prefix, "RABBITMQ_MANAGEMENT_URL": env.ManagementURL,
 		"CHANNELS": "mail,sms", "CONCURRENCY": strconv.Itoa(e.ConsumerConcurrency), "METRICS_ADDR": "off", "LOG_FORMAT": "json",
 		"SMTP_HOST": host, "SMTP_PORT": port, "SMTP_TLS": "none", "SMTP_POOL_SIZE": strconv.Itoa(min(e.ConsumerConcurrency, 1000)),
 		"SMS_PROVIDER": "webhook", "SMS_WEBHOOK_URL": hook.URL(), "SMS_WEBHOOK_SECRET": hook.Secret,

@@ -22,9 +22,10 @@ type Env struct {
 	AMQPURL       string // of the vhost
 	ManagementURL string
 	RedisURL      string
+	RedisMode     string // REDIS_MODE: single (default), cluster or sentinel
 	Prefix        string
 	VHost         string
-	Redis         *redis.Client
+	Redis         redis.UniversalClient
 	mc            *mgmt.Client
 }
 
@@ -33,6 +34,7 @@ type Options struct {
 	AMQPURL       string // base URL; the vhost is replaced
 	ManagementURL string
 	RedisURL      string
+	RedisMode     string    // REDIS_MODE: single (default), cluster or sentinel
 	BinDir        string    // prebuilt api and consumer; empty: build them once
 	Self          string    // loadgen binary for the baseline server; empty: find it
 	ExtraEnv      []string  // KEY=VALUE added to every api and consumer started
@@ -85,29 +87,18 @@ func NewEnv(ctx context.Context, o Options, name string) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	rc, err := rdb.New(o.RedisURL)
+	rc, err := rdb.Open(o.RedisMode, o.RedisURL)
 	if err != nil {
 		return nil, err
 	}
-	return &Env{AMQPURL: amqpURL, ManagementURL: o.ManagementURL, RedisURL: o.RedisURL, Prefix: "loadgen:" + id + ":", VHost: vhost, Redis: rc, mc: mc}, nil
+	return &Env{AMQPURL: amqpURL, ManagementURL: o.ManagementURL, RedisURL: o.RedisURL, RedisMode: o.RedisMode, Prefix: "loadgen:" + id + ":", VHost: vhost, Redis: rc, mc: mc}, nil
 }
 
 // Close deletes the vhost and the Redis keys.
 func (e *Env) Close() {
 	ctx := context.Background()
 	_ = e.mc.DeleteVHost(ctx, e.VHost)
-	iter := e.Redis.Scan(ctx, 0, e.Prefix+"*", 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-		if len(keys) == 1000 {
-			_ = e.Redis.Del(ctx, keys...).Err()
-			keys = keys[:0]
-		}
-	}
-	if len(keys) > 0 {
-		_ = e.Redis.Del(ctx, keys...).Err()
-	}
+	_ = rdb.DeletePrefix(ctx, e.Redis, e.Prefix)
 	_ = e.Redis.Close()
 }
 

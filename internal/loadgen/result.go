@@ -50,7 +50,7 @@ func Describe(ctx context.Context, o Options) Machine {
 			m.RabbitMQ = ov.RabbitMQVersion
 		}
 	}
-	if rc, err := rdb.New(o.RedisURL); err == nil {
+	if rc, err := rdb.Open(o.RedisMode, o.RedisURL); err == nil {
 		if info, err := rc.Info(ctx, "server").Result(); err == nil {
 			for line := range strings.SplitSeq(info, "\n") {
 				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {

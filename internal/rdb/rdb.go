@@ -77,17 +77,79 @@ func FailFast(d time.Duration) Option {
 	}
 }
 
-// New parses rawURL and returns a client that connects lazily.
+// Modes of REDIS_MODE.
+const (
+	Single   = "single"   // one Redis (REDIS_URL: redis://host:port/db)
+	Cluster  = "cluster"  // Redis Cluster (redis://h1:p1?addr=h2:p2&addr=h3:p3)
+	Sentinel = "sentinel" // a master found through Sentinel (redis://s1:p1?addr=s2:p2&master_name=NAME)
+)
+
+// Modes lists the modes REDIS_MODE accepts.
+var Modes = []string{Single, Cluster, Sentinel}
+
+// Open returns a client for mode: one Redis, a Redis Cluster, or the master
+// that Sentinel names (and follows across a failover). opts apply to every
+// connection pool the client keeps.
+func Open(mode, rawURL string, opts ...Option) (redis.UniversalClient, error) {
+	switch mode {
+	case "", Single:
+		return New(rawURL, opts...)
+	case Cluster:
+		co, err := redis.ParseClusterURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("rdb: parse Redis Cluster URL: %w", unwrapURLError(err))
+		}
+		o := options(rawURL, opts)
+		co.ClientName, co.Protocol, co.ContextTimeoutEnabled = o.ClientName, o.Protocol, o.ContextTimeoutEnabled
+		co.DialTimeout, co.ReadTimeout, co.WriteTimeout, co.PoolTimeout = o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout
+		co.PoolSize, co.MaxRetries = o.PoolSize, o.MaxRetries
+		return redis.NewClusterClient(co), nil
+	case Sentinel:
+		fo, err := redis.ParseFailoverURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("rdb: parse Redis Sentinel URL: %w", unwrapURLError(err))
+		}
+		if fo.MasterName == "" {
+			return nil, errors.New("rdb: Redis Sentinel URL: master_name is required")
+		}
+		o := options(rawURL, opts)
+		fo.ClientName, fo.Protocol, fo.ContextTimeoutEnabled = o.ClientName, o.Protocol, o.ContextTimeoutEnabled
+		fo.DialTimeout, fo.ReadTimeout, fo.WriteTimeout, fo.PoolTimeout = o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout
+		fo.PoolSize, fo.MaxRetries = o.PoolSize, o.MaxRetries
+		return redis.NewFailoverClient(fo), nil
+	}
+	return nil, fmt.Errorf("rdb: REDIS_MODE %q: must be one of %s", mode, strings.Join(Modes, ", "))
+}
+
+// unwrapURLError drops url.Error's copy of the whole URL, password included.
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// New parses rawURL and returns a client for one Redis that connects
+// lazily.
 func New(rawURL string, opts ...Option) (*redis.Client, error) {
 	o, err := redis.ParseURL(rawURL)
 	if err != nil {
-		// url.Error repeats the whole URL, password included.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, fmt.Errorf("rdb: parse Redis URL: %w", err)
+		return nil, fmt.Errorf("rdb: parse Redis URL: %w", unwrapURLError(err))
 	}
+	setDefaults(rawURL, o, opts)
+	return redis.NewClient(o), nil
+}
+
+// options returns the defaults and opts as one Options, for the cluster
+// and failover clients, whose URLs carry no timeouts of their own here.
+func options(rawURL string, opts []Option) *redis.Options {
+	o := &redis.Options{}
+	setDefaults(rawURL, o, opts)
+	return o
+}
+
+func setDefaults(rawURL string, o *redis.Options, opts []Option) {
 	if o.DialTimeout == 0 {
 		o.DialTimeout = DefaultDialTimeout
 	}
@@ -113,7 +175,6 @@ func New(rawURL string, opts ...Option) (*redis.Client, error) {
 	for _, opt := range opts {
 		opt(o)
 	}
-	return redis.NewClient(o), nil
 }
 
 // Pipelined runs the commands queue puts on a pipeline in one round trip
@@ -145,4 +206,40 @@ func Pipelined(ctx context.Context, c redis.Cmdable, queue func(redis.Pipeliner)
 
 func isNoScript(err error) bool {
 	return strings.Contains(err.Error(), "NOSCRIPT")
+}
+
+// DeletePrefix deletes every key under prefix. On a Redis Cluster it scans
+// every master (SCAN only sees the node it runs on) and deletes key by key
+// in one pipeline per node, since one DEL may not span slots. Tests and the
+// load generator clean up with it; msgpulse itself never scans.
+func DeletePrefix(ctx context.Context, c redis.UniversalClient, prefix string) error {
+	del := func(ctx context.Context, node redis.UniversalClient) error {
+		iter := node.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		var keys []string
+		flush := func() error {
+			if len(keys) == 0 {
+				return nil
+			}
+			_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, k := range keys {
+					p.Del(ctx, k)
+				}
+				return nil
+			})
+			keys = keys[:0]
+			return err
+		}
+		for iter.Next(ctx) {
+			if keys = append(keys, iter.Val()); len(keys) == 1000 {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+		return errors.Join(iter.Err(), flush())
+	}
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return del(ctx, node) })
+	}
+	return del(ctx, c)
 }

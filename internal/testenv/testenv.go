@@ -25,6 +25,7 @@ import (
 
 	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/mgmt"
+	"github.com/msgpulse/msgpulse/internal/rdb"
 )
 
 // Defaults, overridable for a broker or Redis elsewhere.
@@ -32,6 +33,10 @@ var (
 	AMQPBase      = env("TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 	ManagementURL = env("TEST_RABBITMQ_MANAGEMENT_URL", "http://guest:guest@127.0.0.1:15672")
 	RedisURL      = env("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+	// RedisMode is how RedisURL is read (see rdb.Open): TEST_REDIS_MODE=cluster
+	// with TEST_REDIS_URL=redis://h1:p1?addr=h2:p2 runs a package's Redis
+	// tests on a Redis Cluster.
+	RedisMode = env("TEST_REDIS_MODE", "single")
 )
 
 func env(k, def string) string {
@@ -122,9 +127,10 @@ func sweep(ctx context.Context, mc *mgmt.Client) {
 
 // Redis is a test's own key prefix on the real Redis.
 type Redis struct {
-	Client *redis.Client
+	Client redis.UniversalClient
 	Prefix string
 	URL    string
+	Mode   string // TEST_REDIS_MODE: single, or cluster/sentinel to run a package's tests on those
 }
 
 // NewRedis returns a client and a unique prefix; keys under the prefix are
@@ -134,11 +140,10 @@ func NewRedis(t testing.TB) *Redis {
 	if testing.Short() {
 		t.Skip("integration test: needs Redis (run without -short)")
 	}
-	opt, err := redis.ParseURL(RedisURL)
+	c, err := rdb.Open(RedisMode, RedisURL)
 	if err != nil {
-		t.Fatalf("testenv: TEST_REDIS_URL: %v", err)
+		t.Fatalf("testenv: TEST_REDIS_URL (TEST_REDIS_MODE=%s): %v", RedisMode, err)
 	}
-	c := redis.NewClient(opt)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
@@ -148,17 +153,12 @@ func NewRedis(t testing.TB) *Redis {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		iter := c.Scan(ctx, 0, prefix+"*", 500).Iterator()
-		var keys []string
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		if len(keys) > 0 {
-			_ = c.Del(ctx, keys...).Err()
+		if err := rdb.DeletePrefix(ctx, c, prefix); err != nil {
+			t.Logf("testenv: delete keys under %s: %v", prefix, err)
 		}
 		_ = c.Close()
 	})
-	return &Redis{Client: c, Prefix: prefix, URL: RedisURL}
+	return &Redis{Client: c, Prefix: prefix, URL: RedisURL, Mode: RedisMode}
 }
 
 // WaitFor polls cond every few milliseconds until it holds or timeout passes,

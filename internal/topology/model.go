@@ -71,8 +71,8 @@ type Config struct {
 	// QuorumInitialGroupSize is how many nodes replicate each quorum queue
 	// (0 leaves it to the broker: every node of the cluster).
 	QuorumInitialGroupSize int
-	Channels  map[string]ChannelConfig
-	Delay     DelayConfig
+	Channels               map[string]ChannelConfig
+	Delay                  DelayConfig
 }
 
 // DefaultChannel is seed 002's main queue: 60 s TTL, 1000 messages, drop-head.

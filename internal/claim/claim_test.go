@@ -65,8 +65,8 @@ func TestKeys(t *testing.T) {
 	t.Parallel()
 	c, err := claim.New(nil, claim.Config{Prefix: "msgpulse:"})
 	require.NoError(t, err)
-	require.Equal(t, "msgpulse:email:sent:mq:a@b.c:9f86d0:login", c.VerificationKey("email", "a@b.c", "9f86d0", "login"))
-	require.Equal(t, "msgpulse:sms:sent:task:t-1", c.TaskKey("sms", "t-1"))
+	require.Equal(t, "msgpulse:email:sent:mq:{t-1}:a@b.c:9f86d0:login", c.VerificationKey("email", "a@b.c", "9f86d0", "login", "t-1"))
+	require.Equal(t, "msgpulse:sms:sent:task:{t-1}", c.TaskKey("sms", "t-1"))
 }
 
 func TestConfigValidate(t *testing.T) {
@@ -164,7 +164,7 @@ func TestMarkSent(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	c := e.claimer(t, time.Minute)
-	key := c.VerificationKey("email", "a@b.c", "d1g3st", "login")
+	key := c.VerificationKey("email", "a@b.c", "d1g3st", "login", "t-1")
 	cl := e.claimed(t, c, key, "consumer-1")
 
 	before, err := e.r.Client.Time(e.ctx).Result()

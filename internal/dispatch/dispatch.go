@@ -253,7 +253,7 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 	}
 	key := d.cfg.Claims.TaskKey(j.channel, msg.TaskID)
 	if msg.Kind == envelope.Verification {
-		key = d.cfg.Claims.VerificationKey(j.channel, msg.Recipient, msg.CodeDigest, msg.Purpose)
+		key = d.cfg.Claims.VerificationKey(j.channel, msg.Recipient, msg.CodeDigest, msg.Purpose, msg.TaskID)
 	}
 	var rules []ratelimit.Rule
 	if d.cfg.RateLimits != nil {

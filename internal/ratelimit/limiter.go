@@ -47,8 +47,9 @@ type Request struct {
 	// status record): the script runs them, in order, right after it
 	// records the request, and only if it admits it. One round trip, and
 	// a refused request writes nothing. Their replies are in
-	// Reservation.Replies. Their keys must live on the same Redis node
-	// (msgpulse does not use Redis Cluster).
+	// Reservation.Replies. On a Redis Cluster they run right after the
+	// checks admitted the request, each slot's commands in one MULTI, and a
+	// failure undoes the reservation.
 	Then []rdb.Command
 }
 
@@ -118,11 +119,12 @@ func New(rdb redis.UniversalClient, prefix string) *Limiter {
 	return &Limiter{rdb: rdb, prefix: prefix}
 }
 
-// The {rl} hash tag puts every limiter key in one cluster slot: a Take touches
-// keys of several dimensions in one script, which Redis Cluster only allows
-// within a slot. "log:" and "cooldown:" keep rule and cooldown keys apart.
-func (l *Limiter) logKey(k string) string      { return l.prefix + "ratelimit:{rl}:log:" + k }
-func (l *Limiter) cooldownKey(k string) string { return l.prefix + "ratelimit:{rl}:cooldown:" + k }
+// Each key's hash tag is what it protects (a recipient, an IP, an API key, a
+// global limit), so that a Redis Cluster spreads the limits over its
+// shards; a rule and a cooldown on the same thing share a slot. "log:" and
+// "cooldown:" keep rule and cooldown keys apart.
+func (l *Limiter) logKey(k string) string      { return l.prefix + "ratelimit:log:{" + k + "}" }
+func (l *Limiter) cooldownKey(k string) string { return l.prefix + "ratelimit:cooldown:{" + k + "}" }
 
 // ceilMS rounds up so that a sub-millisecond remainder makes a window
 // stricter, never looser.
@@ -279,6 +281,9 @@ func (l *Limiter) Take(ctx context.Context, req Request) (*Reservation, error) {
 	if len(keys) == 0 && len(req.Then) == 0 {
 		return res, nil
 	}
+	if cc, ok := l.rdb.(*redis.ClusterClient); ok {
+		return l.takeSpread(ctx, cc, req, res, keys, args, ruleIdx, winIdx)
+	}
 	args = append(args, len(req.Then))
 	for _, c := range req.Then {
 		args = append(args, len(c))
@@ -296,6 +301,15 @@ func (l *Limiter) Take(ctx context.Context, req Request) (*Reservation, error) {
 		}
 		return res, nil
 	}
+	out, err := refusal(raw)
+	if err != nil {
+		return nil, err
+	}
+	return nil, limitError(req, out, ruleIdx, winIdx)
+}
+
+// refusal reads the script's {1, rule, window, retry ms} reply.
+func refusal(raw []any) ([]int64, error) {
 	out := make([]int64, len(raw))
 	for i, v := range raw {
 		out[i], _ = v.(int64)
@@ -303,17 +317,24 @@ func (l *Limiter) Take(ctx context.Context, req Request) (*Reservation, error) {
 	if len(out) != 4 {
 		return nil, fmt.Errorf("ratelimit: take: unexpected reply %v", raw)
 	}
+	return out, nil
+}
+
+// limitError turns a refusal into the LimitError naming the request's rule
+// and window; rule and window are the script's 1-based positions, which
+// ruleIdx and winIdx map back to req.
+func limitError(req Request, out []int64, ruleIdx []int, winIdx [][]int) error {
 	rule, window, retry := int(out[1]), int(out[2]), time.Duration(out[3])*time.Millisecond
 	if rule == 0 {
 		cd := req.Cooldown
-		return nil, &LimitError{Rule: cd.Name, Key: cd.Key, Window: cd.For, Limit: 1, RetryAfter: retry, Cooldown: true}
+		return &LimitError{Rule: cd.Name, Key: cd.Key, Window: cd.For, Limit: 1, RetryAfter: retry, Cooldown: true}
 	}
 	if rule < 1 || rule > len(ruleIdx) || window < 1 || window > len(winIdx[rule-1]) {
-		return nil, fmt.Errorf("ratelimit: take: reply names unknown window %d of rule %d", window, rule)
+		return fmt.Errorf("ratelimit: take: reply names unknown window %d of rule %d", window, rule)
 	}
 	r := req.Rules[ruleIdx[rule-1]]
 	w := r.Windows[winIdx[rule-1][window-1]]
-	return nil, &LimitError{Rule: r.Name, Key: r.Key, Window: w.Length, Limit: w.Limit, RetryAfter: retry}
+	return &LimitError{Rule: r.Name, Key: r.Key, Window: w.Length, Limit: w.Limit, RetryAfter: retry}
 }
 
 // Rollback undoes a reservation whose request was not carried out (e.g. the
@@ -328,6 +349,9 @@ func (l *Limiter) Rollback(ctx context.Context, res *Reservation) error {
 	if res.CooldownKey != "" {
 		keys = append(keys, res.CooldownKey)
 		hasCD = "1"
+	}
+	if cc, ok := l.rdb.(*redis.ClusterClient); ok {
+		return l.rollbackSpread(ctx, cc, res)
 	}
 	if err := rollbackScript.Run(ctx, l.rdb, keys, res.ID, hasCD).Err(); err != nil {
 		return fmt.Errorf("ratelimit: rollback: %w", err)

@@ -524,3 +524,31 @@ func TestThenRunsOnlyWhenAdmitted(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, res.Replies, 3, "no limits, and the writes still ran")
 }
+
+// Keys are tagged by what they protect, so that a Redis Cluster spreads
+// them; a rule and a cooldown on the same thing share a tag (and a slot).
+func TestKeysAreTaggedByWhatTheyProtect(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	res, err := e.lim.Take(e.ctx, ratelimit.Request{
+		Rules:    []ratelimit.Rule{rule("per recipient", "email:a@x", win(time.Hour, 5)), rule("per IP", "ip:10.0.0.1", win(time.Hour, 5))},
+		Cooldown: &ratelimit.Cooldown{Name: "resend cooldown", Key: "email:a@x", For: time.Minute},
+	})
+	require.NoError(t, err)
+	require.Len(t, res.Keys, 2)
+	require.True(t, strings.HasSuffix(res.Keys[0], "{email:a@x}"), res.Keys[0])
+	require.True(t, strings.HasSuffix(res.Keys[1], "{ip:10.0.0.1}"), res.Keys[1])
+	require.True(t, strings.HasSuffix(res.CooldownKey, "{email:a@x}"), res.CooldownKey)
+	require.NoError(t, e.lim.Rollback(e.ctx, res))
+	for _, k := range append(res.Keys, res.CooldownKey) {
+		n, err := e.r.Client.Exists(e.ctx, k).Result()
+		require.NoError(t, err)
+		if k == res.CooldownKey {
+			require.Zero(t, n, "rollback removes the cooldown it set")
+			continue
+		}
+		card, err := e.r.Client.ZCard(e.ctx, k).Result()
+		require.NoError(t, err)
+		require.Zero(t, card, "rollback removes the reservation from %s", k)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/testenv"
 )
 
@@ -31,10 +32,8 @@ func setupStores(t *testing.T) storeEnv {
 // find and kill its subscription), not running.
 func (e storeEnv) newStore(t *testing.T, name string, refresh time.Duration) *ratelimit.ConfigStore {
 	t.Helper()
-	opt, err := redis.ParseURL(e.r.URL)
+	c, err := rdb.Open(e.r.Mode, e.r.URL, rdb.WithClientName(name))
 	require.NoError(t, err)
-	opt.ClientName = name
-	c := redis.NewClient(opt)
 	t.Cleanup(func() { _ = c.Close() })
 	s, err := ratelimit.NewConfigStore(c, e.r.Prefix, zaptest.NewLogger(t), ratelimit.StoreConfig{RefreshEvery: refresh})
 	require.NoError(t, err)
@@ -260,15 +259,23 @@ func TestConfigStoreReloadsAfterResubscribe(t *testing.T) {
 	require.NoError(t, e.r.Client.HSet(e.ctx, e.r.Prefix+"ratelimit:configs",
 		"missed", `{"id":"missed","provider":null,"requestsPerSecond":1,"isEnabled":true}`).Err())
 	killed := 0
-	list, err := e.r.Client.Do(e.ctx, "CLIENT", "LIST", "TYPE", "pubsub").Text()
-	require.NoError(t, err)
-	for line := range strings.Lines(list) {
-		if !strings.Contains(line, " name="+name+" ") {
-			continue
+	kill := func(ctx context.Context, node redis.UniversalClient) error {
+		list, err := node.Do(ctx, "CLIENT", "LIST", "TYPE", "pubsub").Text()
+		require.NoError(t, err)
+		for line := range strings.Lines(list) {
+			if !strings.Contains(line, " name="+name+" ") {
+				continue
+			}
+			id := strings.TrimPrefix(strings.Fields(line)[0], "id=")
+			require.NoError(t, node.Do(ctx, "CLIENT", "KILL", "ID", id).Err())
+			killed++
 		}
-		id := strings.TrimPrefix(strings.Fields(line)[0], "id=")
-		require.NoError(t, e.r.Client.Do(e.ctx, "CLIENT", "KILL", "ID", id).Err())
-		killed++
+		return nil
+	}
+	if cc, ok := e.r.Client.(*redis.ClusterClient); ok { // the subscription is on one of the nodes
+		require.NoError(t, cc.ForEachShard(e.ctx, func(ctx context.Context, n *redis.Client) error { return kill(ctx, n) }))
+	} else {
+		require.NoError(t, kill(e.ctx, e.r.Client))
 	}
 	require.Equal(t, 1, killed, "the store's subscription connection")
 	testenv.WaitFor(t, 10*time.Second, "reload after resubscribing", func() bool {

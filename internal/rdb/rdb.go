@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -208,38 +209,42 @@ func isNoScript(err error) bool {
 	return strings.Contains(err.Error(), "NOSCRIPT")
 }
 
-// DeletePrefix deletes every key under prefix. On a Redis Cluster it scans
-// every master (SCAN only sees the node it runs on) and deletes key by key
-// in one pipeline per node, since one DEL may not span slots. Tests and the
-// load generator clean up with it; msgpulse itself never scans.
-func DeletePrefix(ctx context.Context, c redis.UniversalClient, prefix string) error {
-	del := func(ctx context.Context, node redis.UniversalClient) error {
-		iter := node.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		var keys []string
-		flush := func() error {
-			if len(keys) == 0 {
-				return nil
-			}
-			_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for _, k := range keys {
-					p.Del(ctx, k)
-				}
-				return nil
-			})
-			keys = keys[:0]
-			return err
-		}
+// Keys returns every key matching pattern. On a Redis Cluster it scans
+// every master: SCAN and KEYS only see the node they run on. Tests and the
+// load generator use it; msgpulse itself never scans.
+func Keys(ctx context.Context, c redis.UniversalClient, pattern string) ([]string, error) {
+	var mu sync.Mutex
+	var keys []string
+	scan := func(ctx context.Context, node redis.UniversalClient) error {
+		iter := node.Scan(ctx, 0, pattern, 1000).Iterator()
 		for iter.Next(ctx) {
-			if keys = append(keys, iter.Val()); len(keys) == 1000 {
-				if err := flush(); err != nil {
-					return err
-				}
-			}
+			mu.Lock()
+			keys = append(keys, iter.Val())
+			mu.Unlock()
 		}
-		return errors.Join(iter.Err(), flush())
+		return iter.Err()
 	}
+	var err error
 	if cc, ok := c.(*redis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return del(ctx, node) })
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return scan(ctx, node) })
+	} else {
+		err = scan(ctx, c)
 	}
-	return del(ctx, c)
+	return keys, err
+}
+
+// DeletePrefix deletes every key under prefix, key by key in one pipeline
+// (on a cluster one DEL may not span slots).
+func DeletePrefix(ctx context.Context, c redis.UniversalClient, prefix string) error {
+	keys, err := Keys(ctx, c, prefix+"*")
+	if err != nil || len(keys) == 0 {
+		return err
+	}
+	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range keys {
+			p.Del(ctx, k)
+		}
+		return nil
+	})
+	return err
 }

@@ -129,7 +129,10 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	return &Store{rdb: rdb, cfg: cfg}, nil
 }
 
-func (s *Store) key(taskID string) string { return s.cfg.Prefix + "status:" + taskID }
+// key carries the task's hash tag, like the task's claim keys (see
+// claim.Claimer.TaskKey), so that a guarded update is one script on a
+// Redis Cluster.
+func (s *Store) key(taskID string) string { return s.cfg.Prefix + "status:{" + taskID + "}" }
 
 // Hash fields are the JSON names; times are unix milliseconds.
 const (

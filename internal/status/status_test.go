@@ -38,7 +38,7 @@ func (e env) redisNow(t *testing.T) time.Time {
 
 func (e env) ttl(t *testing.T, taskID string) time.Duration {
 	t.Helper()
-	d, err := e.r.Client.PTTL(e.ctx, e.r.Prefix+"status:"+taskID).Result()
+	d, err := e.r.Client.PTTL(e.ctx, e.r.Prefix+"status:{"+taskID+"}").Result()
 	require.NoError(t, err)
 	return d
 }
@@ -224,7 +224,7 @@ func TestTransitions(t *testing.T) {
 			before, err := e.s.Get(e.ctx, "t")
 			require.NoError(t, err)
 			// Stand in for time passing, to see the TTL refreshed.
-			require.NoError(t, e.r.Client.PExpire(e.ctx, e.r.Prefix+"status:t", time.Minute).Err())
+			require.NoError(t, e.r.Client.PExpire(e.ctx, e.r.Prefix+"status:{t}", time.Minute).Err())
 
 			got, err := e.s.Update(e.ctx, "t", tc.u)
 			stored, gerr := e.s.Get(e.ctx, "t")
@@ -324,7 +324,7 @@ func TestDelete(t *testing.T) {
 func TestGuardedUpdate(t *testing.T) {
 	e := setup(t)
 	require.NoError(t, e.s.Create(e.ctx, status.Record{TaskID: "g1", Channel: "email", Recipient: "a***@example.com", Kind: "notification", Template: "notice"}))
-	guardKey := e.r.Prefix + "lease-of-g1"
+	guardKey := e.r.Prefix + "lease-of-{g1}" // the task's hash tag, as claim keys have
 	for _, tc := range []struct {
 		name    string
 		holds   string // what the guard key holds; "" = missing

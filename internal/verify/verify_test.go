@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/testenv"
 )
@@ -45,7 +46,7 @@ func TestCorrectCodeWorksOnceAndIsNeverStoredInClear(t *testing.T) {
 	require.NoError(t, err)
 	require.WithinDuration(t, time.Now().Add(10*time.Minute), iss.ExpiresAt, 5*time.Second)
 
-	keys, err := r.Client.Keys(ctx, r.Prefix+"*").Result()
+	keys, err := rdb.Keys(ctx, r.Client, r.Prefix+"*")
 	require.NoError(t, err)
 	require.Len(t, keys, 1)
 	require.NotContains(t, keys[0], iss.Code)

@@ -1,0 +1,206 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/msgpulse/msgpulse/internal/rdb"
+)
+
+// On a Redis Cluster one script may only touch keys of one slot, and the
+// limits of one request (a recipient, an IP, an API key, a global limit)
+// live in different slots. Take then sends one take script per slot, all
+// in one pipeline (go-redis sends each node its share in parallel): each
+// checks and, when its limits admit, reserves. If any refuses, the
+// reservations of the others are undone, so that a refused request leaves
+// nothing behind; a request can only be refused, never over-admitted.
+
+// slotGroup is the part of a request whose keys share a hash tag.
+type slotGroup struct {
+	keys  []string // rule logs, then the cooldown key when hasCD
+	rules []int    // the script's 1-based rule positions in the whole request
+	args  []any    // per rule: window count, then (length, limit) pairs
+	hasCD bool
+}
+
+// hashTag returns what Redis Cluster hashes for key: the part between the
+// first '{' and the next '}' when it is not empty, else the whole key. Keys
+// with the same hash tag are in the same slot.
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
+}
+
+// groupBySlot splits what Take built (keys and the script's arguments)
+// into slot groups, in the order their keys first appear.
+func groupBySlot(keys []string, args []any, nrules int, cooldownKey string) []*slotGroup {
+	var order []*slotGroup
+	byTag := map[string]*slotGroup{}
+	group := func(key string) *slotGroup {
+		t := hashTag(key)
+		g := byTag[t]
+		if g == nil {
+			g = &slotGroup{}
+			byTag[t] = g
+			order = append(order, g)
+		}
+		return g
+	}
+	a := 3
+	for r := 1; r <= nrules; r++ {
+		nw, _ := args[a].(int)
+		g := group(keys[r-1])
+		g.keys = append(g.keys, keys[r-1])
+		g.rules = append(g.rules, r)
+		g.args = append(g.args, args[a:a+1+2*nw]...)
+		a += 1 + 2*nw
+	}
+	if cooldownKey != "" {
+		group(cooldownKey).hasCD = true
+	}
+	for _, g := range order {
+		if g.hasCD {
+			g.keys = append(g.keys, cooldownKey)
+		}
+	}
+	return order
+}
+
+func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req Request, res *Reservation, keys []string, args []any, ruleIdx []int, winIdx [][]int) (*Reservation, error) {
+	groups := groupBySlot(keys, args, len(ruleIdx), res.CooldownKey)
+	replies := make([][]any, len(groups))
+	errs := make([]error, len(groups))
+	err := rdb.Pipelined(ctx, cc, func(p redis.Pipeliner) (func() error, error) {
+		cmds := make([]*redis.Cmd, len(groups))
+		for i, g := range groups {
+			cd := any(int64(0))
+			if g.hasCD {
+				cd = args[1]
+			}
+			gargs := append([]any{res.ID, cd, len(g.rules)}, g.args...)
+			gargs = append(gargs, 0) // no Then commands: they run once all admitted
+			cmds[i] = takeScript.EvalSha(ctx, p, g.keys, gargs...)
+		}
+		return func() error {
+			for i, c := range cmds {
+				replies[i], errs[i] = c.Slice()
+			}
+			for _, e := range errs {
+				if e != nil && strings.Contains(e.Error(), "NOSCRIPT") {
+					return e // rdb.Pipelined loads the script and runs them all again
+				}
+			}
+			return nil
+		}, nil
+	}, func(ctx context.Context) error { return takeScript.Load(ctx, cc).Err() })
+	if err != nil && !strings.Contains(err.Error(), "NOSCRIPT") {
+		return nil, fmt.Errorf("ratelimit: take: %w", err)
+	}
+	// A second run after NOSCRIPT re-adds the same member and sets the same
+	// cooldown value, so a group that had already run counts once.
+	var refused []int64
+	var failed []error
+	for i, g := range groups {
+		if errs[i] != nil {
+			failed = append(failed, errs[i])
+			continue
+		}
+		if len(replies[i]) == 2 && replies[i][0] == int64(0) {
+			continue
+		}
+		out, err := refusal(replies[i])
+		if err != nil {
+			failed = append(failed, err)
+			continue
+		}
+		if out[1] > 0 { // the group's own rule position, back to the request's
+			out[1] = int64(g.rules[out[1]-1])
+		}
+		if refused == nil || out[3] > refused[3] {
+			refused = out
+		}
+	}
+	if refused != nil || len(failed) > 0 {
+		// Undo whatever the admitting groups reserved; a refusing group
+		// reserved nothing, and rollback of an absent member is a no-op.
+		rerr := l.rollbackSpread(context.WithoutCancel(ctx), cc, res)
+		if len(failed) > 0 {
+			return nil, fmt.Errorf("ratelimit: take: %w", errors.Join(append(failed, rerr)...))
+		}
+		return nil, limitError(req, refused, ruleIdx, winIdx)
+	}
+	if len(req.Then) == 0 {
+		return res, nil
+	}
+	// The request's own writes (a code, a status record): each slot's
+	// commands in one MULTI, in order.
+	cmds := make([]*redis.Cmd, len(req.Then))
+	_, err = cc.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for i, c := range req.Then {
+			cmds[i] = c.Do(ctx, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("ratelimit: take: writes of the admitted request: %w", err),
+			l.rollbackSpread(context.WithoutCancel(ctx), cc, res))
+	}
+	res.Replies = make([]any, len(cmds))
+	for i, c := range cmds {
+		res.Replies[i] = c.Val()
+	}
+	return res, nil
+}
+
+// rollbackSpread is Rollback on a cluster: one rollback script per slot,
+// in one pipeline.
+func (l *Limiter) rollbackSpread(ctx context.Context, cc *redis.ClusterClient, res *Reservation) error {
+	var keys []string
+	keys = append(keys, res.Keys...)
+	groups := map[string][]string{}
+	var order []string
+	for _, k := range keys {
+		t := hashTag(k)
+		if groups[t] == nil {
+			order = append(order, t)
+		}
+		groups[t] = append(groups[t], k)
+	}
+	cdTag := ""
+	if res.CooldownKey != "" {
+		cdTag = hashTag(res.CooldownKey)
+		if groups[cdTag] == nil {
+			order = append(order, cdTag)
+		}
+		groups[cdTag] = append(groups[cdTag], res.CooldownKey) // last, as the script wants
+	}
+	err := rdb.Pipelined(ctx, cc, func(p redis.Pipeliner) (func() error, error) {
+		cmds := make([]*redis.Cmd, len(order))
+		for i, t := range order {
+			hasCD := "0"
+			if t == cdTag && res.CooldownKey != "" {
+				hasCD = "1"
+			}
+			cmds[i] = rollbackScript.EvalSha(ctx, p, groups[t], res.ID, hasCD)
+		}
+		return func() error {
+			var errs []error
+			for _, c := range cmds {
+				errs = append(errs, c.Err())
+			}
+			return errors.Join(errs...)
+		}, nil
+	}, func(ctx context.Context) error { return rollbackScript.Load(ctx, cc).Err() })
+	if err != nil {
+		return fmt.Errorf("ratelimit: rollback: %w", err)
+	}
+	return nil
+}

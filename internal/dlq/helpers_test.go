@@ -47,7 +47,7 @@ func setup(t *testing.T, model func(*topology.Config)) *env {
 	return &env{
 		Stack: s,
 		cfg: config.DLQ{
-			Common: config.Common{AMQPURL: s.Broker.URL, RedisURL: s.Redis.URL, RedisPrefix: s.Redis.Prefix, LogLevel: "info", LogFormat: "json"},
+			Common: config.Common{AMQPURL: s.Broker.URL, RedisURL: s.Redis.URL, RedisMode: s.Redis.Mode, RedisPrefix: s.Redis.Prefix, LogLevel: "info", LogFormat: "json"},
 			Model:  mc, CodeSecret: seal.DevSecret, CodeSecretIsDev: true,
 			ConfirmTimeout: 10 * time.Second, ScanMax: 100_000, StatusTimeout: 2 * time.Second,
 		},

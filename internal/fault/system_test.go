@@ -16,6 +16,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/testenv"
 	"github.com/msgpulse/msgpulse/pkg/client"
 )
@@ -27,12 +28,14 @@ var binDir string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	if os.Getenv(faultsVar) == "" || testing.Short() {
+	if (os.Getenv(faultsVar) == "" && os.Getenv(clusterVar) == "") || testing.Short() {
 		os.Exit(m.Run()) // every scenario skips itself
 	}
-	if err := repairWatermark(); err != nil {
-		fmt.Fprintln(os.Stderr, "fault:", err)
-		os.Exit(1)
+	if os.Getenv(faultsVar) != "" {
+		if err := repairWatermark(); err != nil {
+			fmt.Fprintln(os.Stderr, "fault:", err)
+			os.Exit(1)
+		}
 	}
 	dir, err := testenv.BuildCommands("msgpulse-fault-", "../../cmd/api", "../../cmd/consumer", "../../cmd/topology")
 	if err != nil {
@@ -79,12 +82,19 @@ type system struct {
 func newSystem(t *testing.T, name string) *system {
 	t.Helper()
 	requireFaults(t)
+	return startSystem(t, name)
+}
+
+// startSystem declares the topology (with env added to the programs'
+// settings) and returns the system; newSystem and newClusterSystem call it.
+func startSystem(t *testing.T, name string, env ...string) *system {
+	t.Helper()
 	s := &system{t: t, name: name, broker: testenv.NewBroker(t), redis: testenv.NewRedis(t), sink: newSink(t), consumers: map[string]*proc{}}
 	host, port, err := net.SplitHostPort(s.sink.addr())
 	require.NoError(t, err)
 	s.env = []string{
 		"PATH=" + os.Getenv("PATH"),
-		"AMQP_URL=" + s.broker.URL, "REDIS_URL=" + testenv.RedisURL, "REDIS_PREFIX=" + s.redis.Prefix,
+		"AMQP_URL=" + s.broker.URL, "REDIS_URL=" + testenv.RedisURL, "REDIS_MODE=" + testenv.RedisMode, "REDIS_PREFIX=" + s.redis.Prefix,
 		"RABBITMQ_MANAGEMENT_URL=" + testenv.ManagementURL, "LOG_FORMAT=json", "LOG_LEVEL=info",
 		"SMTP_HOST=" + host, "SMTP_PORT=" + port, "SMTP_TLS=none", "SMTP_POOL_SIZE=8", "SMS_PROVIDER=log",
 		"API_KEYS=fault:" + apiKey, "METRICS_ADDR=off",
@@ -93,9 +103,10 @@ func newSystem(t *testing.T, name string) *system {
 		"LIMIT_PER_API_KEY_PER_MINUTE=0", "LIMIT_EMAIL_PER_SECOND=0", "VERIFY_MAX_PER_IP_PER_MINUTE=0",
 		"CHANNELS=mail", "RETRY_BACKOFF=200ms,400ms,800ms", "CLAIM_LEASE=2s", "SHUTDOWN_TIMEOUT=10s",
 	}
+	s.env = append(s.env, env...)
 	code, out := s.run("topology", "declare")
 	require.Equal(t, 0, code, out)
-	s.conn, err = amqp.Dial(s.broker.URL)
+	s.conn, err = broker.Dial(testenv.Context(t, 15*time.Second), broker.Config{URL: s.broker.URL})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.conn.Close() })
 	ctx := testenv.Context(t, 15*time.Second)

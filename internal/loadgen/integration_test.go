@@ -45,7 +45,7 @@ func setup(t *testing.T) (context.Context, *Options) {
 	require.NoError(t, errBuild)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	o := &Options{AMQPURL: testenv.AMQPBase, ManagementURL: testenv.ManagementURL, RedisURL: testenv.RedisURL, BinDir: bins.Dir, Progress: testWriter{t}}
+	o := &Options{AMQPURL: testenv.AMQPBase, ManagementURL: testenv.ManagementURL, RedisURL: testenv.RedisURL, RedisMode: testenv.RedisMode, BinDir: bins.Dir, Progress: testWriter{t}}
 	o.bins = bins
 	return ctx, o
 }

@@ -1,0 +1,173 @@
+package fault
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/msgpulse/msgpulse/internal/testenv"
+)
+
+// The cluster scenarios (`make test-cluster`) run the fault suite's system
+// and counts on engines that scripts/cluster starts on this machine: a
+// 3-node RabbitMQ cluster with quorum queues, a Redis Cluster of 3 masters
+// with a replica each, and a Sentinel set. scripts/cluster/run.sh starts
+// them, points TEST_AMQP_URL, TEST_RABBITMQ_MANAGEMENT_URL, TEST_REDIS_MODE
+// and TEST_REDIS_URL at them, sets MSGPULSE_CLUSTER, and tears them down.
+// They run in file order: the kills leave the engines degraded (two
+// RabbitMQ nodes, a Redis master without replica) but serving.
+const clusterVar = "MSGPULSE_CLUSTER"
+
+func newClusterSystem(t *testing.T, name string, env ...string) *system {
+	t.Helper()
+	if os.Getenv(clusterVar) == "" || testing.Short() {
+		t.Skip("set MSGPULSE_CLUSTER=1 with the cluster running (make test-cluster)")
+	}
+	return startSystem(t, name, append([]string{"QUEUE_TYPE=quorum"}, env...)...)
+}
+
+// clusterScript runs scripts/cluster/<script> with args and returns its
+// output.
+func clusterScript(t *testing.T, script string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("../../scripts/cluster/"+script, args...).CombinedOutput() //nolint:gosec // the test's own scripts
+	require.NoError(t, err, "%s %v: %s", script, args, out)
+	return strings.TrimSpace(string(out))
+}
+
+var nodeLog = regexp.MustCompile(`"broker connected".*?"node":"127\.0\.0\.1:(\d+)"`)
+
+// nodeOf is the RabbitMQ node (1..3) process p connected to last.
+func nodeOf(t *testing.T, p *proc) int {
+	t.Helper()
+	m := nodeLog.FindAllStringSubmatch(p.Output(), -1)
+	require.NotEmpty(t, m, "%s logged no broker connection", p.Name)
+	port, err := strconv.Atoi(m[len(m)-1][1])
+	require.NoError(t, err)
+	return port - 5681 // AMQP ports 5682..5684 (scripts/cluster/rabbitmq.sh)
+}
+
+// recovery measures, after a fault at t0, how long until the first request
+// started after t0 was accepted.
+func recovery(t *testing.T, l *load, t0 time.Time, within time.Duration) time.Duration {
+	t.Helper()
+	testenv.WaitFor(t, within, "202s resume after the fault", func() bool { return l.acceptedAfter(t0) })
+	return firstAcceptedAfter(l, t0)
+}
+
+// 1. Codes and notices end to end, with quorum queues on the RabbitMQ
+// cluster and every key on the Redis Cluster.
+func TestClusterEndToEnd(t *testing.T) {
+	s := newClusterSystem(t, "cluster-e2e")
+	_, c := s.api()
+	s.consumer("c1")
+	l := startLoad(t, c, s.name, 50)
+	testenv.WaitFor(t, 30*time.Second, "load accepted and delivered", func() bool { return l.accepted() >= 200 && s.sink.count() >= 150 })
+	cnt := s.settle(l)
+	s.report(cnt, 0)
+}
+
+// 2. The RabbitMQ node that the API and the consumer are connected to is
+// SIGKILLed under 200 messages/s: both fail over to another node, the API
+// answers 503 only meanwhile, and no accepted message is lost.
+func TestClusterRabbitMQNodeKilled(t *testing.T) {
+	s := newClusterSystem(t, "cluster-rabbitmq-node-killed")
+	api, c := s.api()
+	node := nodeOf(t, api)
+	// Each connection starts at a random node: restart the consumer until
+	// it shares the API's, so that one kill hits both.
+	cons := s.consumer("c1")
+	for i := 0; nodeOf(t, cons) != node; i++ {
+		require.Less(t, i, 20, "the consumer never started on the API's node")
+		s.term(cons)
+		cons = s.consumer("c1")
+	}
+	l := startLoad(t, c, s.name, 200)
+	testenv.WaitFor(t, 30*time.Second, "steady load", func() bool { return l.accepted() >= 400 })
+	clusterScript(t, "rabbitmq.sh", "kill", strconv.Itoa(node))
+	killedAt := time.Now()
+	recovered := recovery(t, l, killedAt, 30*time.Second)
+	testenv.WaitFor(t, 30*time.Second, "consumer on another node", func() bool { return s.countLogs("consumer", `"broker connected"`) >= 2 })
+	time.Sleep(3 * time.Second) // load after the recovery
+	cnt := s.settle(l)
+	s.report(cnt, 0, kv("killedNode", node), kv("recoveredIn", recovered.Round(time.Millisecond)),
+		kv("apiNode", nodeOf(t, api)), kv("killed503s", len(withStatus(l.startedIn(killedAt, killedAt.Add(recovered)), 503))))
+	require.NotEqual(t, node, nodeOf(t, api), "the API moved to a live node")
+	require.False(t, api.Exited(), "the API recovered without a restart")
+}
+
+// redisMaster returns a port of the Redis Cluster whose role is master.
+func redisMaster(t *testing.T) int {
+	t.Helper()
+	for port := 7101; port <= 7106; port++ {
+		out, err := exec.Command("redis-cli", "-p", strconv.Itoa(port), "role").Output()
+		if err == nil && strings.HasPrefix(string(out), "master") {
+			return port
+		}
+	}
+	t.Fatal("no Redis Cluster master answers")
+	return 0
+}
+
+// killRedis SIGKILLs the Redis server on port.
+func killRedis(t *testing.T, port int) {
+	t.Helper()
+	pid, err := strconv.Atoi(clusterScript(t, "redis.sh", "pid", strconv.Itoa(port)))
+	require.NoError(t, err)
+	p, err := os.FindProcess(pid)
+	require.NoError(t, err)
+	require.NoError(t, p.Kill())
+}
+
+// redisOutage runs the load, SIGKILLs the Redis master on port, and
+// requires the API to serve again within 10 s and nothing to be lost.
+func redisOutage(t *testing.T, s *system, port int, env ...string) {
+	t.Helper()
+	api, c := s.api(env...)
+	s.consumer("c1", env...)
+	l := startLoad(t, c, s.name, 100)
+	testenv.WaitFor(t, 30*time.Second, "steady load", func() bool { return l.accepted() >= 200 })
+	killRedis(t, port)
+	killedAt := time.Now()
+	recovered := recovery(t, l, killedAt, 10*time.Second)
+	time.Sleep(3 * time.Second) // load after the recovery
+	cnt := s.settle(l, env...)
+	s.report(cnt, 0, kv("killedMaster", port), kv("recoveredIn", recovered.Round(time.Millisecond)),
+		kv("killed503s", len(withStatus(l.startedIn(killedAt, killedAt.Add(recovered)), 503))))
+	require.Less(t, recovered, 10*time.Second)
+	require.False(t, api.Exited(), "the API recovered without a restart")
+}
+
+// 3. A Redis Cluster master is SIGKILLed under load; its replica takes
+// over. Requests get quick 503s meanwhile, the consumer pauses, and both
+// resume by themselves within 10 s.
+func TestClusterRedisMasterKilled(t *testing.T) {
+	s := newClusterSystem(t, "cluster-redis-master-killed")
+	redisOutage(t, s, redisMaster(t))
+}
+
+// 4. The same with Sentinel: one master, one replica, three sentinels.
+func TestClusterSentinelFailover(t *testing.T) {
+	url := os.Getenv("MSGPULSE_SENTINEL_URL")
+	if url == "" {
+		t.Skip("MSGPULSE_SENTINEL_URL not set (make test-cluster sets it)")
+	}
+	s := newClusterSystem(t, "cluster-sentinel-failover")
+	master := 7201
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "redis-cli", "-p", "27201", "sentinel", "get-master-addr-by-name", "msgpulse").Output()
+	require.NoError(t, err)
+	if f := strings.Fields(string(out)); len(f) == 2 {
+		master, err = strconv.Atoi(f[1])
+		require.NoError(t, err)
+	}
+	redisOutage(t, s, master, "REDIS_MODE=sentinel", "REDIS_URL="+url)
+}

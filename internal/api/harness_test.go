@@ -26,6 +26,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/template"
@@ -265,7 +266,7 @@ func (h *harness) redisDump() string {
 
 func (h *harness) keysMatching(pattern string) []string {
 	h.t.Helper()
-	keys, err := h.redis.Client.Keys(context.Background(), h.redis.Prefix+pattern).Result()
+	keys, err := rdb.Keys(context.Background(), h.redis.Client, h.redis.Prefix+pattern) // every node of a cluster
 	require.NoError(h.t, err)
 	return keys
 }

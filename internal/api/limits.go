@@ -39,7 +39,11 @@ func (s *Server) commonRules(key apikey.Key, channel string) []ratelimit.Rule {
 
 func (s *Server) verifyRequest(key apikey.Key, r *VerificationCodeRequest) ratelimit.Request {
 	L := s.opts.Limits
-	rules := []ratelimit.Rule{{Name: "per recipient", Key: "verify:recipient:" + r.Channel + ":" + r.Recipient,
+	// The recipient's limits and its cooldown share a tag: on a Redis
+	// Cluster one script checks them together, so that concurrent requests
+	// for one recipient cannot refuse each other in two slots.
+	recipient := r.Channel + ":" + r.Recipient
+	rules := []ratelimit.Rule{{Name: "per recipient", Key: "verify:recipient:" + recipient, Tag: recipient,
 		Windows: append(window(time.Hour, L.PerRecipientHour), window(24*time.Hour, L.PerRecipientDay)...)}}
 	if ip, _ := clientKey(r.ClientIP); ip != "" {
 		rules = append(rules, ratelimit.Rule{Name: "per IP", Key: "verify:ip:" + ip, Windows: window(time.Minute, L.PerIPMinute)})
@@ -49,7 +53,7 @@ func (s *Server) verifyRequest(key apikey.Key, r *VerificationCodeRequest) ratel
 		Rules: nonEmpty(rules),
 		// The cooldown also makes two identical requests at the same moment
 		// create one code: the second finds the first's cooldown.
-		Cooldown: &ratelimit.Cooldown{Name: "resend cooldown", Key: "verify:cooldown:" + r.Channel + ":" + r.Recipient + ":" + r.Purpose, For: L.ResendInterval},
+		Cooldown: &ratelimit.Cooldown{Name: "resend cooldown", Key: "verify:cooldown:" + recipient + ":" + r.Purpose, Tag: recipient, For: L.ResendInterval},
 	}
 }
 

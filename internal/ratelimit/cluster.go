@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -141,23 +142,55 @@ func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req R
 		return res, nil
 	}
 	// The request's own writes (a code, a status record): each slot's
-	// commands in one MULTI, in order.
-	cmds := make([]*redis.Cmd, len(req.Then))
-	_, err = cc.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for i, c := range req.Then {
-			cmds[i] = c.Do(ctx, p)
-		}
-		return nil
-	})
+	// commands in one MULTI, in order, the slots in parallel.
+	res.Replies, err = thenBySlot(ctx, cc, req.Then)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("ratelimit: take: writes of the admitted request: %w", err),
 			l.rollbackSpread(context.WithoutCancel(ctx), cc, res))
 	}
-	res.Replies = make([]any, len(cmds))
-	for i, c := range cmds {
-		res.Replies[i] = c.Val()
-	}
 	return res, nil
+}
+
+// thenBySlot runs cmds (each "NAME key ...") grouped by their key's hash
+// tag, each group in one MULTI, and returns their replies in order.
+func thenBySlot(ctx context.Context, cc *redis.ClusterClient, cmds []rdb.Command) ([]any, error) {
+	byTag := map[string][]int{}
+	var order []string
+	for i, c := range cmds {
+		if len(c) < 2 {
+			return nil, fmt.Errorf("command %v has no key", c)
+		}
+		key, _ := c[1].(string)
+		t := hashTag(key)
+		if byTag[t] == nil {
+			order = append(order, t)
+		}
+		byTag[t] = append(byTag[t], i)
+	}
+	out := make([]*redis.Cmd, len(cmds))
+	errs := make([]error, len(order))
+	var wg sync.WaitGroup
+	for gi, t := range order {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[gi] = cc.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				for _, i := range byTag[t] {
+					out[i] = cmds[i].Do(ctx, p)
+				}
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	replies := make([]any, len(cmds))
+	for i, c := range out {
+		replies[i] = c.Val()
+	}
+	return replies, nil
 }
 
 // rollbackSpread is Rollback on a cluster: one rollback script per slot,

@@ -29,6 +29,10 @@ type Rule struct {
 	Name    string
 	Key     string
 	Windows []Window
+	// Tag is what the rule protects (a recipient, an IP); keys with the
+	// same tag share a Redis Cluster slot, and so one atomic check. ""
+	// means Key.
+	Tag string
 }
 
 // Cooldown admits one request per For under Key (e.g. one code resend per
@@ -37,6 +41,7 @@ type Cooldown struct {
 	Name string
 	Key  string
 	For  time.Duration
+	Tag  string // as Rule.Tag: give a cooldown and a rule on the same thing one tag
 }
 
 // Request is everything one Take checks and records together.
@@ -121,10 +126,20 @@ func New(rdb redis.UniversalClient, prefix string) *Limiter {
 
 // Each key's hash tag is what it protects (a recipient, an IP, an API key, a
 // global limit), so that a Redis Cluster spreads the limits over its
-// shards; a rule and a cooldown on the same thing share a slot. "log:" and
-// "cooldown:" keep rule and cooldown keys apart.
-func (l *Limiter) logKey(k string) string      { return l.prefix + "ratelimit:log:{" + k + "}" }
-func (l *Limiter) cooldownKey(k string) string { return l.prefix + "ratelimit:cooldown:{" + k + "}" }
+// shards; a rule and a cooldown with the same tag share a slot, so that
+// one script checks both atomically. "log:" and "cooldown:" keep rule and
+// cooldown keys apart.
+func (l *Limiter) logKey(tag, k string) string { return l.prefix + "ratelimit:{" + tagOr(tag, k) + "}:log:" + k }
+func (l *Limiter) cooldownKey(tag, k string) string {
+	return l.prefix + "ratelimit:{" + tagOr(tag, k) + "}:cooldown:" + k
+}
+
+func tagOr(tag, key string) string {
+	if tag == "" {
+		return key
+	}
+	return tag
+}
 
 // ceilMS rounds up so that a sub-millisecond remainder makes a window
 // stricter, never looser.
@@ -264,7 +279,7 @@ func (l *Limiter) Take(ctx context.Context, req Request) (*Reservation, error) {
 		}
 		ruleIdx = append(ruleIdx, i)
 		winIdx = append(winIdx, ws)
-		res.Keys = append(res.Keys, l.logKey(r.Key))
+		res.Keys = append(res.Keys, l.logKey(r.Tag, r.Key))
 		args = append(args, len(ws))
 		args = append(args, wargs...)
 	}
@@ -274,7 +289,7 @@ func (l *Limiter) Take(ctx context.Context, req Request) (*Reservation, error) {
 		if cd.Key == "" || cd.For <= 0 {
 			return nil, fmt.Errorf("ratelimit: cooldown %q: needs a key and a positive duration", cd.Name)
 		}
-		res.CooldownKey = l.cooldownKey(cd.Key)
+		res.CooldownKey = l.cooldownKey(cd.Tag, cd.Key)
 		keys = append(keys, res.CooldownKey)
 		args[1] = ceilMS(cd.For)
 	}

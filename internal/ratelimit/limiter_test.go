@@ -536,9 +536,9 @@ func TestKeysAreTaggedByWhatTheyProtect(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Len(t, res.Keys, 2)
-	require.True(t, strings.HasSuffix(res.Keys[0], "{email:a@x}"), res.Keys[0])
-	require.True(t, strings.HasSuffix(res.Keys[1], "{ip:10.0.0.1}"), res.Keys[1])
-	require.True(t, strings.HasSuffix(res.CooldownKey, "{email:a@x}"), res.CooldownKey)
+	require.Equal(t, e.r.Prefix+"ratelimit:{email:a@x}:log:email:a@x", res.Keys[0])
+	require.Equal(t, e.r.Prefix+"ratelimit:{ip:10.0.0.1}:log:ip:10.0.0.1", res.Keys[1])
+	require.Equal(t, e.r.Prefix+"ratelimit:{email:a@x}:cooldown:email:a@x", res.CooldownKey)
 	require.NoError(t, e.lim.Rollback(e.ctx, res))
 	for _, k := range append(res.Keys, res.CooldownKey) {
 		n, err := e.r.Client.Exists(e.ctx, k).Result()
@@ -550,5 +550,28 @@ func TestKeysAreTaggedByWhatTheyProtect(t *testing.T) {
 		card, err := e.r.Client.ZCard(e.ctx, k).Result()
 		require.NoError(t, err)
 		require.Zero(t, card, "rollback removes the reservation from %s", k)
+	}
+}
+
+// Then commands on keys of different slots (a code under the recipient, a
+// status record under the task) all run, in order, with their replies; on
+// a Redis Cluster one script could not hold them.
+func TestThenSpansSlots(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	code, rec := e.r.Prefix+"verify:{email:a@x}", e.r.Prefix+"status:{task-1}"
+	res, err := e.lim.Take(e.ctx, ratelimit.Request{
+		Rules:    []ratelimit.Rule{rule("per recipient", "email:a@x", win(time.Hour, 5)), rule("per IP", "ip:10.0.0.2", win(time.Hour, 5))},
+		Cooldown: &ratelimit.Cooldown{Name: "resend cooldown", Key: "email:a@x", For: time.Minute},
+		Then: []rdb.Command{{"HGETALL", code}, {"DEL", code}, {"HSET", code, "digest", "d"}, {"HSET", rec, "status", "queued"},
+			{"PEXPIRE", rec, 60_000}, {"PEXPIRE", code, 60_000}},
+	})
+	require.NoError(t, err)
+	require.Len(t, res.Replies, 6)
+	require.Equal(t, []any{int64(0), int64(1), int64(1), int64(1), int64(1)}, res.Replies[1:])
+	for _, k := range []string{code, rec} {
+		ttl, err := e.r.Client.PTTL(e.ctx, k).Result()
+		require.NoError(t, err)
+		require.Positive(t, ttl, k)
 	}
 }

@@ -32,7 +32,7 @@ node_env() {
   export RABBITMQ_ADVANCED_CONFIG_FILE=$DIR/node$n/advanced.config
   export RABBITMQ_ENABLED_PLUGINS_FILE=$DIR/node$n/enabled_plugins
   export RABBITMQ_CONF_ENV_FILE=$DIR/node$n/rabbitmq-env.conf
-  export RABBITMQ_ALLOW_INPUT= RABBITMQ_FEATURE_FLAGS=
+  unset RABBITMQ_FEATURE_FLAGS; export RABBITMQ_ALLOW_INPUT=
   export ERL_FLAGS="-kernel inet_dist_use_interface {127,0,0,1}"
 }
 
@@ -84,6 +84,8 @@ CONF
     if ((SECONDS > deadline)); then echo "rabbitmq.sh: the nodes did not form one cluster" >&2; ctl 1 cluster_status >&2 || true; exit 1; fi
     sleep 1
   done
+  # Quorum queues need their feature flags on every node.
+  ctl 1 enable_feature_flag all >/dev/null
   echo "rabbitmq cluster up: amqp://guest:guest@127.0.0.1:5682,5683,5684 management 15682-15684"
 }
 

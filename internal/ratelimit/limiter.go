@@ -129,7 +129,9 @@ func New(rdb redis.UniversalClient, prefix string) *Limiter {
 // shards; a rule and a cooldown with the same tag share a slot, so that
 // one script checks both atomically. "log:" and "cooldown:" keep rule and
 // cooldown keys apart.
-func (l *Limiter) logKey(tag, k string) string { return l.prefix + "ratelimit:{" + tagOr(tag, k) + "}:log:" + k }
+func (l *Limiter) logKey(tag, k string) string {
+	return l.prefix + "ratelimit:{" + tagOr(tag, k) + "}:log:" + k
+}
 func (l *Limiter) cooldownKey(tag, k string) string {
 	return l.prefix + "ratelimit:{" + tagOr(tag, k) + "}:cooldown:" + k
 }

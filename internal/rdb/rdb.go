@@ -104,6 +104,12 @@ func Open(mode, rawURL string, opts ...Option) (redis.UniversalClient, error) {
 		co.ClientName, co.Protocol, co.ContextTimeoutEnabled = o.ClientName, o.Protocol, o.ContextTimeoutEnabled
 		co.DialTimeout, co.ReadTimeout, co.WriteTimeout, co.PoolTimeout = o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout
 		co.PoolSize, co.MaxRetries = o.PoolSize, o.MaxRetries
+		// go-redis reloads the slot map on MOVED and ASK only; a master
+		// that died answers neither, so without a periodic reload its
+		// slots stay routed to it long after its replica took over (60 s
+		// by default; internal/fault's cluster scenarios measured it). One
+		// CLUSTER SLOTS a second per client is cheap.
+		co.ClusterStateReloadInterval = time.Second
 		return redis.NewClusterClient(co), nil
 	case Sentinel:
 		fo, err := redis.ParseFailoverURL(rawURL)

@@ -36,6 +36,8 @@ test: services browser ## run every test (unit + integration, -race) against the
 	@# alarm that would stall the packages above. Their counts are printed.
 	@set -o pipefail; MSGPULSE_FAULTS=1 $(GO) test -race -count=1 -p 1 -v -timeout $(TEST_TIMEOUT) -run . ./internal/fault/... 2>&1 \
 	  | grep -E '^(FAULT |--- |ok |FAIL|panic:)' || { echo "fault scenarios failed (rerun: make test-faults)"; exit 1; }
+	@# Then the same system on a private RabbitMQ cluster and Redis Cluster.
+	@./scripts/cluster/run.sh
 
 .PHONY: test-short
 test-short: ## unit tests only (no broker, no Redis)
@@ -44,6 +46,10 @@ test-short: ## unit tests only (no broker, no Redis)
 .PHONY: test-faults
 test-faults: services ## fault scenarios one at a time (AMQP/Redis/SMTP faults, SIGKILL, SIGTERM, a broker alarm): prints FAULT lines, asserts lost=0 duplicates=0
 	MSGPULSE_FAULTS=1 $(GO) test -race -count=1 -p 1 -v -timeout $(TEST_TIMEOUT) -run . ./internal/fault/...
+
+.PHONY: test-cluster
+test-cluster: ## start a private 3-node RabbitMQ cluster, Redis Cluster and Sentinel (no Docker), run the Redis tests and the cluster scenarios on them, tear down
+	@./scripts/cluster/run.sh
 
 .PHONY: bench
 bench: services ## run the benchmarks and the load generator, printing medians

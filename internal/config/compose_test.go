@@ -19,6 +19,7 @@ import (
 // reads, and that every mounted file exists.
 type compose struct {
 	Services map[string]struct {
+		Profiles    []string          `yaml:"profiles"`
 		Image       string            `yaml:"image"`
 		Build       any               `yaml:"build"`
 		Command     []string          `yaml:"command"`
@@ -44,12 +45,20 @@ func TestComposeFile(t *testing.T) {
 	var c compose
 	require.NoError(t, yaml.Unmarshal(data, &c))
 
-	var names []string
-	for n := range c.Services {
-		names = append(names, n)
+	var names, cluster []string
+	for n, s := range c.Services {
+		if len(s.Profiles) == 0 {
+			names = append(names, n)
+		} else {
+			require.Equal(t, []string{"cluster"}, s.Profiles, n)
+			cluster = append(cluster, n)
+		}
 	}
 	sort.Strings(names)
 	require.Equal(t, []string{"api", "consumer", "mailpit", "rabbitmq", "redis", "topology"}, names)
+	sort.Strings(cluster)
+	require.Equal(t, []string{"api-cluster", "consumer-cluster", "redis-cluster-create", "redis-node-1", "redis-node-2", "redis-node-3",
+		"redis-node-4", "redis-node-5", "redis-node-6", "rmq1", "rmq2", "rmq3", "topology-cluster"}, cluster)
 	require.True(t, strings.HasPrefix(c.Services["rabbitmq"].Image, "rabbitmq:") && strings.HasSuffix(c.Services["rabbitmq"].Image, "-management"))
 	require.True(t, strings.HasPrefix(c.Services["redis"].Image, "redis:"))
 	require.True(t, strings.HasPrefix(c.Services["mailpit"].Image, "axllent/mailpit"))
@@ -62,10 +71,15 @@ func TestComposeFile(t *testing.T) {
 	_, loaders["api"] = LoadAPI(envconf.FromMap(map[string]string{"API_KEYS": "k:0123456789"}))
 	_, loaders["consumer"] = LoadConsumer(envconf.FromMap(nil))
 	_, loaders["topology"] = LoadTopology(envconf.FromMap(nil))
+	// The cluster profile runs the same programs under other names.
+	for _, svc := range []string{"api", "consumer", "topology"} {
+		loaders[svc+"-cluster"] = loaders[svc]
+	}
 	for svc, l := range loaders {
 		s := c.Services[svc]
+		prog := strings.TrimSuffix(svc, "-cluster")
 		require.NotNil(t, s.Build, "%s is built from the Dockerfile", svc)
-		require.Equal(t, svc, s.Command[0], "%s runs its own command", svc)
+		require.Equal(t, prog, s.Command[0], "%s runs its own command", svc)
 		known := map[string]bool{}
 		for _, n := range l.Names() {
 			known[n] = true
@@ -79,7 +93,7 @@ func TestComposeFile(t *testing.T) {
 		for k, v := range s.Environment {
 			env[k] = v
 		}
-		switch svc {
+		switch prog {
 		case "api":
 			_, l = LoadAPI(envconf.FromMap(env))
 		case "consumer":

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HERE=scripts/cluster
-export MSGPULSE_CLUSTER_DIR=${MSGPULSE_CLUSTER_DIR:-$(mktemp -d /tmp/msgpulse-cluster.XXXXXX)}
+export MSGPULSE_CLUSTER_DIR=${MSGPULSE_CLUSTER_DIR:-/tmp/msgpulse-cluster}
 GO=${GO:-go}
 TIMEOUT=${TEST_TIMEOUT:-15m}
 
@@ -14,7 +14,7 @@ cleanup() {
   local rc=$?
   "$HERE/rabbitmq.sh" stop >/dev/null 2>&1 || true
   "$HERE/redis.sh" stop >/dev/null 2>&1 || true
-  rmdir "$MSGPULSE_CLUSTER_DIR" 2>/dev/null || true
+  rm -rf "$MSGPULSE_CLUSTER_DIR"
   exit $rc
 }
 trap cleanup EXIT

@@ -57,7 +57,7 @@ func (s *system) depths() (work, dead int) {
 	s.t.Helper()
 	if s.conn.IsClosed() {
 		var err error
-		s.conn, err = broker.Dial(testenv.Context(s.t, 15*time.Second), broker.Config{URL: s.broker.URL})
+		s.conn, err = broker.Dial(testenv.Context(s.t, 15*time.Second), broker.Config{URL: s.broker.URLs})
 		require.NoError(s.t, err)
 	}
 	states, err := broker.Inspect(s.conn, s.queues)

@@ -94,7 +94,7 @@ func startSystem(t *testing.T, name string, env ...string) *system {
 	require.NoError(t, err)
 	s.env = []string{
 		"PATH=" + os.Getenv("PATH"),
-		"AMQP_URL=" + s.broker.URL, "REDIS_URL=" + testenv.RedisURL, "REDIS_MODE=" + testenv.RedisMode, "REDIS_PREFIX=" + s.redis.Prefix,
+		"AMQP_URL=" + s.broker.URLs, "REDIS_URL=" + testenv.RedisURL, "REDIS_MODE=" + testenv.RedisMode, "REDIS_PREFIX=" + s.redis.Prefix,
 		"RABBITMQ_MANAGEMENT_URL=" + testenv.ManagementURL, "LOG_FORMAT=json", "LOG_LEVEL=info",
 		"SMTP_HOST=" + host, "SMTP_PORT=" + port, "SMTP_TLS=none", "SMTP_POOL_SIZE=8", "SMS_PROVIDER=log",
 		"API_KEYS=fault:" + apiKey, "METRICS_ADDR=off",
@@ -106,7 +106,7 @@ func startSystem(t *testing.T, name string, env ...string) *system {
 	s.env = append(s.env, env...)
 	code, out := s.run("topology", "declare")
 	require.Equal(t, 0, code, out)
-	s.conn, err = broker.Dial(testenv.Context(t, 15*time.Second), broker.Config{URL: s.broker.URL})
+	s.conn, err = broker.Dial(testenv.Context(t, 15*time.Second), broker.Config{URL: s.broker.URLs})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.conn.Close() })
 	ctx := testenv.Context(t, 15*time.Second)

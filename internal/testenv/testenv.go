@@ -66,7 +66,10 @@ func slug(t testing.TB) string {
 // Broker is a test's own vhost on the real RabbitMQ.
 type Broker struct {
 	VHost string
-	URL   string // AMQP URL of the vhost
+	URL   string // AMQP URL of the vhost on the first node of TEST_AMQP_URL
+	// URLs is the vhost on every node TEST_AMQP_URL lists, comma-separated
+	// (the same as URL on one node): what programs under test are given.
+	URLs string
 	Mgmt  *mgmt.Client
 }
 
@@ -96,11 +99,11 @@ func NewBroker(t testing.TB) *Broker {
 			t.Logf("testenv: delete vhost %s: %v", vhost, err)
 		}
 	})
-	amqpURL, err := envconf.WithVHost(AMQPBase, vhost)
+	urls, err := envconf.WithVHost(AMQPBase, vhost)
 	if err != nil {
 		t.Fatalf("testenv: TEST_AMQP_URL: %v", err)
 	}
-	return &Broker{VHost: vhost, URL: amqpURL, Mgmt: mc}
+	return &Broker{VHost: vhost, URL: envconf.SplitURLs(urls)[0], URLs: urls, Mgmt: mc}
 }
 
 var sweepOnce sync.Once

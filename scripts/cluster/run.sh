@@ -14,7 +14,7 @@ cleanup() {
   local rc=$?
   "$HERE/rabbitmq.sh" stop >/dev/null 2>&1 || true
   "$HERE/redis.sh" stop >/dev/null 2>&1 || true
-  rm -rf "$MSGPULSE_CLUSTER_DIR"
+  rmdir "$MSGPULSE_CLUSTER_DIR" 2>/dev/null || true
   exit $rc
 }
 trap cleanup EXIT

@@ -7,11 +7,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/msgpulse/msgpulse/internal/mailcatcher"
 	"github.com/msgpulse/msgpulse/internal/testenv"
 )
 
@@ -77,15 +79,54 @@ func failingFor(l *load, t0 time.Time) time.Duration {
 }
 
 // 1. Codes and notices end to end, with quorum queues on the RabbitMQ
-// cluster and every key on the Redis Cluster.
+// cluster and every key on the Redis Cluster: some emails delayed through
+// the delay exchange and the relay, some refused once by the SMTP server
+// and retried, one refused for good and read back with the DLQ tool.
 func TestClusterEndToEnd(t *testing.T) {
 	s := newClusterSystem(t, "cluster-e2e")
+	code, out := s.run("topology", "plan")
+	require.Equal(t, 0, code, "plan on the cluster: %s", out)
+	require.Contains(t, out, "queue type quorum")
+	var mu sync.Mutex
+	refused := map[string]bool{}
+	dead := s.name + "-13@example.com" // a notice (every fifth is a code)
+	s.sink.setHook(func(e mailcatcher.Envelope) error {
+		rcpt := e.To[0]
+		if e.Stage != mailcatcher.StageData {
+			return nil
+		}
+		if rcpt == dead {
+			return mailcatcher.Reject(550, "5.1.1 no such user")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if strings.HasSuffix(rcpt, "3@example.com") && !refused[rcpt] {
+			refused[rcpt] = true
+			return mailcatcher.Reject(451, "4.3.0 try again later")
+		}
+		return nil
+	})
 	_, c := s.api()
 	s.consumer("c1")
-	l := startLoad(t, c, s.name, 50)
+	l := startLoad(t, c, s.name, 50, func(l *load) { l.delayEvery, l.delay = 7, 1500*time.Millisecond })
 	testenv.WaitFor(t, 30*time.Second, "load accepted and delivered", func() bool { return l.accepted() >= 200 && s.sink.count() >= 150 })
 	cnt := s.settle(l)
-	s.report(cnt, 0)
+	mu.Lock()
+	retried := len(refused)
+	mu.Unlock()
+	code, out = s.run("dlq", "list", "--channel", "mail", "--json")
+	require.Equal(t, 0, code, out)
+	delayed := 0
+	for _, o := range l.outcomes() {
+		if o.status == 202 && o.seq >= 0 && o.seq%7 == 0 && o.seq%5 != 4 {
+			delayed++
+		}
+	}
+	s.report(cnt, 0, kv("delayed", delayed), kv("retried", retried), kv("dlqListed", strings.Count(out, `"reason":"permanent"`)))
+	require.Equal(t, 1, cnt.Dead, "the refused address is dead-lettered")
+	require.Equal(t, 1, strings.Count(out, `"reason":"permanent"`), "the DLQ tool lists it: %s", out)
+	require.Positive(t, retried)
+	require.Positive(t, delayed)
 }
 
 // 2. The RabbitMQ node that the API and the consumer are connected to is

@@ -33,6 +33,10 @@ type load struct {
 	c     *client.Client
 	name  string
 	every time.Duration
+	// delayEvery, when set, schedules every delayEvery-th email (by
+	// sequence) delay later, through the delay exchange and the relay.
+	delayEvery int
+	delay      time.Duration
 
 	stopOnce sync.Once
 	stopc    chan struct{}
@@ -47,9 +51,12 @@ type load struct {
 // the test spawn goroutines without limit.
 const maxOutstanding = 128
 
-func startLoad(t *testing.T, c *client.Client, name string, perSecond int) *load {
+func startLoad(t *testing.T, c *client.Client, name string, perSecond int, opts ...func(*load)) *load {
 	t.Helper()
 	l := &load{t: t, c: c, name: name, every: time.Second / time.Duration(perSecond), stopc: make(chan struct{}), done: make(chan struct{})}
+	for _, o := range opts {
+		o(l)
+	}
 	go l.run()
 	t.Cleanup(l.stop)
 	return l
@@ -110,8 +117,13 @@ func (l *load) request(seq int, recipient string) outcome {
 		}
 	} else {
 		var res *client.SendResult
-		res, err = l.c.SendMessage(ctx, client.SendRequest{MessageType: client.MessageEmail, TemplateCode: "notice", Recipient: o.recipient,
-			Variables: map[string]string{"title": l.name, "content": fmt.Sprint("request ", seq)}})
+		req := client.SendRequest{MessageType: client.MessageEmail, TemplateCode: "notice", Recipient: o.recipient,
+			Variables: map[string]string{"title": l.name, "content": fmt.Sprint("request ", seq)}}
+		if l.delayEvery > 0 && seq%l.delayEvery == 0 {
+			d := l.delay.Seconds()
+			req.DelaySeconds = &d
+		}
+		res, err = l.c.SendMessage(ctx, req)
 		if err == nil {
 			o.taskID = res.TaskID
 		}

@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	dir, err := testenv.BuildCommands("msgpulse-fault-", "../../cmd/api", "../../cmd/consumer", "../../cmd/topology")
+	dir, err := testenv.BuildCommands("msgpulse-fault-", "../../cmd/api", "../../cmd/consumer", "../../cmd/topology", "../../cmd/dlq")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fault:", err)
 		os.Exit(1)

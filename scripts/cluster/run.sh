@@ -41,5 +41,5 @@ $GO test -race -count=1 -timeout "$TIMEOUT" ./internal/ratelimit/ ./internal/ver
 # The scenarios, one at a time, in file order: they print FAULT lines.
 set -o pipefail
 $GO test -race -count=1 -p 1 -v -timeout "$TIMEOUT" -run 'TestCluster' ./internal/fault/ 2>&1 |
-  grep -E '^(FAULT |--- |ok |FAIL|panic:|\s+cluster_test.go)' || { echo "cluster scenarios failed (rerun: make test-cluster)"; exit 1; }
+  grep -E '^(FAULT |--- |ok |FAIL|panic:|\s+(Error|Messages):)' || { echo "cluster scenarios failed (rerun: make test-cluster)"; exit 1; }
 echo "make test-cluster took $((SECONDS - start))s"

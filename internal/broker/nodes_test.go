@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
@@ -43,4 +44,35 @@ func TestURLListSkipsDeadNodes(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 	_, err = s.Conn(testenv.Context(t, 10*time.Second))
 	require.NoError(t, err)
+}
+
+// A channel that got a nack is never published on again: on RabbitMQ 3.10,
+// once a quorum queue's leader died, such a channel kept nacking (found by
+// the cluster scenarios). Both paths are checked: a pooled channel (no
+// MessageId) and a shared lane (with one).
+func TestNackedChannelIsNotReused(t *testing.T) {
+	e := setup(t)
+	e.queue(t, "full", amqp.Table{"x-max-length": int64(1), "x-overflow": "reject-publish"})
+	ctx := testenv.Context(t, 20*time.Second)
+	require.NoError(t, e.pub.Publish(ctx, "x", "full", amqp.Publishing{Body: []byte("first")}))
+	require.Len(t, e.pub.idle, 1, "a confirmed channel goes back to the pool")
+	for _, tc := range []struct {
+		name string
+		id   string
+	}{{"pooled channel", ""}, {"shared lane", "m-1"}} {
+		err := e.pub.Publish(ctx, "x", "full", amqp.Publishing{MessageId: tc.id, Body: []byte(tc.name)})
+		require.ErrorIs(t, err, ErrNacked, tc.name)
+	}
+	require.Empty(t, e.pub.idle, "the nacked pooled channel was discarded")
+	retired := 0
+	for _, s := range e.pub.lanes {
+		if s.l != nil && s.l.retired.Load() {
+			retired++
+		}
+	}
+	require.Equal(t, 1, retired, "the nacked lane was retired")
+	// Publishing goes on, on fresh channels.
+	e.queue(t, "q", nil)
+	require.NoError(t, e.pub.Publish(ctx, "x", "q", amqp.Publishing{MessageId: "m-2", Body: []byte("after")}))
+	require.NoError(t, e.pub.Publish(ctx, "x", "q", amqp.Publishing{Body: []byte("after")}))
 }

@@ -44,3 +44,25 @@ func TestURLErrorsMaskCredentials(t *testing.T) {
 		require.True(t, strings.HasPrefix(err.Error(), "RABBITMQ_MANAGEMENT_URL="), err.Error())
 	}
 }
+
+// A list of URLs (AMQP_URL on a cluster) is masked URL by URL, every host
+// kept readable; WithVHost and SplitURLs work item by item.
+func TestURLLists(t *testing.T) {
+	list := "amqp://u:p1@h1:5672/a, amqp://u:p2@h2:5672/a,amqp://h3:5672/a"
+	got := Redact(list)
+	for _, want := range []string{"u:xxxxx@h1:5672", "u:xxxxx@h2:5672", "amqp://h3:5672/a"} {
+		if !strings.Contains(got, want) {
+			t.Fatalf("Redact(%q) = %q, want it to contain %q", list, got, want)
+		}
+	}
+	if strings.Contains(got, "p1") || strings.Contains(got, "p2") {
+		t.Fatalf("Redact(%q) = %q shows a password", list, got)
+	}
+	v, err := WithVHost(list, "vh-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if urls := SplitURLs(v); len(urls) != 3 || !strings.HasSuffix(urls[1], "@h2:5672/vh-1") {
+		t.Fatalf("WithVHost: %q", v)
+	}
+}

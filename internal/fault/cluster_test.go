@@ -129,18 +129,41 @@ func TestClusterEndToEnd(t *testing.T) {
 	require.Positive(t, delayed)
 }
 
-// 2. The RabbitMQ node that the API and the consumer are connected to is
-// SIGKILLed under 200 messages/s: both fail over to another node, the API
+// leaderNode is the RabbitMQ node (1..3) that leads the mail queue.
+func leaderNode(t *testing.T, s *system) int {
+	t.Helper()
+	q, err := s.broker.Mgmt.Queue(testenv.Context(t, 10*time.Second), s.broker.VHost, mailQueue)
+	require.NoError(t, err)
+	leader := q.Leader
+	if leader == "" {
+		leader = q.Node
+	}
+	n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(leader, "mpc"), "@localhost"))
+	require.NoError(t, err, "leader %q", leader)
+	return n
+}
+
+// 2. The RabbitMQ node that leads the mail queue, and that the API and the
+// consumer are connected to, is SIGKILLed under 200 messages/s: the queue
+// elects a new leader, both programs fail over to another node, the API
 // answers 503 only meanwhile, and no accepted message is lost.
 func TestClusterRabbitMQNodeKilled(t *testing.T) {
 	s := newClusterSystem(t, "cluster-rabbitmq-node-killed")
-	api, c := s.api()
-	node := nodeOf(t, api)
-	// Each connection starts at a random node: restart the consumer until
-	// it shares the API's, so that one kill hits both.
+	node := leaderNode(t, s)
+	// Each connection starts at a random node: restart each program until
+	// it is on the leader's node, so that one kill hits all three.
+	var api *proc
+	for i := 0; api == nil || nodeOf(t, api) != node; i++ {
+		require.Less(t, i, 20, "the API never started on the leader's node")
+		if api != nil {
+			s.term(api)
+		}
+		api, _ = s.api()
+	}
+	c := s.client
 	cons := s.consumer("c1")
 	for i := 0; nodeOf(t, cons) != node; i++ {
-		require.Less(t, i, 20, "the consumer never started on the API's node")
+		require.Less(t, i, 20, "the consumer never started on the leader's node")
 		s.term(cons)
 		cons = s.consumer("c1")
 	}
@@ -149,11 +172,11 @@ func TestClusterRabbitMQNodeKilled(t *testing.T) {
 	clusterScript(t, "rabbitmq.sh", "kill", strconv.Itoa(node))
 	killedAt := time.Now()
 	recovered := recovery(t, l, killedAt, 30*time.Second)
-	testenv.WaitFor(t, 30*time.Second, "consumer on another node", func() bool { return s.countLogs("consumer", `"broker connected"`) >= 2 })
+	testenv.WaitFor(t, 30*time.Second, "consumer on another node", func() bool { return cons.Count(`"broker connected"`) >= 2 })
 	time.Sleep(3 * time.Second) // load after the recovery
 	cnt := s.settle(l)
 	s.report(cnt, 0, kv("killedNode", node), kv("recoveredIn", recovered.Round(time.Millisecond)),
-		kv("apiNode", nodeOf(t, api)), kv("killed503s", len(withStatus(l.startedIn(killedAt, killedAt.Add(recovered)), 503))))
+		kv("apiNode", nodeOf(t, api)), kv("newLeader", leaderNode(t, s)), kv("killed503s", len(withStatus(l.startedIn(killedAt, killedAt.Add(recovered)), 503))))
 	require.NotEqual(t, node, nodeOf(t, api), "the API moved to a live node")
 	require.False(t, api.Exited(), "the API recovered without a restart")
 }

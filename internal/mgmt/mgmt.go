@@ -158,6 +158,10 @@ type QueueInfo struct {
 	// MessageStats are the broker's recent rates; absent on a queue that
 	// has seen no traffic (and when statistics are disabled).
 	MessageStats *MessageStats `json:"message_stats,omitempty"`
+	// Node is the node a classic queue lives on, or a quorum queue's
+	// leader (also in Leader) at the time of the call.
+	Node   string `json:"node"`
+	Leader string `json:"leader"`
 }
 
 // MessageStats are a queue's rates, messages per second, averaged by the

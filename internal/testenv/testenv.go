@@ -70,7 +70,7 @@ type Broker struct {
 	// URLs is the vhost on every node TEST_AMQP_URL lists, comma-separated
 	// (the same as URL on one node): what programs under test are given.
 	URLs string
-	Mgmt  *mgmt.Client
+	Mgmt *mgmt.Client
 }
 
 // NewBroker creates a unique vhost for t and deletes it when t ends.

@@ -226,7 +226,7 @@ func TestPartlyPublishedBatchIsWithdrawn(t *testing.T) {
 	for range 2 {
 		m, err := envelope.Decode(h.get("queue.mail").Body)
 		require.NoError(t, err)
-		v, err := h.redis.Client.Get(t.Context(), h.redis.Prefix+"mail:sent:task:"+m.TaskID).Result()
+		v, err := h.redis.Client.Get(t.Context(), h.redis.Prefix+"mail:sent:task:{"+m.TaskID+"}").Result()
 		require.NoError(t, err)
 		require.Equal(t, "withdrawn", v, "a consumer acks it without sending")
 	}

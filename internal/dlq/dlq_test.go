@@ -615,7 +615,7 @@ func TestErrors(t *testing.T) {
 		{"unknown queue", e, []string{"list", "--queue", "queue.nope"}, ExitUsage, `--queue "queue.nope" is not a dead-letter queue of the model (known: ` + strings.Join(DeadLetterQueues(e.Model), ", ") + ")"},
 		{"a main queue is no DLQ", e, []string{"purge", "--queue", e.mail.Queue, "--all", "--yes"}, ExitUsage, "is not a dead-letter queue"},
 		{"unknown channel", e, []string{"list", "--channel", "fax"}, ExitUsage, `--channel "fax"`},
-		{"list without a queue", e, []string{"list"}, ExitUsage, "list needs --channel mail|sms or --queue NAME"},
+		{"list without a queue", e, []string{"list"}, ExitUsage, "list needs --channel mail|sms|wecom or --queue NAME"},
 		{"replay without a selection", e, []string{"replay", "--channel", "mail"}, ExitUsage, "exactly one of --id, --all, --reason"},
 		{"replay with two selections", e, []string{"replay", "--channel", "mail", "--all", "--reason", "expired"}, ExitUsage, "exactly one of"},
 		{"unknown reason", e, []string{"list", "--channel", "mail", "--reason", "exploded"}, ExitUsage, `--reason "exploded"`},

@@ -211,3 +211,78 @@ func TestDeclareRefusesExchangeConflictWithExchangeAdvice(t *testing.T) {
 	require.Contains(t, errOut, "recreate exchange exchange.dead-letter.mail: it holds no messages")
 	require.NotContains(t, errOut, "delete_queue")
 }
+
+// Issue 12: a deployment declared before levels existed (queue.{ch} only)
+// gets the normal and low queues from `declare` without a conflict, `plan`
+// shows them first, and each level's routing key reaches its queue; a full
+// level queue refuses the publish (a nack) instead of dropping.
+func TestDeclareAddsLevelsToAnExistingDeployment(t *testing.T) {
+	for _, qt := range []string{"classic", "quorum"} {
+		t.Run(qt, func(t *testing.T) {
+			cfg, b := setup(t, map[string]string{"QUEUE_TYPE": qt, "MAIL_NORMAL_QUEUE_MAX_LENGTH": "2"})
+			code, _, errOut := run(t, cfg, "declare")
+			require.Equal(t, ExitOK, code, errOut)
+			m, err := topology.Build(cfg.Model, "")
+			require.NoError(t, err)
+			conn, err := amqp.Dial(b.URL)
+			require.NoError(t, err)
+			defer func() { _ = conn.Close() }()
+			ch, err := conn.Channel()
+			require.NoError(t, err)
+			// Back to the deployment before levels: only the high queues.
+			for _, c := range m.Channels {
+				for _, lt := range c.Levels[1:] {
+					_, err := ch.QueueDelete(lt.Queue, false, false, false)
+					require.NoError(t, err)
+				}
+			}
+			code, out, _ := run(t, cfg, "plan")
+			require.Equal(t, ExitPending, code, out)
+			require.Contains(t, out, "+ create queue queue.mail.normal")
+			require.Contains(t, out, "+ create queue queue.sms.low")
+			require.NotContains(t, out, "conflict queue")
+
+			code, _, errOut = run(t, cfg, "declare")
+			require.Equal(t, ExitOK, code, errOut)
+			code, out, _ = run(t, cfg, "plan")
+			require.Equal(t, ExitOK, code, out)
+
+			mail, err := m.Channel(topology.Mail)
+			require.NoError(t, err)
+			require.NoError(t, ch.Confirm(false))
+			confirms := ch.NotifyPublish(make(chan amqp.Confirmation, 8))
+			ctx := testenv.Context(t, 10*time.Second)
+			publish := func(lt topology.LevelTopology) bool {
+				require.NoError(t, ch.PublishWithContext(ctx, mail.Exchange, lt.RoutingKey, true, false, amqp.Publishing{Body: []byte("x")}))
+				select {
+				case c := <-confirms:
+					return c.Ack
+				case <-ctx.Done():
+					t.Fatal("no confirm")
+					return false
+				}
+			}
+			for _, lt := range mail.Levels {
+				require.True(t, publish(lt), lt.Queue)
+				testenv.WaitFor(t, 5*time.Second, "message in "+lt.Queue, func() bool {
+					q, err := ch.QueueDeclarePassive(lt.Queue, true, false, false, false, nil)
+					require.NoError(t, err)
+					return q.Messages == 1
+				})
+			}
+			// A quorum queue applies its bound after the fact, so it may take
+			// a message or two past it before it refuses; what matters is
+			// that it refuses, and keeps every message it confirmed.
+			normal := mail.Level(topology.Normal)
+			accepted := 1
+			for publish(normal) {
+				accepted++
+				require.LessOrEqual(t, accepted, 5, "a full normal queue nacks the publish")
+			}
+			require.GreaterOrEqual(t, accepted, 2, "up to the bound is accepted")
+			q, err := ch.QueueDeclarePassive(normal.Queue, true, false, false, false, nil)
+			require.NoError(t, err)
+			require.Equal(t, accepted, q.Messages, "nothing confirmed was dropped")
+		})
+	}
+}

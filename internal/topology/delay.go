@@ -194,8 +194,12 @@ func (m *Model) addDelay(d DelayConfig, qt QueueType) {
 	} else {
 		dt.PreciseQueue, dt.PreciseKey = "", ""
 	}
+	// A due message goes back to the level it left: its final hop carries
+	// that level's routing key.
 	for _, c := range m.Channels {
-		m.Bindings = append(m.Bindings, Binding{Source: dt.RouteExchange, Destination: c.Exchange, DestinationType: "exchange", RoutingKey: c.RoutingKey})
+		for _, lt := range c.Levels {
+			m.Bindings = append(m.Bindings, Binding{Source: dt.RouteExchange, Destination: c.Exchange, DestinationType: "exchange", RoutingKey: lt.RoutingKey})
+		}
 	}
 	if d.Mode == DelayExact {
 		dt.RelayQueue, dt.RelayKey = "queue.delay.relay", "relay"

@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strings"
@@ -53,8 +54,46 @@ const (
 	ArgQuorumInitialGroup = "x-quorum-initial-group-size"
 )
 
-// ChannelConfig tunes one channel's main queue.
+// Level is a traffic level of a channel (seed 004's multi-level queues).
+// Every channel has the same three, each its own queue: a burst of bulk
+// mail never sits in front of a verification code.
+type Level string
+
+// Levels, from the most to the least urgent.
+const (
+	// High is seed 002's queue exactly (queue.{ch}, its TTL, bound and
+	// drop-head): verification codes, for which a stale message is useless.
+	High Level = "high"
+	// Normal and Low have no queue TTL and a large bound that refuses
+	// publishes (reject-publish) instead of dropping: an accepted notice is
+	// never lost to a burst.
+	Normal Level = "normal"
+	Low    Level = "low"
+)
+
+// Levels lists every level, most urgent first.
+var Levels = []Level{High, Normal, Low}
+
+// ParseLevel returns the level named s.
+func ParseLevel(s string) (Level, error) {
+	for _, l := range Levels {
+		if string(l) == s {
+			return l, nil
+		}
+	}
+	return "", fmt.Errorf("unknown level %q (known: high, normal, low)", s)
+}
+
+// DefaultLevelMaxLength bounds a normal or low queue by default.
+const DefaultLevelMaxLength = 1_000_000
+
+// ChannelConfig tunes one channel's queues.
 type ChannelConfig struct {
+	// LevelMaxLength bounds the normal and low queues (reject-publish when
+	// full); a level missing here gets DefaultLevelMaxLength. High is
+	// bounded by MaxLength.
+	LevelMaxLength map[Level]int
+
 	// QueueTTL is how long a message may wait in the main queue before it is
 	// dead-lettered as expired; 0 means no TTL.
 	QueueTTL time.Duration
@@ -82,7 +121,9 @@ var DefaultChannel = ChannelConfig{QueueTTL: 60 * time.Second, MaxLength: 1000}
 func DefaultConfig() Config {
 	c := Config{QueueType: Classic, Channels: map[string]ChannelConfig{}, Delay: DefaultDelay()}
 	for _, ch := range Channels {
-		c.Channels[ch] = DefaultChannel
+		cc := DefaultChannel
+		cc.LevelMaxLength = map[Level]int{Normal: DefaultLevelMaxLength, Low: DefaultLevelMaxLength}
+		c.Channels[ch] = cc
 	}
 	return c
 }
@@ -105,6 +146,17 @@ func (c Config) Validate() error {
 		}
 		if cc.MaxPriority < 0 || cc.MaxPriority > 10 {
 			return fmt.Errorf("channel %s: max priority %d must be between 0 and 10", name, cc.MaxPriority)
+		}
+		for l, n := range cc.LevelMaxLength {
+			if l == High {
+				return fmt.Errorf("channel %s: the high level is bounded by MaxLength, not LevelMaxLength", name)
+			}
+			if _, err := ParseLevel(string(l)); err != nil {
+				return fmt.Errorf("channel %s: %w", name, err)
+			}
+			if n < 1 {
+				return fmt.Errorf("channel %s: %s queue bound %d must be at least 1 (a level queue is always bounded)", name, l, n)
+			}
 		}
 	}
 	for name := range c.Channels {
@@ -142,6 +194,7 @@ type Queue struct {
 	Durable bool
 	Role    Role
 	Channel string // the delivery channel it belongs to, if any
+	Level   Level  // a main queue's traffic level
 	Args    map[string]any
 	// Sources maps an argument to the environment variable that sets it, so
 	// a conflict message can say which knob to turn. Fixed arguments (the
@@ -157,7 +210,8 @@ type Binding struct {
 	RoutingKey      string
 }
 
-// ChannelTopology names the resources of one delivery channel.
+// ChannelTopology names the resources of one delivery channel. Queue and
+// RoutingKey are the high level's (seed 002's queue.{ch} and {ch}).
 type ChannelTopology struct {
 	Name               string
 	Exchange           string
@@ -167,6 +221,40 @@ type ChannelTopology struct {
 	DeadLetterQueue    string
 	MaxLength          int
 	QueueTTL           time.Duration
+	// Levels holds one entry per level, in the order of Levels.
+	Levels []LevelTopology
+}
+
+// LevelTopology is one level's queue on a channel: publish to the
+// channel's exchange with RoutingKey to reach Queue.
+type LevelTopology struct {
+	Level      Level
+	Queue      string
+	RoutingKey string
+	MaxLength  int // 0 = unbounded
+	// EnvMaxLength is the variable that sets MaxLength, for messages.
+	EnvMaxLength string
+}
+
+// Level returns level l of the channel; an empty or unknown level is
+// High, where every message went before levels existed.
+func (c ChannelTopology) Level(l Level) LevelTopology {
+	for _, lt := range c.Levels {
+		if lt.Level == l {
+			return lt
+		}
+	}
+	return c.Levels[0]
+}
+
+// LevelOfQueue returns the level whose queue is name.
+func (c ChannelTopology) LevelOfQueue(name string) (LevelTopology, bool) {
+	for _, lt := range c.Levels {
+		if lt.Queue == name {
+			return lt, true
+		}
+	}
+	return LevelTopology{}, false
 }
 
 // Model is the whole topology.
@@ -183,7 +271,7 @@ type Model struct {
 
 // Names of a channel's resources, following seed 002.
 func channelNames(ch string) ChannelTopology {
-	return ChannelTopology{
+	ct := ChannelTopology{
 		Name:               ch,
 		Exchange:           "exchange.direct." + ch,
 		RoutingKey:         ch,
@@ -191,6 +279,15 @@ func channelNames(ch string) ChannelTopology {
 		DeadLetterExchange: "exchange.dead-letter." + ch,
 		DeadLetterQueue:    "queue." + ch + ".dlq",
 	}
+	for _, l := range Levels {
+		lt := LevelTopology{Level: l, Queue: ct.Queue, RoutingKey: ct.RoutingKey, EnvMaxLength: LevelMaxLengthEnv(ch, l)}
+		if l != High {
+			lt.Queue += "." + string(l)
+			lt.RoutingKey += "." + string(l)
+		}
+		ct.Levels = append(ct.Levels, lt)
+	}
+	return ct
 }
 
 // Build returns the model for cfg on a broker of the given version ("" means
@@ -210,6 +307,12 @@ func Build(cfg Config, brokerVersion string) (*Model, error) {
 		ct := channelNames(name)
 		ct.MaxLength = cc.MaxLength
 		ct.QueueTTL = cc.QueueTTL
+		for i := range ct.Levels {
+			ct.Levels[i].MaxLength = cc.MaxLength
+			if ct.Levels[i].Level != High {
+				ct.Levels[i].MaxLength = cmp.Or(cc.LevelMaxLength[ct.Levels[i].Level], DefaultLevelMaxLength)
+			}
+		}
 		m.Channels = append(m.Channels, ct)
 
 		m.Exchanges = append(m.Exchanges,
@@ -222,7 +325,7 @@ func Build(cfg Config, brokerVersion string) (*Model, error) {
 
 		prefix := EnvPrefix(name)
 		main := Queue{
-			Name: ct.Queue, Type: cfg.QueueType, Durable: true, Role: RoleMain, Channel: name,
+			Name: ct.Queue, Type: cfg.QueueType, Durable: true, Role: RoleMain, Channel: name, Level: High,
 			Args:    map[string]any{ArgDeadLetterExchange: ct.DeadLetterExchange},
 			Sources: map[string]string{},
 		}
@@ -241,11 +344,14 @@ func Build(cfg Config, brokerVersion string) (*Model, error) {
 		}
 		dlq := Queue{Name: ct.DeadLetterQueue, Type: cfg.QueueType, Durable: true, Role: RoleDeadLetter, Channel: name,
 			Args: map[string]any{}, Sources: map[string]string{}}
-		m.Queues = append(m.Queues, main, dlq)
-		m.Bindings = append(m.Bindings,
-			Binding{Source: ct.Exchange, Destination: ct.Queue, DestinationType: "queue", RoutingKey: ct.RoutingKey},
-			Binding{Source: ct.DeadLetterExchange, Destination: ct.DeadLetterQueue, DestinationType: "queue", RoutingKey: ""},
-		)
+		m.Queues = append(m.Queues, main)
+		m.Bindings = append(m.Bindings, Binding{Source: ct.Exchange, Destination: ct.Queue, DestinationType: "queue", RoutingKey: ct.RoutingKey})
+		for _, lt := range ct.Levels[1:] {
+			m.Queues = append(m.Queues, levelQueue(cfg.QueueType, ct, lt))
+			m.Bindings = append(m.Bindings, Binding{Source: ct.Exchange, Destination: lt.Queue, DestinationType: "queue", RoutingKey: lt.RoutingKey})
+		}
+		m.Queues = append(m.Queues, dlq)
+		m.Bindings = append(m.Bindings, Binding{Source: ct.DeadLetterExchange, Destination: ct.DeadLetterQueue, DestinationType: "queue", RoutingKey: ""})
 	}
 	m.addDelay(cfg.Delay, cfg.QueueType)
 	if cfg.QueueType == Quorum {
@@ -257,9 +363,40 @@ func Build(cfg Config, brokerVersion string) (*Model, error) {
 	return m, m.check()
 }
 
-// EnvPrefix is the prefix of a channel's environment variables
-// (MAIL_QUEUE_TTL, WECOM_QUEUE_MAX_LENGTH): its name in upper case.
+// levelQueue is a normal or low queue: no queue TTL (a notice waits for its
+// turn; its own deadline still applies in the consumer) and a bound that
+// refuses publishes, so the API answers 503 instead of a 202 followed by a
+// drop. reject-publish also makes a quorum queue's dead-lettering
+// at-least-once-capable and is accepted by classic and quorum alike.
+func levelQueue(qt QueueType, ct ChannelTopology, lt LevelTopology) Queue {
+	q := Queue{
+		Name: lt.Queue, Type: qt, Durable: true, Role: RoleMain, Channel: ct.Name, Level: lt.Level,
+		Args: map[string]any{
+			ArgDeadLetterExchange: ct.DeadLetterExchange,
+			ArgMaxLength:          int64(lt.MaxLength),
+			ArgOverflow:           "reject-publish",
+		},
+		Sources: map[string]string{ArgMaxLength: lt.EnvMaxLength},
+	}
+	if qt == Quorum {
+		q.Args[ArgDeadLetterStrategy] = "at-least-once"
+	}
+	return q
+}
+
+// EnvPrefix is the prefix of a channel's variables: its name in upper case
+// (MAIL_QUEUE_TTL, SMS_NORMAL_QUEUE_MAX_LENGTH, and so for any later channel).
 func EnvPrefix(ch string) string { return strings.ToUpper(ch) }
+
+// LevelMaxLengthEnv is the variable bounding a level's queue:
+// MAIL_QUEUE_MAX_LENGTH for high (seed 002's), MAIL_NORMAL_QUEUE_MAX_LENGTH,
+// MAIL_LOW_QUEUE_MAX_LENGTH.
+func LevelMaxLengthEnv(ch string, l Level) string {
+	if l == High {
+		return EnvPrefix(ch) + "_QUEUE_MAX_LENGTH"
+	}
+	return EnvPrefix(ch) + "_" + strings.ToUpper(string(l)) + "_QUEUE_MAX_LENGTH"
+}
 
 // applyQuorum turns every queue into a quorum queue, keeping only the
 // arguments a quorum queue accepts on this broker version, and records what
@@ -268,7 +405,7 @@ func (m *Model) applyQuorum(v version, groupSize int) {
 	m.Notes = append(m.Notes,
 		"quorum queues: every queue is replicated with Raft across the cluster's nodes (use 3 or 5 nodes to survive node loss); on a single node they only add disk writes.",
 		"quorum queues: messages are always persisted; per-message priority is not supported before RabbitMQ 4.0, so x-max-priority is dropped.",
-		"quorum queues: main queues keep overflow drop-head, so their dead-lettering stays at-most-once (at-least-once dead-lettering needs reject-publish, which would refuse new messages instead of dropping the oldest).",
+		"quorum queues: the high queues (queue.{ch}) keep overflow drop-head, so their dead-lettering stays at-most-once (at-least-once dead-lettering needs reject-publish, which would refuse new messages instead of dropping the oldest); the normal and low queues refuse publishes when full and dead-letter at-least-once.",
 		"quorum queues: delay queues use at-least-once dead-lettering (x-dead-letter-strategy, with reject-publish), so no delay hop can lose a message.")
 	if v.less(4, 0) {
 		m.Notes = append(m.Notes, "quorum queues: RabbitMQ 4.0 and later give every quorum queue a default delivery limit of 20, after which a message is dropped or dead-lettered; before 4.0 (this broker) there is none, so a DLQ that is read over and over keeps its messages (see docs/cluster.md).")

@@ -212,3 +212,81 @@ func TestPasswordHashFormat(t *testing.T) {
 	require.Equal(t, h, PasswordHash("guest", "guest"))
 	require.NotEqual(t, h, PasswordHash("guest", "other"))
 }
+
+// Issue 12: every channel has the same three levels, derived from its name.
+func TestBuildLevelsPerChannel(t *testing.T) {
+	for _, qt := range []QueueType{Classic, Quorum} {
+		cfg := DefaultConfig()
+		cfg.QueueType = qt
+		cfg.Channels[Mail] = ChannelConfig{QueueTTL: time.Minute, MaxLength: 1000, LevelMaxLength: map[Level]int{Normal: 50}}
+		m := mustBuild(t, cfg, "")
+		for _, ch := range Channels {
+			c, err := m.Channel(ch)
+			require.NoError(t, err)
+			require.Len(t, c.Levels, len(Levels))
+			high := c.Level(High)
+			require.Equal(t, c.Queue, high.Queue, "high is seed 002's queue")
+			require.Equal(t, c.RoutingKey, high.RoutingKey)
+			require.Equal(t, high, c.Level(""), "no level means high")
+			for _, tc := range []struct {
+				level Level
+				queue string
+				env   string
+			}{
+				{Normal, "queue." + ch + ".normal", EnvPrefix(ch) + "_NORMAL_QUEUE_MAX_LENGTH"},
+				{Low, "queue." + ch + ".low", EnvPrefix(ch) + "_LOW_QUEUE_MAX_LENGTH"},
+			} {
+				lt := c.Level(tc.level)
+				require.Equal(t, tc.queue, lt.Queue)
+				require.Equal(t, tc.env, lt.EnvMaxLength)
+				want := DefaultLevelMaxLength
+				if ch == Mail && tc.level == Normal {
+					want = 50
+				}
+				q, ok := m.Queue(lt.Queue)
+				require.True(t, ok)
+				require.Equal(t, tc.level, q.Level)
+				require.Equal(t, RoleMain, q.Role)
+				require.Equal(t, qt, q.Type)
+				args := map[string]any{ArgMaxLength: int64(want), ArgOverflow: "reject-publish", ArgDeadLetterExchange: c.DeadLetterExchange}
+				if qt == Quorum {
+					args[ArgDeadLetterStrategy] = "at-least-once"
+				}
+				require.Equal(t, args, q.Args, "no TTL, a bound that refuses, the channel's DLX")
+				require.Equal(t, tc.env, q.Sources[ArgMaxLength])
+				require.Contains(t, m.Bindings, Binding{Source: c.Exchange, Destination: lt.Queue, DestinationType: "queue", RoutingKey: lt.RoutingKey})
+				require.Contains(t, m.Bindings, Binding{Source: m.Delay.RouteExchange, Destination: c.Exchange, DestinationType: "exchange", RoutingKey: lt.RoutingKey},
+					"a delayed message comes back to its level")
+				back, ok := c.LevelOfQueue(lt.Queue)
+				require.True(t, ok)
+				require.Equal(t, tc.level, back.Level)
+			}
+		}
+	}
+}
+
+func TestLevelConfigRejected(t *testing.T) {
+	for name, lm := range map[string]map[Level]int{
+		"high":    {High: 10},
+		"unknown": {"urgent": 10},
+		"zero":    {Low: 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cc := cfg.Channels[Mail]
+			cc.LevelMaxLength = lm
+			cfg.Channels[Mail] = cc
+			require.Error(t, cfg.Validate())
+		})
+	}
+}
+
+func TestParseLevel(t *testing.T) {
+	for _, l := range Levels {
+		got, err := ParseLevel(string(l))
+		require.NoError(t, err)
+		require.Equal(t, l, got)
+	}
+	_, err := ParseLevel("HIGH")
+	require.Error(t, err)
+}

@@ -353,7 +353,7 @@ func TestScheduledMessageAndStatus(t *testing.T) {
 	d := h.get("queue.delay.256ms")
 	require.Equal(t, res.TaskID, d.MessageId)
 	require.Equal(t, "exchange.direct.sms", d.Headers[envelope.HeaderTargetExchange])
-	require.Equal(t, "sms", d.Headers[envelope.HeaderTargetKey])
+	require.Equal(t, "sms.normal", d.Headers[envelope.HeaderTargetKey], "it comes back to its level (normal by default)")
 
 	g := h.do("GET", "/api/messages/"+res.TaskID, nil)
 	require.Equal(t, http.StatusOK, g.Status)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/template"
+	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
 // SendResult is the 202 answer's data.
@@ -118,7 +120,8 @@ type admitted struct {
 func (s *Server) admit(ctx context.Context, caller apikey.Key, req *Message, recipient string, now time.Time) (admitted, *apiError) {
 	taskID := newTaskID()
 	rec := status.Record{TaskID: taskID, Status: status.Queued, Channel: req.channel, Recipient: logging.Mask(recipient),
-		Kind: string(envelope.Notification), Template: req.TemplateCode, Tenant: caller.Tenant, CreatedAt: now, UpdatedAt: now}
+		Kind: string(envelope.Notification), Template: req.TemplateCode, Tenant: caller.Tenant, CreatedAt: now, UpdatedAt: now,
+		Priority: string(req.level)}
 	rec.Status, rec.ScheduledAt = req.acceptedAs(now)
 	insert, err := s.d.Status.InsertCommands(rec)
 	if err != nil {
@@ -143,9 +146,16 @@ func (s *Server) message(req *Message, tenant string, now time.Time) *envelope.M
 		Template: req.TemplateCode, Locale: req.Locale, Variables: req.Variables, CallbackURL: req.CallbackURL, Tenant: tenant, CreatedAt: now,
 		Robot: req.channel == chWeComRobot, Mentions: req.Mentions,
 	}
-	if req.Priority != nil {
-		msg.Priority = uint8(*req.Priority)
+	if req.number != nil {
+		msg.Priority = uint8(*req.number) //nolint:gosec // validated 0..9
 	}
+	if req.level != topology.High {
+		msg.Level = string(req.level) // none is high: what a consumer built before levels reads
+	}
+	// The deadline counts from when the message is due: a message
+	// scheduled for tomorrow is not stale before it is sent.
+	deadline := now.Add(req.delay + cmp.Or(req.ttl, s.opts.MessageMaxAge)).UTC()
+	msg.Deadline = &deadline
 	return msg
 }
 
@@ -168,6 +178,7 @@ type MessageView struct {
 	ErrorClass  string     `json:"errorClass,omitempty"`
 	Reason      string     `json:"reason,omitempty"`
 	Provider    string     `json:"provider,omitempty"`
+	Priority    string     `json:"priority,omitempty"` // the traffic level: high, normal or low
 }
 
 func (s *Server) getMessage(c *echo.Context) error {
@@ -193,5 +204,6 @@ func (s *Server) getMessage(c *echo.Context) error {
 		TaskID: r.TaskID, Status: string(r.Status), Channel: r.Channel, Recipient: r.Recipient, Attempts: r.Attempts,
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, LastError: r.LastError, Kind: r.Kind, Template: r.Template,
 		ScheduledAt: r.ScheduledAt, SentAt: r.SentAt, ErrorClass: r.ErrorClass, Reason: r.Reason, Provider: r.Provider,
+		Priority: r.Priority,
 	})
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -13,6 +14,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/delay"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/topology"
 	"github.com/msgpulse/msgpulse/internal/verify"
 )
 
@@ -24,13 +26,33 @@ func newTaskID() string {
 	return id.String()
 }
 
-// publish sends m to its channel's exchange, now or after delay, and waits
-// for the broker's confirm.
+// LevelFullError is a publish the broker refused because the level's
+// queue is at its bound (reject-publish).
+type LevelFullError struct {
+	Level topology.LevelTopology
+	Err   error
+}
+
+func (e *LevelFullError) Error() string {
+	return fmt.Sprintf("%s is full (bound %d, %s)", e.Level.Queue, e.Level.MaxLength, e.Level.EnvMaxLength)
+}
+
+func (e *LevelFullError) Unwrap() error { return e.Err }
+
+// levelFullRetryAfter is the Retry-After of a 503 for a full level queue:
+// long enough for a consumer to drain a share of it, short enough that a
+// caller's backlog keeps moving.
+const levelFullRetryAfter = 5 * time.Second
+
+// publish sends m to its level's queue (m.Level; none is high) on its
+// channel's exchange, now or after delay, and waits for the broker's
+// confirm.
 func (s *Server) publish(ctx context.Context, apiChannel string, m *envelope.Message, after time.Duration) error {
 	ct, err := s.d.Model.Channel(topologyChannel(apiChannel))
 	if err != nil {
 		return err
 	}
+	lt := ct.Level(topology.Level(m.Level))
 	msg, err := envelope.Publishing(m)
 	if err != nil {
 		return err
@@ -38,18 +60,26 @@ func (s *Server) publish(ctx context.Context, apiChannel string, m *envelope.Mes
 	ctx, cancel := context.WithTimeout(ctx, s.opts.PublishTimeout)
 	defer cancel()
 	if after > 0 {
-		err = s.d.Delayed.PublishDelayed(ctx, broker.Outgoing{Exchange: ct.Exchange, RoutingKey: ct.RoutingKey, Msg: msg}, after)
+		err = s.d.Delayed.PublishDelayed(ctx, broker.Outgoing{Exchange: ct.Exchange, RoutingKey: lt.RoutingKey, Msg: msg}, after)
 	} else {
-		err = s.d.Publisher.Publish(ctx, ct.Exchange, ct.RoutingKey, msg)
+		err = s.d.Publisher.Publish(ctx, ct.Exchange, lt.RoutingKey, msg)
+		// A level queue refuses publishes only when it is full: that nack
+		// is back-pressure the caller can act on, not a broker fault.
+		if errors.Is(err, broker.ErrNacked) && lt.Level != topology.High {
+			err = &LevelFullError{Level: lt, Err: err}
+		}
 	}
 	s.metrics.publish.WithLabelValues(publishResult(err)).Inc()
 	return err
 }
 
 func publishResult(err error) string {
+	var full *LevelFullError
 	switch {
 	case err == nil:
 		return "confirmed"
+	case errors.As(err, &full):
+		return "full"
 	case errors.Is(err, broker.ErrReturned):
 		return "returned"
 	case errors.Is(err, delay.ErrOverflow):
@@ -67,6 +97,12 @@ func publishResult(err error) string {
 // publishFailure is the 503 a caller gets when the broker did not take the
 // message. It says why in words an on-call engineer can act on.
 func publishFailure(err error) *apiError {
+	var full *LevelFullError
+	if errors.As(err, &full) {
+		e := unavailable(err, "message not accepted: %s; nothing was kept, so it is safe to retry", full.Error())
+		e.RetryAfter = levelFullRetryAfter
+		return e
+	}
 	why := map[string]string{
 		"returned":    "no queue is bound for it (run `topology declare`)",
 		"overflow":    "the delay queue is full",

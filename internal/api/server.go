@@ -86,6 +86,9 @@ type Options struct {
 	// addresses (CALLBACK_ALLOW_PRIVATE lifts it).
 	Egress         egress.Policy
 	PublishTimeout time.Duration
+	// MessageMaxAge is a message's ttlSeconds when the request has none;
+	// 0 means 24 h.
+	MessageMaxAge time.Duration
 }
 
 // Server is the HTTP API.
@@ -122,6 +125,9 @@ func New(d Deps, opts Options) (*Server, error) {
 	}
 	if opts.PublishTimeout == 0 {
 		opts.PublishTimeout = 3 * time.Second
+	}
+	if opts.MessageMaxAge == 0 {
+		opts.MessageMaxAge = 24 * time.Hour
 	}
 	s := &Server{d: d, opts: opts, log: d.Log, metrics: newMetrics(d.Registry), now: time.Now, scopes: map[[2]string]apikey.Scope{}}
 	var err error

@@ -1,7 +1,9 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net"
@@ -214,15 +216,21 @@ type Message struct {
 	TemplateCode string            `json:"templateCode"`
 	Variables    map[string]string `json:"variables"`
 	Locale       string            `json:"locale,omitempty"`
-	Priority     *int              `json:"priority,omitempty"`
-	CallbackURL  string            `json:"callbackUrl,omitempty"`
-	DelaySeconds *float64          `json:"delaySeconds,omitempty"`
-	SendAt       *string           `json:"sendAt,omitempty"`
+	// Priority is a level ("high", "normal", "low") or seed 004's 0–9.
+	Priority     json.RawMessage `json:"priority,omitempty"`
+	CallbackURL  string          `json:"callbackUrl,omitempty"`
+	DelaySeconds *float64        `json:"delaySeconds,omitempty"`
+	SendAt       *string         `json:"sendAt,omitempty"`
+	// TTLSeconds is the deadline after the message is due.
+	TTLSeconds *float64 `json:"ttlSeconds,omitempty"`
 	// Mentions: for WECOM_ROBOT, the userids the robot mentions, or @all.
 	Mentions []string `json:"mentions,omitempty"`
 
-	channel string        // email, sms, wecom or wecom_robot, from MessageType
-	delay   time.Duration // 0 = now
+	channel string         // email, sms, wecom or wecom_robot, from MessageType
+	delay   time.Duration  // 0 = now
+	level   topology.Level // from Priority; normal by default
+	number  *int           // Priority when given as a number
+	ttl     time.Duration  // 0 = MESSAGE_MAX_AGE
 }
 
 // SendRequest is the body of POST /api/messages/send.
@@ -288,8 +296,15 @@ func (r *Message) validateCommon(locales func(string) bool, allowHTTP bool, now 
 	if r.Locale != "" && !locales(r.Locale) {
 		return badRequest("locale %q is not available", truncate(r.Locale, 16))
 	}
-	if r.Priority != nil && (*r.Priority < 0 || *r.Priority > 9) {
-		return badRequest("priority must be between 0 and 9")
+	if e := r.parsePriority(); e != nil {
+		return e
+	}
+	if r.TTLSeconds != nil {
+		d := *r.TTLSeconds
+		if math.IsNaN(d) || math.IsInf(d, 0) || d < 1 || d > float64(maxTTL/time.Second) {
+			return badRequest("ttlSeconds must be a number of seconds from 1 to %d", int64(maxTTL/time.Second))
+		}
+		r.ttl = time.Duration(d * float64(time.Second))
 	}
 	if r.CallbackURL != "" {
 		if e := checkCallback(r.CallbackURL, allowHTTP); e != nil {
@@ -320,6 +335,44 @@ func (r *Message) validateCommon(locales func(string) bool, allowHTTP bool, now 
 			return badRequest("sendAt %s is not in the future", *r.SendAt)
 		}
 		r.delay = at.Sub(now)
+	}
+	return nil
+}
+
+// maxTTL bounds ttlSeconds: a deadline further out than the status record
+// lives says nothing.
+const maxTTL = 30 * 24 * time.Hour
+
+// parsePriority reads priority: a level name, or seed 004's integer scale
+// (0–3 low, 4–6 normal, 7–9 high). Absent means normal.
+func (r *Message) parsePriority() *apiError {
+	r.level = topology.Normal
+	raw := bytes.TrimSpace(r.Priority)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	const want = `priority must be "high", "normal", "low" or an integer from 0 to 9`
+	var name string
+	if json.Unmarshal(raw, &name) == nil {
+		l, err := topology.ParseLevel(name)
+		if err != nil {
+			return badRequest(want)
+		}
+		r.level = l
+		return nil
+	}
+	var n int
+	if json.Unmarshal(raw, &n) != nil || n < 0 || n > 9 {
+		return badRequest(want)
+	}
+	r.number = &n
+	switch {
+	case n >= 7:
+		r.level = topology.High
+	case n >= 4:
+		r.level = topology.Normal
+	default:
+		r.level = topology.Low
 	}
 	return nil
 }

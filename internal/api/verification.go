@@ -12,6 +12,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/logging"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
 // VerificationCode is the 202 answer's data.
@@ -53,7 +54,8 @@ func (s *Server) requestCode(c *echo.Context) error {
 		Purpose:   req.Purpose, SealedCode: sealed, CodeDigest: iss.Digest, Deadline: &iss.ExpiresAt, Tenant: caller.Tenant, CreatedAt: now,
 	}
 	rec := status.Record{TaskID: taskID, Status: status.Queued, Channel: req.Channel, Recipient: logging.Mask(req.Recipient),
-		Kind: string(envelope.Verification), Template: "verify_code", Tenant: caller.Tenant, CreatedAt: now, UpdatedAt: now}
+		Kind: string(envelope.Verification), Template: "verify_code", Tenant: caller.Tenant, CreatedAt: now, UpdatedAt: now,
+		Priority: string(topology.High)} // codes are always high: they go stale in a minute
 	// One round trip: the limits, and only if they admit the request, the
 	// code and its status record, in the limiter's script.
 	issue := s.d.Codes.IssueCommands(iss)
@@ -77,6 +79,7 @@ func (s *Server) requestCode(c *echo.Context) error {
 		s.rollback(ctx, undo{reservation: res, code: iss, taskID: taskID})
 		return unavailable(err, "could not store the code (Redis); nothing was sent, try again")
 	}
+	// No level on the message: high, where codes always go.
 	if err := s.publish(ctx, req.Channel, msg, 0); err != nil {
 		s.rollback(ctx, undo{reservation: res, code: iss, taskID: taskID})
 		return publishFailure(err)

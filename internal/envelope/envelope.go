@@ -79,7 +79,12 @@ type Message struct {
 	Priority    uint8      `json:"priority,omitempty"`
 	// Tenant is the sending API key's tenant, for logs and tools; access
 	// is decided on the status record's copy.
-	Tenant    string    `json:"tenant,omitempty"`
+	Tenant string `json:"tenant,omitempty"`
+	// Level is the traffic level (topology's normal or low) whose queue the
+	// message was published to, so a retry or a snooze goes back to it.
+	// Empty means high, and is what codes carry: a consumer built before
+	// levels existed reads them unchanged.
+	Level     string    `json:"level,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
 	// Attempt counts send attempts already made; 0 on the first delivery.
 	Attempt int `json:"attempt"`

@@ -63,6 +63,9 @@ type Record struct {
 	// Tenant owns the message (the API key's tenant); "" on records written
 	// before tenants existed, which belong to the default tenant.
 	Tenant string `json:"tenant,omitempty"`
+	// Priority is the traffic level the message was queued at: high,
+	// normal or low.
+	Priority string `json:"priority,omitempty"`
 }
 
 // Update changes a record; nil and zero fields are left as they are, and a
@@ -152,6 +155,7 @@ const (
 	fReason      = "reason"
 	fProvider    = "provider"
 	fTenant      = "tenant"
+	fPriority    = "priority"
 )
 
 // Times are stamped in the scripts so that every writer uses one clock.
@@ -277,6 +281,7 @@ func fields(r Record) []any {
 		fReason, r.Reason,
 		fProvider, r.Provider,
 		fTenant, r.Tenant,
+		fPriority, r.Priority,
 	}
 }
 
@@ -454,6 +459,7 @@ func parse(m map[string]string) (Record, error) {
 		Reason:     m[fReason],
 		Provider:   m[fProvider],
 		Tenant:     m[fTenant],
+		Priority:   m[fPriority],
 	}
 	var err error
 	num := func(f string) int64 {

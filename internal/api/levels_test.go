@@ -1,0 +1,138 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/topology"
+)
+
+// levelNotice is a notice to bob with priority set (nil: none).
+func levelNotice(priority any) map[string]any {
+	m := notice("bob@example.com")
+	if priority != nil {
+		m["priority"] = priority
+	}
+	return m
+}
+
+// Issue 12: priority picks the level's queue, the status record keeps the
+// level, and ttlSeconds (or MESSAGE_MAX_AGE) is the message's deadline.
+func TestSendPicksTheLevelQueue(t *testing.T) {
+	h := setup(t, options{})
+	for _, tc := range []struct {
+		priority any
+		level    topology.Level
+		queue    string
+	}{
+		{nil, topology.Normal, "queue.mail.normal"},
+		{"high", topology.High, "queue.mail"},
+		{"normal", topology.Normal, "queue.mail.normal"},
+		{"low", topology.Low, "queue.mail.low"},
+		{0, topology.Low, "queue.mail.low"},
+		{3, topology.Low, "queue.mail.low"},
+		{4, topology.Normal, "queue.mail.normal"},
+		{6, topology.Normal, "queue.mail.normal"},
+		{7, topology.High, "queue.mail"},
+		{9, topology.High, "queue.mail"},
+	} {
+		r := h.do("POST", "/api/messages/send", levelNotice(tc.priority))
+		require.Equal(t, http.StatusAccepted, r.Status, r.Msg)
+		var out SendResult
+		r.data(t, &out)
+		d := h.get(tc.queue)
+		require.Equal(t, out.TaskID, d.MessageId, "priority %v", tc.priority)
+		m, err := envelope.Decode(d.Body)
+		require.NoError(t, err)
+		if tc.level == topology.High {
+			require.Empty(t, m.Level, "high is the level a message without one has")
+		} else {
+			require.Equal(t, string(tc.level), m.Level)
+		}
+		require.NotNil(t, m.Deadline)
+		require.WithinDuration(t, time.Now().Add(24*time.Hour), *m.Deadline, 5*time.Second, "MESSAGE_MAX_AGE by default")
+		g := h.do("GET", "/api/messages/"+out.TaskID, nil)
+		var view MessageView
+		g.data(t, &view)
+		require.Equal(t, string(tc.level), view.Priority)
+	}
+
+	body := levelNotice("low")
+	body["ttlSeconds"] = 90
+	r := h.do("POST", "/api/messages/send", body)
+	require.Equal(t, http.StatusAccepted, r.Status, r.Msg)
+	m, err := envelope.Decode(h.get("queue.mail.low").Body)
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now().Add(90*time.Second), *m.Deadline, 5*time.Second)
+
+	r = h.do("POST", "/api/verification-codes", codeRequest("carol@example.com", "login"))
+	require.Equal(t, http.StatusAccepted, r.Status, r.Msg)
+	var vc VerificationCode
+	r.data(t, &vc)
+	require.Equal(t, vc.TaskID, h.get("queue.mail").MessageId, "codes are always high")
+	g := h.do("GET", "/api/messages/"+vc.TaskID, nil)
+	var view MessageView
+	g.data(t, &view)
+	require.Equal(t, "high", view.Priority)
+}
+
+func TestSendRejectsBadPriorityAndTTL(t *testing.T) {
+	h := setup(t, options{})
+	for _, tc := range []struct {
+		name  string
+		patch func(map[string]any)
+		want  string
+	}{
+		{"unknown level", func(m map[string]any) { m["priority"] = "urgent" }, "priority"},
+		{"upper case", func(m map[string]any) { m["priority"] = "HIGH" }, "priority"},
+		{"too high", func(m map[string]any) { m["priority"] = 10 }, "priority"},
+		{"negative", func(m map[string]any) { m["priority"] = -1 }, "priority"},
+		{"fraction", func(m map[string]any) { m["priority"] = 4.5 }, "priority"},
+		{"object", func(m map[string]any) { m["priority"] = map[string]any{} }, "priority"},
+		{"ttl zero", func(m map[string]any) { m["ttlSeconds"] = 0 }, "ttlSeconds"},
+		{"ttl too long", func(m map[string]any) { m["ttlSeconds"] = 31 * 24 * 3600 }, "ttlSeconds"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := levelNotice(nil)
+			tc.patch(b)
+			r := h.do("POST", "/api/messages/send", b)
+			require.Equal(t, http.StatusBadRequest, r.Status, r.Msg)
+			require.Contains(t, r.Msg, tc.want)
+		})
+	}
+}
+
+// A full normal queue refuses the publish: the caller gets a 503 naming
+// the queue and its bound, with Retry-After, and nothing is kept.
+func TestFullLevelQueueAnswers503WithRetryAfter(t *testing.T) {
+	h := setup(t, options{model: func(c *topology.Config) {
+		cc := c.Channels[topology.Mail]
+		cc.LevelMaxLength = map[topology.Level]int{topology.Normal: 3}
+		c.Channels[topology.Mail] = cc
+	}})
+	accepted := 0
+	var r response
+	for range 10 {
+		r = h.do("POST", "/api/messages/send", levelNotice("normal"))
+		if r.Status != http.StatusAccepted {
+			break
+		}
+		accepted++
+	}
+	require.Equal(t, 3, accepted, "202 up to the bound")
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, r.Msg)
+	require.Contains(t, r.Msg, "queue.mail.normal is full (bound 3, MAIL_NORMAL_QUEUE_MAX_LENGTH)")
+	ra, err := strconv.Atoi(r.Header.Get("Retry-After"))
+	require.NoError(t, err)
+	require.Positive(t, ra)
+	require.Equal(t, 3, h.depth("queue.mail.normal"), "nothing dropped")
+	require.Len(t, h.keysMatching("status:*"), 3, "the refused message left no status record")
+
+	r = h.do("POST", "/api/messages/send", levelNotice("low"))
+	require.Equal(t, http.StatusAccepted, r.Status, "other levels are not affected")
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,11 +50,30 @@ type Handler func(ctx context.Context, d *amqp.Delivery) Action
 // its own publishes (one confirm wait for the lot).
 type BatchHandler func(ctx context.Context, ds []*amqp.Delivery) []Action
 
+// QueueShare is one of several queues a Consumer's workers share.
+type QueueShare struct {
+	Name string
+	// Weight is the queue's share of the workers' picks while the other
+	// queues also have deliveries waiting (smooth weighted round robin).
+	// A queue that alone has work gets every pick. Default 1.
+	Weight int
+	// Prefetch is the unacked deliveries held for this queue; default the
+	// config's Prefetch.
+	Prefetch int
+	// Handler replaces the config's Handler for this queue's deliveries.
+	Handler Handler
+}
+
 // ConsumerConfig configures a Consumer. Set exactly one of Handler and
-// BatchHandler.
+// BatchHandler (or a Handler on every share), and one of Queue and Queues.
 type ConsumerConfig struct {
-	Session      *Session
-	Queue        string
+	Session *Session
+	Queue   string
+	// Queues are consumed by one pool of Concurrency workers, each queue
+	// with its own prefetch: a worker takes the next delivery by weight
+	// from the queues that have one waiting (see QueueShare). Queue is
+	// one share of weight 1.
+	Queues       []QueueShare
 	Handler      Handler
 	BatchHandler BatchHandler
 	// MaxBatch caps a batch (BatchHandler only); default 100. A worker
@@ -71,8 +91,11 @@ type ConsumerConfig struct {
 
 // Validate fills defaults and checks the configuration.
 func (c *ConsumerConfig) Validate() error {
-	if c.Session == nil || (c.Handler == nil) == (c.BatchHandler == nil) || c.Queue == "" {
-		return errors.New("consumer: Session, Queue and one of Handler or BatchHandler are required")
+	if c.Session == nil || (c.Queue == "") == (len(c.Queues) == 0) {
+		return errors.New("consumer: Session and one of Queue or Queues are required")
+	}
+	if c.Handler != nil && c.BatchHandler != nil {
+		return errors.New("consumer: set Handler or BatchHandler, not both")
 	}
 	if c.MaxBatch == 0 {
 		c.MaxBatch = 100
@@ -86,6 +109,31 @@ func (c *ConsumerConfig) Validate() error {
 	if c.Concurrency < 1 || c.Concurrency > 10000 || c.Prefetch < 1 || c.Prefetch > 65535 {
 		return fmt.Errorf("consumer: Concurrency %d or Prefetch %d out of range", c.Concurrency, c.Prefetch)
 	}
+	if c.Queue != "" {
+		c.Queues = []QueueShare{{Name: c.Queue}}
+	}
+	names := make([]string, 0, len(c.Queues))
+	for i := range c.Queues {
+		q := &c.Queues[i]
+		if q.Weight == 0 {
+			q.Weight = 1
+		}
+		if q.Prefetch == 0 {
+			q.Prefetch = c.Prefetch
+		}
+		switch {
+		case q.Name == "":
+			return errors.New("consumer: a queue share has no name")
+		case q.Weight < 1 || q.Weight > 1000 || q.Prefetch < 1 || q.Prefetch > 65535:
+			return fmt.Errorf("consumer: queue %s: Weight %d or Prefetch %d out of range", q.Name, q.Weight, q.Prefetch)
+		case q.Handler == nil && c.Handler == nil && c.BatchHandler == nil:
+			return fmt.Errorf("consumer: queue %s has no handler", q.Name)
+		case q.Handler != nil && c.BatchHandler != nil:
+			return fmt.Errorf("consumer: queue %s: a per-queue Handler cannot be mixed with BatchHandler", q.Name)
+		}
+		names = append(names, q.Name)
+	}
+	c.Queue = strings.Join(names, ",")
 	if c.Grace == 0 {
 		c.Grace = 30 * time.Second
 	}
@@ -164,19 +212,28 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 	}()
 	acks := newAcker(ch, log)
 	defer acks.close()
-	if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
-		return fmt.Errorf("qos: %w", err)
-	}
-	tag := fmt.Sprintf("%s-%s-%d", c.cfg.Tag, c.cfg.Queue, c.seq.Add(1))
-	deliveries, err := ch.Consume(c.cfg.Queue, tag, false, false, false, false, nil)
-	if err != nil {
-		var ae *amqp.Error
-		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
-			return fmt.Errorf("queue %s does not exist (run `topology declare`): %w", c.cfg.Queue, err)
+	seq := c.seq.Add(1)
+	inboxes := make([]*inbox, 0, len(c.cfg.Queues))
+	for _, q := range c.cfg.Queues {
+		// basic.qos before each basic.consume: RabbitMQ applies a
+		// non-global prefetch to the consumers started after it, so each
+		// queue holds only its own share of unacked deliveries.
+		if err := ch.Qos(q.Prefetch, 0, false); err != nil {
+			return fmt.Errorf("qos: %w", err)
 		}
-		return fmt.Errorf("consume %s: %w", c.cfg.Queue, err)
+		tag := fmt.Sprintf("%s-%s-%d", c.cfg.Tag, q.Name, seq)
+		deliveries, err := ch.Consume(q.Name, tag, false, false, false, false, nil)
+		if err != nil {
+			var ae *amqp.Error
+			if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+				return fmt.Errorf("queue %s does not exist (run `topology declare`): %w", q.Name, err)
+			}
+			return fmt.Errorf("consume %s: %w", q.Name, err)
+		}
+		inboxes = append(inboxes, startInbox(q, tag, deliveries))
+		log.Info("consuming", zap.String("tag", tag), zap.Int("concurrency", c.cfg.Concurrency), zap.Int("prefetch", q.Prefetch), zap.Int("weight", q.Weight))
 	}
-	log.Info("consuming", zap.String("tag", tag), zap.Int("concurrency", c.cfg.Concurrency), zap.Int("prefetch", c.cfg.Prefetch))
+	pick := newPicker(inboxes)
 
 	// Handlers get a context that outlives ctx by the grace period.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -187,17 +244,25 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for d := range deliveries {
+			for {
+				d, l, ok := pick.next()
+				if !ok {
+					return
+				}
 				if stopping.Load() {
 					// Never started: give it back for another consumer.
 					_ = acks.requeue(d.DeliveryTag)
 					continue
 				}
 				if c.cfg.BatchHandler != nil {
-					c.handleBatch(hctx, acks, c.gather(d, deliveries), log)
+					c.handleBatch(hctx, acks, c.gather(d, l.buf), log)
 					continue
 				}
-				c.handle(hctx, acks, &d, log)
+				h := l.share.Handler
+				if h == nil {
+					h = c.cfg.Handler
+				}
+				c.handle(hctx, acks, &d, h, log)
 			}
 		}()
 	}
@@ -208,11 +273,13 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 	select {
 	case <-ctx.Done():
 		stopping.Store(true)
-		// Cancel the subscription: the broker stops sending, and the
+		// Cancel the subscriptions: the broker stops sending, and the
 		// library closes deliveries, which ends the workers' loops once
 		// their current message is done.
-		if err := ch.Cancel(tag, false); err != nil {
-			log.Warn("cancel consumer", zap.Error(err))
+		for _, l := range inboxes {
+			if err := ch.Cancel(l.tag, false); err != nil {
+				log.Warn("cancel consumer", zap.String("queue", l.share.Name), zap.Error(err))
+			}
 		}
 		select {
 		case <-workersDone:
@@ -233,18 +300,24 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 		} else {
 			lost = errors.New("channel closed")
 		}
+	case l := <-pick.lost:
+		lost = fmt.Errorf("deliveries of %s ended (consumer cancelled by the broker?)", l.share.Name)
 	case <-workersDone:
 		lost = errors.New("delivery channel closed")
 	}
-	// The channel is gone: running handlers cannot ack any more; their
-	// messages go back to the queue and are redelivered (idempotency makes
-	// that safe). Let them finish their current step and exit.
+	// The channel is gone, or one of its subscriptions: running handlers
+	// cannot be trusted to ack any more; their messages go back to the
+	// queue and are redelivered (idempotency makes that safe). Closing the
+	// channel ends every other subscription too, so the workers run out of
+	// deliveries; let them finish their current step and exit.
 	stopping.Store(true)
+	_ = ch.Close()
 	<-workersDone
 	return lost
 }
 
-// gather takes first and whatever else is already waiting, up to MaxBatch.
+// gather takes first and whatever else is already waiting in its queue,
+// up to MaxBatch.
 func (c *Consumer) gather(first amqp.Delivery, deliveries <-chan amqp.Delivery) []*amqp.Delivery {
 	batch := []*amqp.Delivery{&first}
 	for len(batch) < c.cfg.MaxBatch {
@@ -295,10 +368,10 @@ func (c *Consumer) safeHandleBatch(ctx context.Context, ds []*amqp.Delivery) (ac
 	return c.cfg.BatchHandler(ctx, ds)
 }
 
-func (c *Consumer) handle(ctx context.Context, acks *acker, d *amqp.Delivery, log *zap.Logger) {
+func (c *Consumer) handle(ctx context.Context, acks *acker, d *amqp.Delivery, h Handler, log *zap.Logger) {
 	c.inFlight.Add(1)
 	defer c.inFlight.Add(-1)
-	c.settle(acks, d, c.safeHandle(ctx, d), log)
+	c.settle(acks, d, c.safeHandle(ctx, d, h), log)
 }
 
 func (c *Consumer) settle(acks *acker, d *amqp.Delivery, action Action, log *zap.Logger) {
@@ -316,7 +389,7 @@ func (c *Consumer) settle(acks *acker, d *amqp.Delivery, action Action, log *zap
 	}
 }
 
-func (c *Consumer) safeHandle(ctx context.Context, d *amqp.Delivery) (a Action) {
+func (c *Consumer) safeHandle(ctx context.Context, d *amqp.Delivery, h Handler) (a Action) {
 	defer func() {
 		if r := recover(); r != nil {
 			if c.cfg.OnPanic != nil {
@@ -325,5 +398,5 @@ func (c *Consumer) safeHandle(ctx context.Context, d *amqp.Delivery) (a Action) 
 			a = Reject
 		}
 	}()
-	return c.cfg.Handler(ctx, d)
+	return h(ctx, d)
 }

@@ -247,6 +247,11 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 	if msg.Channel != j.channel {
 		return fmt.Errorf("%w: a %s message in the %s queue", envelope.ErrMalformed, msg.Channel, j.channel)
 	}
+	if msg.Level != "" {
+		if _, err := topology.ParseLevel(msg.Level); err != nil {
+			return fmt.Errorf("%w: %w", envelope.ErrMalformed, err)
+		}
+	}
 	j.msg = msg
 	if msg.Expired(d.now()) {
 		return ErrDeadline
@@ -613,7 +618,9 @@ func (d *Dispatcher) later(ctx context.Context, j *job, wait time.Duration, isRe
 			if mx := d.cfg.Model.Delay.Max; wait > mx {
 				wait = mx
 			}
-			err = d.cfg.Delayed.PublishDelayed(pctx, broker.Outgoing{Exchange: ct.Exchange, RoutingKey: ct.RoutingKey, Msg: pub}, wait)
+			// Back to the level it left (an empty level is high).
+			key := ct.Level(topology.Level(m.Level)).RoutingKey
+			err = d.cfg.Delayed.PublishDelayed(pctx, broker.Outgoing{Exchange: ct.Exchange, RoutingKey: key, Msg: pub}, wait)
 			cancel()
 		}
 	}

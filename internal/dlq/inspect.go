@@ -20,7 +20,10 @@ type Entry struct {
 	ID    string `json:"id"`    // message id (= taskId), or the body's taskId
 	Queue string `json:"queue"` // the DLQ it is in
 	// Channel is where a replay sends it (mail, sms or wecom; "" if unknown).
-	Channel   string `json:"channel"`
+	Channel string `json:"channel"`
+	// Level is the traffic level a replay sends it to: the one its body
+	// names, else the one of the queue it died in; "" is high.
+	Level     string `json:"level,omitempty"`
 	Recipient string `json:"recipient,omitempty"` // masked
 	Kind      string `json:"kind,omitempty"`
 	// Reason is BrokerReason refined by the consumer's status record
@@ -175,6 +178,7 @@ func (x *inspector) inspect(ctx context.Context, dlq string, d *amqp.Delivery) i
 		x.wornMax = max(x.wornMax, e.DeliveryCount)
 	}
 	e.Channel = x.channelOf(dlq, death.Queue, msg)
+	e.Level = x.levelOf(death.Queue, msg)
 
 	rec := x.record(ctx, e.ID)
 	if rec != nil {
@@ -185,6 +189,16 @@ func (x *inspector) inspect(ctx context.Context, dlq string, d *amqp.Delivery) i
 	// expired or dropped message is from an earlier life of the message.
 	e.Reason = refine(e.BrokerReason, derr != nil, rec)
 	return inspected{Entry: e, msg: msg}
+}
+
+func (x *inspector) levelOf(deathQueue string, msg *envelope.Message) string {
+	if msg != nil && msg.Level != "" {
+		return msg.Level
+	}
+	if q, ok := x.model.Queue(deathQueue); ok && q.Role == topology.RoleMain {
+		return string(q.Level)
+	}
+	return ""
 }
 
 // channelOf decides where a replay sends a message: the channel of the

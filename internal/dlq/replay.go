@@ -15,6 +15,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
 // Results of one message in a replay.
@@ -207,7 +208,8 @@ func (t *Tool) Replay(ctx context.Context, queue string, o Options) (*ReplayRepo
 			note(Failed, err.Error())
 			return false, nil
 		}
-		if err := pub.Publish(pubCtx, ct.Exchange, ct.RoutingKey, republishing(del)); err != nil {
+		key := ct.Level(topology.Level(in.Level)).RoutingKey // back to its level
+		if err := pub.Publish(pubCtx, ct.Exchange, key, republishing(del)); err != nil {
 			rep.Failed++
 			note(Failed, err.Error())
 			t.log.Warn("replay failed; the message stays in the DLQ", zap.String("task_id", in.ID), zap.String("queue", queue), zap.Error(err))

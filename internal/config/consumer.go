@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,11 +18,14 @@ import (
 // Consumer configures cmd/consumer.
 type Consumer struct {
 	Common
-	Model            topology.Config
-	Channels         []string
-	PprofAddr        string
-	RedisTimeout     time.Duration
-	Concurrency      int
+	Model        topology.Config
+	Channels     []string
+	PprofAddr    string
+	RedisTimeout time.Duration
+	Concurrency  int
+	// PriorityWeights are the levels' shares of a channel's workers while
+	// every level has work waiting.
+	PriorityWeights  map[topology.Level]int
 	Prefetch         int
 	ShutdownTimeout  time.Duration
 	MaxRetries       int
@@ -72,6 +76,7 @@ func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader
 	}
 	c.Concurrency = l.Int("CONCURRENCY", 8, 1, 10_000, "messages processed at once, per channel")
 	c.Prefetch = l.Int("PREFETCH", 0, 0, 65_535, "unacked deliveries held per channel (0 = 2×CONCURRENCY)")
+	c.PriorityWeights = loadWeights(l)
 	c.ShutdownTimeout = l.Duration("SHUTDOWN_TIMEOUT", 30*time.Second, time.Second, time.Hour, "on SIGTERM, how long in-flight sends may finish before the process exits (their messages are then redelivered)")
 	c.MaxRetries = l.Int("MAX_RETRIES", 3, 0, 100, "retries after a transient failure before the message is dead-lettered")
 	c.RetryBackoff = l.Durations("RETRY_BACKOFF", []time.Duration{5 * time.Second, 30 * time.Second, 5 * time.Minute}, time.Millisecond, 24*time.Hour, "wait before retry 1, 2, 3... (the last repeats)")
@@ -110,4 +115,29 @@ func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader
 // time): the same switch lifts both checks.
 func loadCallbackPrivate(l *envconf.Loader) bool {
 	return l.Bool("CALLBACK_ALLOW_PRIVATE", false, "accept callbackUrl hosts on loopback, link-local, private, unique-local and other internal addresses (development only)")
+}
+
+// loadWeights reads PRIORITY_WEIGHTS: one weight per level, high first,
+// separated by colons (seed 004's traffic shaper: 8:3:1).
+func loadWeights(l *envconf.Loader) map[topology.Level]int {
+	levels := make([]string, len(topology.Levels))
+	for i, lv := range topology.Levels {
+		levels[i] = string(lv)
+	}
+	raw := l.String("PRIORITY_WEIGHTS", "8:3:1", "shares of a channel's workers for the "+strings.Join(levels, ":")+" queues while all have work waiting; a level alone with work gets every worker")
+	parts := strings.Split(raw, ":")
+	if len(parts) != len(topology.Levels) {
+		l.Fail("PRIORITY_WEIGHTS", raw, "want %d weights separated by colons (%s), e.g. 8:3:1", len(topology.Levels), strings.Join(levels, ":"))
+		return nil
+	}
+	w := map[topology.Level]int{}
+	for i, p := range parts {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n < 1 || n > 1000 {
+			l.Fail("PRIORITY_WEIGHTS", raw, "weight %q of %s: want a whole number from 1 to 1000", p, topology.Levels[i])
+			return nil
+		}
+		w[topology.Levels[i]] = n
+	}
+	return w
 }

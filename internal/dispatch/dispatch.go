@@ -155,6 +155,7 @@ func New(cfg Config) (*Dispatcher, error) {
 // job is one delivery on its way through the pipeline.
 type job struct {
 	channel  string
+	level    topology.Level // of the queue it came from
 	del      *amqp.Delivery
 	msg      *envelope.Message // nil when the body is malformed
 	provider string            // the provider that sent or failed
@@ -182,16 +183,22 @@ func (j *job) taskIDs() []string {
 	return ids
 }
 
-// Handler returns the broker handler for one channel's main queue.
+// Handler returns the broker handler for one channel's high queue.
 func (d *Dispatcher) Handler(channel string) broker.Handler {
+	return d.LevelHandler(channel, topology.High)
+}
+
+// LevelHandler returns the broker handler for one level's queue of a
+// channel: the pipeline is the same, the level labels its metrics.
+func (d *Dispatcher) LevelHandler(channel string, level topology.Level) broker.Handler {
 	return func(ctx context.Context, del *amqp.Delivery) broker.Action {
 		d.cfg.Metrics.InFlight.Inc()
 		defer d.cfg.Metrics.InFlight.Dec()
-		d.cfg.Metrics.Consumed.WithLabelValues(channel).Inc()
+		d.cfg.Metrics.Consumed.WithLabelValues(channel, string(level)).Inc()
 		if due, ok := envelope.HeaderTime(del.Headers, envelope.HeaderDueAt); ok {
 			d.cfg.DelayMetrics.Accuracy.Observe(d.now().Sub(due).Seconds())
 		}
-		j := &job{channel: channel, del: del, provider: d.providerName(channel)}
+		j := &job{channel: channel, level: level, del: del, provider: d.providerName(channel)}
 		for {
 			err := d.process(ctx, j)
 			if !errors.Is(err, errRedis) {
@@ -208,12 +215,15 @@ func (d *Dispatcher) Handler(channel string) broker.Handler {
 func (d *Dispatcher) OnPanic(channel string) func(*amqp.Delivery, any) {
 	return func(del *amqp.Delivery, recovered any) {
 		d.log.Error("panic while processing; dead-lettering", zap.String("task_id", del.MessageId), zap.Any("panic", recovered))
-		d.cfg.Metrics.DeadLettered.WithLabelValues(channel, d.providerName(channel), ReasonPanic).Inc()
 		// A WeCom batch's records are its recipients', not its own.
-		j := &job{channel: channel, del: del}
+		j := &job{channel: channel, level: topology.High, del: del}
 		if msg, err := envelope.Decode(del.Body); err == nil && msg.TaskID == del.MessageId {
 			j.msg = msg
+			if msg.Level != "" {
+				j.level = topology.Level(msg.Level)
+			}
 		}
+		d.cfg.Metrics.DeadLettered.WithLabelValues(channel, string(j.level), d.providerName(channel), ReasonPanic).Inc()
 		d.recordJob(context.Background(), j, status.Update{Status: status.Failed, Reason: ptr(ReasonPanic), ErrorClass: ptr("panic"), LastError: ptr(fmt.Sprint("panic: ", recovered))})
 	}
 }
@@ -411,7 +421,7 @@ func (d *Dispatcher) markSent(ctx context.Context, j *job) {
 		}
 	}
 	if n := len(j.rejected); n > 0 {
-		d.cfg.Metrics.DeadLettered.WithLabelValues(j.channel, j.provider, ReasonPermanent).Add(float64(n))
+		d.cfg.Metrics.DeadLettered.WithLabelValues(j.channel, string(j.level), j.provider, ReasonPermanent).Add(float64(n))
 		d.log.Warn("WeCom refused some recipients for good; they are failed", zap.String("task_id", j.msg.TaskID), zap.Int("refused", n), zap.Int("recipients", len(ids)))
 	}
 }
@@ -506,12 +516,12 @@ func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Actio
 	switch {
 	case err == nil:
 		d.markSent(ctx, j)
-		d.cfg.Metrics.Sent.WithLabelValues(j.channel, j.provider).Add(float64(len(j.taskIDs()) - len(j.rejected)))
+		d.cfg.Metrics.Sent.WithLabelValues(j.channel, string(j.level), j.provider).Add(float64(len(j.taskIDs()) - len(j.rejected)))
 		log.Info("sent")
 		return broker.Ack
 
 	case errors.Is(err, ErrAlreadySent):
-		d.cfg.Metrics.Skipped.WithLabelValues(j.channel, "duplicate").Inc()
+		d.cfg.Metrics.Skipped.WithLabelValues(j.channel, string(j.level), "duplicate").Inc()
 		log.Info("already sent; acking the duplicate delivery")
 		return broker.Ack
 
@@ -519,7 +529,7 @@ func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Actio
 		if !d.later(ctx, j, snooze.For, false) {
 			return broker.Requeue
 		}
-		d.cfg.Metrics.Skipped.WithLabelValues(j.channel, "snoozed").Inc()
+		d.cfg.Metrics.Skipped.WithLabelValues(j.channel, string(j.level), "snoozed").Inc()
 		log.Info("snoozed", zap.Duration("for", snooze.For), zap.String("why", snooze.Reason))
 		return broker.Ack
 
@@ -527,7 +537,7 @@ func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Actio
 		return d.deadLetter(ctx, j, log, ReasonMalformed, "malformed", err)
 
 	case errors.Is(err, ErrDeadline):
-		d.cfg.Metrics.DeadLettered.WithLabelValues(j.channel, j.provider, ReasonDeadline).Inc()
+		d.cfg.Metrics.DeadLettered.WithLabelValues(j.channel, string(j.level), j.provider, ReasonDeadline).Inc()
 		d.final(ctx, j, status.Update{Status: status.Expired, Reason: ptr(ReasonDeadline), ErrorClass: ptr("deadline"),
 			LastError: ptr("not sent: its deadline " + j.msg.Deadline.UTC().Format(time.RFC3339) + " had passed")})
 		log.Warn("past its deadline; dead-lettering without sending")
@@ -549,7 +559,7 @@ func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Actio
 		if !d.later(ctx, j, wait, false) {
 			return broker.Requeue
 		}
-		d.cfg.Metrics.Skipped.WithLabelValues(j.channel, "breaker_open").Inc()
+		d.cfg.Metrics.Skipped.WithLabelValues(j.channel, string(j.level), "breaker_open").Inc()
 		d.recordJob(ctx, j, status.Update{Status: status.Retrying, ErrorClass: ptr("circuit_open"), LastError: ptr(err.Error())})
 		log.Info("circuit breaker open; the message comes back later", zap.Duration("in", wait))
 		return broker.Ack
@@ -571,14 +581,14 @@ func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Actio
 	if !d.later(ctx, j, wait, true) {
 		return broker.Requeue
 	}
-	d.cfg.Metrics.Retried.WithLabelValues(j.channel, j.provider, class).Inc()
+	d.cfg.Metrics.Retried.WithLabelValues(j.channel, string(j.level), j.provider, class).Inc()
 	d.recordJob(ctx, j, status.Update{Status: status.Retrying, ErrorClass: ptr(class), LastError: ptr(err.Error())})
 	log.Warn("send failed; retry scheduled", zap.String("class", class), zap.Duration("in", wait), zap.Error(err))
 	return broker.Ack
 }
 
 func (d *Dispatcher) deadLetter(ctx context.Context, j *job, log *zap.Logger, reason, class string, err error) broker.Action {
-	d.cfg.Metrics.DeadLettered.WithLabelValues(j.channel, j.provider, reason).Inc()
+	d.cfg.Metrics.DeadLettered.WithLabelValues(j.channel, string(j.level), j.provider, reason).Inc()
 	d.final(ctx, j, status.Update{Status: status.Failed, Reason: ptr(reason), ErrorClass: ptr(class), LastError: ptr(err.Error())})
 	log.Warn("dead-lettering", zap.String("reason", reason), zap.String("class", class), zap.Error(err))
 	return broker.Reject

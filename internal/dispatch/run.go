@@ -269,7 +269,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 			return err
 		}
 		c, err := broker.NewConsumer(broker.ConsumerConfig{
-			Session: session, Queue: ct.Queue, Handler: d.Handler(ch), OnPanic: d.OnPanic(ch),
+			Session: session, Queues: d.LevelQueues(ct, cfg.PriorityWeights, cfg.Concurrency), OnPanic: d.OnPanic(ch),
 			Concurrency: cfg.Concurrency, Prefetch: cfg.Prefetch, Grace: cfg.ShutdownTimeout,
 			Tag: "msgpulse-consumer-" + cfg.ConsumerID, Logger: log.Named(ch),
 		})

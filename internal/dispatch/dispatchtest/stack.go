@@ -55,6 +55,8 @@ type Options struct {
 	// token shared through Redis, like separate processes.
 	WeComBase string
 	Logger    *zap.Logger
+	// Weights are the levels' shares of the workers; nil = dispatch.DefaultWeights.
+	Weights map[topology.Level]int
 }
 
 // Stack is one isolated msgpulse deployment.
@@ -216,7 +218,7 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	for _, ch := range topology.Channels {
 		ct, err := s.Model.Channel(ch)
 		require.NoError(t, err)
-		bc, err := broker.NewConsumer(broker.ConsumerConfig{Session: session, Queue: ct.Queue, Handler: d.Handler(ch), OnPanic: d.OnPanic(ch),
+		bc, err := broker.NewConsumer(broker.ConsumerConfig{Session: session, Queues: d.LevelQueues(ct, s.opts.Weights, concurrency), OnPanic: d.OnPanic(ch),
 			Concurrency: concurrency, Grace: 10 * time.Second, Tag: name})
 		require.NoError(t, err)
 		workers.Add(1)
@@ -306,7 +308,7 @@ func (s *Stack) publish(m *envelope.Message) {
 			require.NoError(t, err)
 		}
 	}
-	require.NoError(t, s.Pub.Publish(testenv.Context(t, 10*time.Second), ct.Exchange, ct.RoutingKey, pub))
+	require.NoError(t, s.Pub.Publish(testenv.Context(t, 10*time.Second), ct.Exchange, ct.Level(topology.Level(m.Level)).RoutingKey, pub))
 }
 
 // PublishRaw puts any body on a channel's main queue (for malformed input).

@@ -1,0 +1,34 @@
+package dispatch
+
+import (
+	"github.com/msgpulse/msgpulse/internal/broker"
+	"github.com/msgpulse/msgpulse/internal/topology"
+)
+
+// DefaultWeights are seed 004's shares (PRIORITY_WEIGHTS 8:3:1).
+var DefaultWeights = map[topology.Level]int{topology.High: 8, topology.Normal: 3, topology.Low: 1}
+
+// LevelQueues are the queues of one channel for a broker.Consumer: every
+// level, served by one pool of workers that prefers high, then normal,
+// then low by weights (nil: DefaultWeights).
+//
+// High keeps the consumer's prefetch. The lower levels hold at most one
+// delivery per worker (concurrency): enough that a level alone with work
+// keeps every worker busy, few enough that a consumer does not sit on a
+// large share of a backlog that other consumers could be sending. A code
+// never waits behind them either way: workers pick from per-queue
+// buffers, high first by weight, not from one stream in arrival order.
+func (d *Dispatcher) LevelQueues(ct topology.ChannelTopology, weights map[topology.Level]int, concurrency int) []broker.QueueShare {
+	if weights == nil {
+		weights = DefaultWeights
+	}
+	out := make([]broker.QueueShare, 0, len(ct.Levels))
+	for _, lt := range ct.Levels {
+		q := broker.QueueShare{Name: lt.Queue, Weight: weights[lt.Level], Handler: d.LevelHandler(ct.Name, lt.Level)}
+		if lt.Level != topology.High {
+			q.Prefetch = concurrency
+		}
+		out = append(out, q)
+	}
+	return out
+}

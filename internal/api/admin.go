@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v5"
 	"go.uber.org/zap"
@@ -120,14 +121,19 @@ func (s *Server) logRateLimitChange(c *echo.Context, what, id string, rc *rateli
 
 // QueueStat is one queue in GET /api/queues/stats.
 type QueueStat struct {
-	Name      string  `json:"name"`
-	Role      string  `json:"role"`
-	Channel   string  `json:"channel"`
-	Messages  int     `json:"messages"`
-	Consumers int     `json:"consumers"`
-	MaxLength int     `json:"maxLength"`
-	Usage     float64 `json:"usage"`
-	Status    string  `json:"status"`
+	Name    string `json:"name"`
+	Role    string `json:"role"`
+	Channel string `json:"channel"`
+	// Level is a main queue's traffic level: high, normal or low.
+	Level string `json:"level,omitempty"`
+	// OldestAgeSeconds is how long the head message has waited, where the
+	// broker reports it (classic queues, through the management API).
+	OldestAgeSeconds *float64 `json:"oldestAgeSeconds,omitempty"`
+	Messages         int      `json:"messages"`
+	Consumers        int      `json:"consumers"`
+	MaxLength        int      `json:"maxLength"`
+	Usage            float64  `json:"usage"`
+	Status           string   `json:"status"`
 }
 
 func apiChannelOf(ch string) string {
@@ -149,6 +155,14 @@ func (s *Server) queueStats(c *echo.Context) error {
 	if err != nil {
 		return unavailable(err, "queue statistics are unavailable (RabbitMQ): %v", err)
 	}
+	var ages map[string]time.Time
+	if s.d.Ages != nil {
+		// Best effort: the depths above do not need the management API.
+		if ages, err = s.d.Ages(c.Request().Context()); err != nil {
+			s.log.Debug("queue ages unavailable (management API)", zap.Error(err))
+		}
+	}
+	now := s.now()
 	out := make([]QueueStat, 0, len(states))
 	for i, st := range states {
 		q := s.d.Model.Queues[i]
@@ -156,7 +170,11 @@ func (s *Server) queueStats(c *echo.Context) error {
 		if q.Role == topology.RoleRelayDeadLetter {
 			role = string(topology.RoleDeadLetter)
 		}
-		qs := QueueStat{Name: st.Name, Role: role, Channel: apiChannelOf(q.Channel), Messages: st.Messages, Consumers: st.Consumers, Status: "ok"}
+		qs := QueueStat{Name: st.Name, Role: role, Channel: apiChannelOf(q.Channel), Level: string(q.Level), Messages: st.Messages, Consumers: st.Consumers, Status: "ok"}
+		if at, ok := ages[q.Name]; ok && st.Messages > 0 {
+			age := max(now.Sub(at), 0).Seconds()
+			qs.OldestAgeSeconds = &age
+		}
 		if n, ok := envelope.HeaderInt(q.Args, topology.ArgMaxLength); ok {
 			qs.MaxLength = int(n)
 			qs.Usage = float64(st.Messages) / float64(n)

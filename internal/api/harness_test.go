@@ -146,6 +146,9 @@ func setup(t *testing.T, o options) *harness {
 			}
 			return broker.Inspect(conn, names)
 		},
+		Ages: func(ctx context.Context) (map[string]time.Time, error) {
+			return h.broker.Mgmt.HeadTimestamps(ctx, h.broker.VHost)
+		},
 		Ready: func(context.Context) map[string]string { return map[string]string{"amqp": "ok", "redis": "ok"} },
 	}, Options{APIKeys: o.keys, Egress: o.egress, BodyLimit: 4096, Limits: o.limits, PublishTimeout: 3 * time.Second})
 	require.NoError(t, err)

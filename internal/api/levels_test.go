@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/testenv"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
@@ -135,4 +137,53 @@ func TestFullLevelQueueAnswers503WithRetryAfter(t *testing.T) {
 
 	r = h.do("POST", "/api/messages/send", levelNotice("low"))
 	require.Equal(t, http.StatusAccepted, r.Status, "other levels are not affected")
+}
+
+// /api/queues/stats reports every level of every channel: depth, bound,
+// consumers, the oldest message's age, and the warning above 80%.
+func TestQueueStatsReportEachLevel(t *testing.T) {
+	h := setup(t, options{model: func(c *topology.Config) {
+		cc := c.Channels[topology.Mail]
+		cc.LevelMaxLength = map[topology.Level]int{topology.Normal: 10}
+		c.Channels[topology.Mail] = cc
+	}})
+	sent := time.Now().Add(-time.Minute)
+	for i := range 9 {
+		require.NoError(t, h.ch.Publish("exchange.direct.mail", "mail.normal", false, false,
+			amqp.Publishing{Body: []byte(strconv.Itoa(i)), Timestamp: sent}))
+	}
+	testenv.WaitFor(t, 5*time.Second, "9 messages in queue.mail.normal", func() bool { return h.depth("queue.mail.normal") == 9 })
+	var byName map[string]QueueStat
+	// The management API refreshes its statistics every few seconds.
+	testenv.WaitFor(t, 20*time.Second, "the oldest message's age", func() bool {
+		r := h.do("GET", "/api/queues/stats", nil)
+		require.Equal(t, http.StatusOK, r.Status)
+		var data struct{ Queues []QueueStat }
+		r.data(t, &data)
+		byName = map[string]QueueStat{}
+		for _, q := range data.Queues {
+			byName[q.Name] = q
+		}
+		return byName["queue.mail.normal"].OldestAgeSeconds != nil
+	})
+	normal := byName["queue.mail.normal"]
+	require.Equal(t, "normal", normal.Level)
+	require.Equal(t, "email", normal.Channel)
+	require.Equal(t, 9, normal.Messages)
+	require.Equal(t, 10, normal.MaxLength)
+	require.Equal(t, "warning", normal.Status)
+	require.GreaterOrEqual(t, *normal.OldestAgeSeconds, 59.0)
+	require.LessOrEqual(t, *normal.OldestAgeSeconds, time.Since(sent).Seconds()+1, "timestamps have whole seconds")
+	for _, ch := range []string{"mail", "sms"} {
+		for _, lt := range []struct{ queue, level string }{{"queue." + ch, "high"}, {"queue." + ch + ".normal", "normal"}, {"queue." + ch + ".low", "low"}} {
+			q, ok := byName[lt.queue]
+			require.True(t, ok, lt.queue)
+			require.Equal(t, lt.level, q.Level)
+			require.Equal(t, "main", q.Role)
+			require.Positive(t, q.MaxLength, "every level is bounded")
+		}
+	}
+	require.Equal(t, topology.DefaultLevelMaxLength, byName["queue.sms.low"].MaxLength)
+	require.Equal(t, "ok", byName["queue.sms.low"].Status)
+	require.Nil(t, byName["queue.sms.low"].OldestAgeSeconds, "an empty queue has no oldest message")
 }

@@ -130,6 +130,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		RateLimits: rateLimits, Codes: codes, Keys: keys, Status: statuses, Redis: redisClient, Templates: tpl, Registry: reg, Claims: claims,
 		DLQ:     CachedDLQStats(session, model, statuses, 5*time.Second),
 		Inspect: inspect,
+		Ages:    queueAges(cfg, log),
 		Ready: func(ctx context.Context) map[string]string {
 			out := map[string]string{"amqp": "ok", "redis": "ok"}
 			if _, ok := session.Current(); !ok {
@@ -202,12 +203,10 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 // nil when RABBITMQ_MANAGEMENT_URL is unusable (the console then shows
 // each queue's net change).
 func queueRates(cfg config.API, log *zap.Logger) func(context.Context) (map[string]console.Rates, error) {
-	mc, err := mgmt.New(cfg.ManagementURL, 2*time.Second)
-	if err != nil {
-		log.Warn("the console shows no queue rates: RABBITMQ_MANAGEMENT_URL", zap.Error(err))
+	mc, vhost := management(cfg, log, "the console shows no queue rates")
+	if mc == nil {
 		return nil
 	}
-	vhost := mgmt.VHostOf(cfg.AMQPURL)
 	return func(ctx context.Context) (map[string]console.Rates, error) {
 		qs, err := mc.Queues(ctx, vhost)
 		if err != nil {
@@ -221,4 +220,26 @@ func queueRates(cfg config.API, log *zap.Logger) func(context.Context) (map[stri
 		}
 		return out, nil
 	}
+}
+
+// queueAges reads each queue's oldest message time from the management
+// API, for /api/queues/stats; nil when RABBITMQ_MANAGEMENT_URL is unusable
+// (the stats then have no ages).
+func queueAges(cfg config.API, log *zap.Logger) func(context.Context) (map[string]time.Time, error) {
+	mc, vhost := management(cfg, log, "queue stats show no oldest-message ages")
+	if mc == nil {
+		return nil
+	}
+	return func(ctx context.Context) (map[string]time.Time, error) { return mc.HeadTimestamps(ctx, vhost) }
+}
+
+// management is the management API client and the AMQP URL's vhost; nil
+// (logged, saying what is missing) when RABBITMQ_MANAGEMENT_URL is unusable.
+func management(cfg config.API, log *zap.Logger, without string) (*mgmt.Client, string) {
+	mc, err := mgmt.New(cfg.ManagementURL, 2*time.Second)
+	if err != nil {
+		log.Warn(without+": RABBITMQ_MANAGEMENT_URL", zap.Error(err))
+		return nil, ""
+	}
+	return mc, mgmt.VHostOf(cfg.AMQPURL)
 }

@@ -68,7 +68,10 @@ type Deps struct {
 	// published part of a failed mail or SMS batch may still be sent).
 	Claims  *claim.Claimer
 	Inspect QueueInspector
-	DLQ     DLQStats
+	// Ages, when set, gives the time of each queue's oldest message where
+	// the broker reports it (management API); nil or failing: no ages.
+	Ages func(ctx context.Context) (map[string]time.Time, error)
+	DLQ  DLQStats
 	// Ready reports each dependency's health ("ok" or the error text).
 	Ready    func(ctx context.Context) map[string]string
 	Registry *prometheus.Registry

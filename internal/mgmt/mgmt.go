@@ -162,6 +162,10 @@ type QueueInfo struct {
 	// leader (also in Leader) at the time of the call.
 	Node   string `json:"node"`
 	Leader string `json:"leader"`
+	// HeadMessageTimestamp is the timestamp property (unix seconds) of the
+	// message at the head of the queue; absent for an empty queue, and for
+	// queue types that do not report it (quorum).
+	HeadMessageTimestamp *int64 `json:"head_message_timestamp,omitempty"`
 }
 
 // MessageStats are a queue's rates, messages per second, averaged by the
@@ -220,6 +224,22 @@ func (c *Client) Queues(ctx context.Context, vhost string) ([]QueueInfo, error) 
 	var qs []QueueInfo
 	err := c.do(ctx, http.MethodGet, "/api/queues/"+vh(vhost), nil, &qs)
 	return qs, err
+}
+
+// HeadTimestamps returns, per queue of the vhost, the timestamp of its
+// oldest (head) message, for the queues whose type reports one.
+func (c *Client) HeadTimestamps(ctx context.Context, vhost string) (map[string]time.Time, error) {
+	var qs []QueueInfo
+	if err := c.do(ctx, http.MethodGet, "/api/queues/"+vh(vhost)+"?columns=name,head_message_timestamp", nil, &qs); err != nil {
+		return nil, err
+	}
+	out := map[string]time.Time{}
+	for _, q := range qs {
+		if q.HeadMessageTimestamp != nil && *q.HeadMessageTimestamp > 0 {
+			out[q.Name] = time.Unix(*q.HeadMessageTimestamp, 0)
+		}
+	}
+	return out, nil
 }
 
 // Queue returns one queue.

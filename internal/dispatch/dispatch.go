@@ -273,6 +273,9 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 	var rules []ratelimit.Rule
 	if d.cfg.RateLimits != nil {
 		rules = d.cfg.RateLimits.Rules(j.provider)
+		if j.level != topology.High {
+			rules = reserveForHigh(rules)
+		}
 	}
 	if j.channel == topology.WeCom && d.cfg.WeCom != nil {
 		more, err := d.wecomRules(ctx, msg)

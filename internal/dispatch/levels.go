@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"github.com/msgpulse/msgpulse/internal/broker"
+	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
@@ -29,6 +30,32 @@ func (d *Dispatcher) LevelQueues(ct topology.ChannelTopology, weights map[topolo
 			q.Prefetch = concurrency
 		}
 		out = append(out, q)
+	}
+	return out
+}
+
+// highReserve is the share of every per-provider limit that only high
+// messages may use (seed 004's traffic shaper): normal and low stop below
+// it and wait (a snooze through the delay queues, never a failure), so
+// when a provider is at its limit the next tokens go to codes.
+const highReserve = 0.2
+
+// reserveForHigh returns the rules a normal or low message is checked
+// against: the same keys, so every level counts in the same log, with each
+// window's limit lowered by the high reserve (at least one; a limit of one
+// is left whole, or the lower levels could never send).
+func reserveForHigh(rules []ratelimit.Rule) []ratelimit.Rule {
+	out := make([]ratelimit.Rule, len(rules))
+	for i, r := range rules {
+		r.Windows = append([]ratelimit.Window(nil), r.Windows...)
+		for k := range r.Windows {
+			w := &r.Windows[k]
+			if w.Limit > 1 {
+				w.Limit -= max(1, int(float64(w.Limit)*highReserve+0.999))
+			}
+		}
+		r.Name += " (less the reserve for high)"
+		out[i] = r
 	}
 	return out
 }

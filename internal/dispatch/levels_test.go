@@ -2,6 +2,7 @@ package dispatch_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/dispatch/dispatchtest"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/mailcatcher"
+	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/testenv"
 	"github.com/msgpulse/msgpulse/internal/topology"
@@ -90,4 +92,34 @@ func TestUnknownLevelIsMalformed(t *testing.T) {
 	s.StartConsumer("c1", 1)
 	rec := waitStatus(t, s, id, status.Failed)
 	require.Equal(t, status.ReasonMalformed, rec.Reason)
+}
+
+// Issue 12 (seed 004's traffic shaper): at a provider's limit the next
+// tokens go to high. Normal stops at the limit less the reserve and waits
+// (snoozed, never failed); a code still gets through.
+func TestProviderLimitKeepsTokensForHigh(t *testing.T) {
+	s := setup(t, dispatchtest.Options{})
+	store, err := ratelimit.NewConfigStore(s.Redis.Client, s.Redis.Prefix, nil, ratelimit.StoreConfig{})
+	require.NoError(t, err)
+	smtp := "smtp"
+	// A minute window: nothing frees up while the test runs.
+	_, err = store.Create(context.Background(), ratelimit.Config{ID: "smtp-minute", Provider: &smtp, RequestsPerMinute: 5, IsEnabled: true})
+	require.NoError(t, err)
+	s.StartConsumer("c1", 4)
+	var bulk []string
+	for i := range 6 {
+		bulk = append(bulk, s.Notice(topology.Mail, fmt.Sprintf("bulk%d@example.com", i), "bulk", atLevel(topology.Normal)))
+	}
+	testenv.WaitFor(t, 10*time.Second, "4 of 6 normal sent, 2 snoozed", func() bool {
+		return s.Mail.Count() == 4 && testutil.ToFloat64(s.Metrics.Skipped.WithLabelValues("mail", "normal", "snoozed")) >= 2
+	})
+	code, _ := s.Verification("code@example.com", "login", nil)
+	waitStatus(t, s, code, status.Sent)
+	require.Equal(t, 1, s.MailsTo("code@example.com"), "the reserved token went to the code")
+	for _, id := range bulk {
+		rec := s.StatusOf(id)
+		require.NotEqual(t, status.Failed, rec.Status, "lower levels wait, never fail")
+	}
+	require.Equal(t, 5, s.Mail.Count())
+	require.Zero(t, s.Depth("queue.mail.dlq"))
 }

@@ -185,6 +185,19 @@ func TestMethods(t *testing.T) {
 			want:     &SendResult{TaskID: "t-3", Status: StatusScheduled, ScheduledAt: ptr(ts("2026-05-04T10:16:30.5Z"))},
 		},
 		{
+			name: "send message at a level, with a ttl",
+			call: func(ctx context.Context, c *Client) (any, error) {
+				return c.SendMessage(ctx, SendRequest{MessageType: MessageEmail, TemplateCode: "notice", Recipient: "alice@example.com",
+					Variables: map[string]string{}, Level: LevelLow, TTLSeconds: ptr(3600.0)})
+			},
+			wantMethod: "POST", wantPath: "/api/messages/send",
+			wantBody: `{"messageType":"EMAIL","templateCode":"notice","recipient":"alice@example.com","variables":{},
+				"ttlSeconds":3600,"priority":"low"}`,
+			status:   202,
+			respBody: `{"code":202,"msg":"accepted","data":{"taskId":"t-4","status":"queued"}}`,
+			want:     &SendResult{TaskID: "t-4", Status: StatusQueued},
+		},
+		{
 			name: "send message: nil variables sent as {}, sendAt as RFC 3339",
 			call: func(ctx context.Context, c *Client) (any, error) {
 				return c.SendMessage(ctx, SendRequest{MessageType: MessageSMS, TemplateCode: "reminder", Recipient: "+8613800138000",
@@ -720,4 +733,12 @@ func TestRequestJSONNames(t *testing.T) {
 			require.JSONEq(t, tc.want, string(b))
 		})
 	}
+}
+
+func TestSendRequestLevelOrPriorityNotBoth(t *testing.T) {
+	_, err := json.Marshal(SendRequest{MessageType: MessageEmail, Priority: ptr(3), Level: LevelHigh})
+	require.Error(t, err)
+	b, err := json.Marshal(SendRequest{MessageType: MessageEmail})
+	require.NoError(t, err)
+	require.NotContains(t, string(b), "priority", "the server's default when neither is set")
 }

@@ -1,6 +1,10 @@
 package client
 
-import "time"
+import (
+	"encoding/json"
+	"errors"
+	"time"
+)
 
 // Channel is the delivery channel of a verification code or a message.
 type Channel string
@@ -87,14 +91,21 @@ type SendRequest struct {
 	// requires the object.
 	Variables map[string]string `json:"variables"`
 	Locale    string            `json:"locale,omitempty"`
-	// Priority is 0..9; a pointer because 0 is a valid priority that must
-	// not be confused with "use the server's default".
-	Priority     *int       `json:"priority,omitempty"`
+	// Priority is 0..9 (0–3 low, 4–6 normal, 7–9 high); a pointer because
+	// 0 is a valid priority that must not be confused with "use the
+	// server's default". Set it or Level, not both.
+	Priority *int `json:"priority,omitempty"`
+	// Level is the traffic level, sent as priority: LevelHigh, LevelNormal
+	// (the server's default) or LevelLow.
+	Level        Level      `json:"-"`
 	CallbackURL  string     `json:"callbackUrl,omitempty"` // https only
 	DelaySeconds *float64   `json:"delaySeconds,omitempty"`
 	SendAt       *time.Time `json:"sendAt,omitempty"`
 	// Mentions (WECOM_ROBOT only): userids the robot mentions, or "@all".
 	Mentions []string `json:"mentions,omitempty"`
+	// TTLSeconds is the message's deadline after it is due; nil = the
+	// server's MESSAGE_MAX_AGE (24 h). Past it the message ends expired.
+	TTLSeconds *float64 `json:"ttlSeconds,omitempty"`
 }
 
 // BatchRequest is one message to 1 to 1000 recipients (SendBatch).
@@ -105,10 +116,26 @@ type BatchRequest struct {
 	Variables    map[string]string `json:"variables,omitempty"`
 	Locale       string            `json:"locale,omitempty"`
 	Priority     *int              `json:"priority,omitempty"`
-	CallbackURL  string            `json:"callbackUrl,omitempty"`
-	DelaySeconds *float64          `json:"delaySeconds,omitempty"`
-	SendAt       *time.Time        `json:"sendAt,omitempty"`
-	Mentions     []string          `json:"mentions,omitempty"`
+	// Level is sent as priority, as in SendRequest.
+	Level        Level      `json:"-"`
+	CallbackURL  string     `json:"callbackUrl,omitempty"`
+	DelaySeconds *float64   `json:"delaySeconds,omitempty"`
+	SendAt       *time.Time `json:"sendAt,omitempty"`
+	Mentions     []string   `json:"mentions,omitempty"`
+	TTLSeconds   *float64   `json:"ttlSeconds,omitempty"`
+}
+
+// MarshalJSON sends Level, when set, as the priority field.
+func (r BatchRequest) MarshalJSON() ([]byte, error) {
+	type plain BatchRequest
+	p, err := priorityField(r.Level, r.Priority)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(struct {
+		plain
+		Priority any `json:"priority,omitempty"`
+	}{plain(r), p})
 }
 
 // BatchResult is the answer to SendBatch: each accepted recipient's task,
@@ -143,6 +170,44 @@ type Batch struct {
 	TaskIDs []string       `json:"taskIds"`
 }
 
+// Level is a traffic level: each is its own queue, and consumers prefer
+// high, then normal, then low.
+type Level string
+
+// Levels.
+const (
+	LevelHigh   Level = "high"
+	LevelNormal Level = "normal"
+	LevelLow    Level = "low"
+)
+
+// MarshalJSON sends Level, when set, as the priority field.
+func (r SendRequest) MarshalJSON() ([]byte, error) {
+	type plain SendRequest
+	p, err := priorityField(r.Level, r.Priority)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(struct {
+		plain
+		Priority any `json:"priority,omitempty"`
+	}{plain(r), p})
+}
+
+// priorityField is what the priority field carries: the level's name, the
+// number, or nothing (the server's default, normal).
+func priorityField(l Level, n *int) (any, error) {
+	switch {
+	case l != "" && n != nil:
+		return nil, errors.New("client: set Priority or Level, not both")
+	case l != "":
+		return l, nil
+	case n != nil:
+		return *n, nil
+	}
+	return nil, nil
+}
+
 // SendResult is the answer to SendMessage.
 type SendResult struct {
 	TaskID      string     `json:"taskId"`
@@ -169,6 +234,7 @@ type Message struct {
 	ErrorClass  string     `json:"errorClass,omitempty"`
 	Reason      string     `json:"reason,omitempty"`
 	Provider    string     `json:"provider,omitempty"`
+	Priority    Level      `json:"priority,omitempty"` // the level it was queued at
 }
 
 // RateLimit is one rate-limit configuration. A limit of 0 means unlimited.
@@ -196,12 +262,16 @@ type QueueStat struct {
 	Role string `json:"role"` // main, dead-letter, delay or relay
 	// Channel is the topology's channel name ("mail" or "sms"), not the
 	// API's Channel; empty for a queue shared by every channel.
-	Channel   string  `json:"channel"`
-	Messages  int     `json:"messages"`
-	Consumers int     `json:"consumers"`
-	MaxLength int     `json:"maxLength"` // 0 = unbounded
-	Usage     float64 `json:"usage"`     // messages/maxLength, 0..1
-	Status    string  `json:"status"`    // ok, warning (above 80%) or missing
+	Channel string `json:"channel"`
+	Level   Level  `json:"level,omitempty"` // a main queue's traffic level
+	// OldestAgeSeconds is how long the oldest message has waited, where
+	// the broker reports it; nil otherwise.
+	OldestAgeSeconds *float64 `json:"oldestAgeSeconds,omitempty"`
+	Messages         int      `json:"messages"`
+	Consumers        int      `json:"consumers"`
+	MaxLength        int      `json:"maxLength"` // 0 = unbounded
+	Usage            float64  `json:"usage"`     // messages/maxLength, 0..1
+	Status           string   `json:"status"`    // ok, warning (above 80%) or missing
 }
 
 // DLQStats lists what the dead-letter queues hold.

@@ -200,38 +200,27 @@ func (c *Consumer) Run(ctx context.Context) error {
 }
 
 func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *zap.Logger) error {
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("open channel: %w", err)
-	}
-	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
-	defer func() {
-		_ = ch.Close()
-		for range closed { //nolint:revive // drain until the library closes it
-		}
-	}()
-	acks := newAcker(ch, log)
-	defer acks.close()
+	// One AMQP channel per queue: delivery tags, and so the acker's
+	// multiple acks, are per channel, and a delivery of one queue waiting
+	// in its inbox must not hold back the acks (and with them the next
+	// deliveries) of another.
 	seq := c.seq.Add(1)
 	inboxes := make([]*inbox, 0, len(c.cfg.Queues))
+	chanLost := make(chan error, len(c.cfg.Queues))
+	defer func() {
+		for _, in := range inboxes {
+			in.acks.close()
+			_ = in.ch.Close()
+			<-in.watched
+		}
+	}()
 	for _, q := range c.cfg.Queues {
-		// basic.qos before each basic.consume: RabbitMQ applies a
-		// non-global prefetch to the consumers started after it, so each
-		// queue holds only its own share of unacked deliveries.
-		if err := ch.Qos(q.Prefetch, 0, false); err != nil {
-			return fmt.Errorf("qos: %w", err)
-		}
-		tag := fmt.Sprintf("%s-%s-%d", c.cfg.Tag, q.Name, seq)
-		deliveries, err := ch.Consume(q.Name, tag, false, false, false, false, nil)
+		in, err := c.subscribe(conn, q, fmt.Sprintf("%s-%s-%d", c.cfg.Tag, q.Name, seq), chanLost, log)
 		if err != nil {
-			var ae *amqp.Error
-			if errors.As(err, &ae) && ae.Code == amqp.NotFound {
-				return fmt.Errorf("queue %s does not exist (run `topology declare`): %w", q.Name, err)
-			}
-			return fmt.Errorf("consume %s: %w", q.Name, err)
+			return err
 		}
-		inboxes = append(inboxes, startInbox(q, tag, deliveries))
-		log.Info("consuming", zap.String("tag", tag), zap.Int("concurrency", c.cfg.Concurrency), zap.Int("prefetch", q.Prefetch), zap.Int("weight", q.Weight))
+		inboxes = append(inboxes, in)
+		log.Info("consuming", zap.String("tag", in.tag), zap.Int("concurrency", c.cfg.Concurrency), zap.Int("prefetch", q.Prefetch), zap.Int("weight", q.Weight))
 	}
 	pick := newPicker(inboxes)
 
@@ -245,24 +234,24 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 		go func() {
 			defer wg.Done()
 			for {
-				d, l, ok := pick.next()
+				d, in, ok := pick.next()
 				if !ok {
 					return
 				}
 				if stopping.Load() {
 					// Never started: give it back for another consumer.
-					_ = acks.requeue(d.DeliveryTag)
+					_ = in.acks.requeue(d.DeliveryTag)
 					continue
 				}
 				if c.cfg.BatchHandler != nil {
-					c.handleBatch(hctx, acks, c.gather(d, l.buf), log)
+					c.handleBatch(hctx, in.acks, c.gather(d, in.buf), log)
 					continue
 				}
-				h := l.share.Handler
+				h := in.share.Handler
 				if h == nil {
 					h = c.cfg.Handler
 				}
-				c.handle(hctx, acks, &d, h, log)
+				c.handle(hctx, in.acks, &d, h, log)
 			}
 		}()
 	}
@@ -276,9 +265,9 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 		// Cancel the subscriptions: the broker stops sending, and the
 		// library closes deliveries, which ends the workers' loops once
 		// their current message is done.
-		for _, l := range inboxes {
-			if err := ch.Cancel(l.tag, false); err != nil {
-				log.Warn("cancel consumer", zap.String("queue", l.share.Name), zap.Error(err))
+		for _, in := range inboxes {
+			if err := in.ch.Cancel(in.tag, false); err != nil {
+				log.Warn("cancel consumer", zap.String("queue", in.share.Name), zap.Error(err))
 			}
 		}
 		select {
@@ -288,32 +277,73 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 			hcancel()
 			<-workersDone
 		}
-		// The owed acks go out before the channel closes; without them
+		// The owed acks go out before the channels close; without them
 		// every message finished in the last millisecond would come back.
-		if err := acks.flush(); err != nil {
-			log.Warn("could not send the last acks; those messages will be redelivered", zap.Error(err))
+		for _, in := range inboxes {
+			if err := in.acks.flush(); err != nil {
+				log.Warn("could not send the last acks; those messages will be redelivered", zap.String("queue", in.share.Name), zap.Error(err))
+			}
 		}
 		return nil
-	case e := <-closed:
-		if e != nil {
-			lost = e
-		} else {
-			lost = errors.New("channel closed")
-		}
-	case l := <-pick.lost:
-		lost = fmt.Errorf("deliveries of %s ended (consumer cancelled by the broker?)", l.share.Name)
+	case lost = <-chanLost:
+	case in := <-pick.lost:
+		lost = fmt.Errorf("deliveries of %s ended (consumer cancelled by the broker?)", in.share.Name)
 	case <-workersDone:
 		lost = errors.New("delivery channel closed")
 	}
-	// The channel is gone, or one of its subscriptions: running handlers
+	// A channel is gone, or one of its subscriptions: running handlers
 	// cannot be trusted to ack any more; their messages go back to the
-	// queue and are redelivered (idempotency makes that safe). Closing the
-	// channel ends every other subscription too, so the workers run out of
-	// deliveries; let them finish their current step and exit.
+	// queue and are redelivered (idempotency makes that safe). Closing
+	// every channel ends the other subscriptions too, so the workers run
+	// out of deliveries; let them finish their current step and exit.
 	stopping.Store(true)
-	_ = ch.Close()
+	for _, in := range inboxes {
+		_ = in.ch.Close()
+	}
 	<-workersDone
 	return lost
+}
+
+// subscribe opens a channel for one queue, with the queue's prefetch, and
+// starts consuming it into an inbox. The channel's close is reported on
+// lost (nil closes, ours, are not).
+func (c *Consumer) subscribe(conn *amqp.Connection, q QueueShare, tag string, lost chan<- error, log *zap.Logger) (*inbox, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	watched := make(chan struct{})
+	go func() { // ends when the library closes closed, after the channel closed
+		defer close(watched)
+		for e := range closed {
+			if e != nil {
+				select {
+				case lost <- fmt.Errorf("channel of %s closed: %w", q.Name, e):
+				default:
+				}
+			}
+		}
+	}()
+	fail := func(err error) (*inbox, error) {
+		_ = ch.Close()
+		<-watched
+		return nil, err
+	}
+	if err := ch.Qos(q.Prefetch, 0, false); err != nil {
+		return fail(fmt.Errorf("qos: %w", err))
+	}
+	deliveries, err := ch.Consume(q.Name, tag, false, false, false, false, nil)
+	if err != nil {
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+			return fail(fmt.Errorf("queue %s does not exist (run `topology declare`): %w", q.Name, err))
+		}
+		return fail(fmt.Errorf("consume %s: %w", q.Name, err))
+	}
+	in := startInbox(q, tag, deliveries)
+	in.ch, in.acks, in.watched = ch, newAcker(ch, log), watched
+	return in, nil
 }
 
 // gather takes first and whatever else is already waiting in its queue,

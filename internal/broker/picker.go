@@ -15,6 +15,10 @@ type inbox struct {
 	tag   string
 	buf   chan amqp.Delivery
 	ended chan struct{} // closed when the library closed deliveries
+
+	ch      *amqp.Channel // the queue's own channel
+	acks    *acker        // settles on ch
+	watched chan struct{} // closed once ch's close notification was drained
 }
 
 func startInbox(q QueueShare, tag string, deliveries <-chan amqp.Delivery) *inbox {

@@ -50,12 +50,14 @@ type system struct {
 	apiURL string
 }
 
-func newSystem(t *testing.T) *system {
+// newSystem declares the topology in a fresh vhost; extra (NAME=value)
+// is added to every process's environment, the declare's included.
+func newSystem(t *testing.T, extra ...string) *system {
 	t.Helper()
 	t.Parallel()
 	s := &system{t: t, broker: testenv.NewBroker(t), redis: testenv.NewRedis(t)}
 	var err error
-	s.mail, err = mailcatcher.New(mailcatcher.Config{SMTPAddr: "127.0.0.1:0"})
+	s.mail, err = mailcatcher.New(mailcatcher.Config{SMTPAddr: "127.0.0.1:0", Max: 50_000})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.mail.Close() })
 	host, port, _ := net.SplitHostPort(s.mail.Addr())
@@ -66,6 +68,7 @@ func newSystem(t *testing.T) *system {
 		"API_KEYS=e2e:" + apiKey, "METRICS_ADDR=127.0.0.1:0", "PATH=" + os.Getenv("PATH"),
 		"RETRY_BACKOFF=200ms,400ms,800ms",
 	}
+	s.env = append(s.env, extra...)
 	code, out := s.run("topology", "declare")
 	require.Equal(t, 0, code, out)
 	return s

@@ -1,0 +1,218 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/msgpulse/msgpulse/internal/broker"
+	"github.com/msgpulse/msgpulse/internal/mailcatcher"
+	"github.com/msgpulse/msgpulse/internal/testenv"
+	"github.com/msgpulse/msgpulse/pkg/client"
+)
+
+// burstSize is issue 12's burst (8,000 notices); LEVELS_BURST overrides it
+// for a quicker local run.
+func burstSize(t *testing.T) int {
+	if v := os.Getenv("LEVELS_BURST"); v != "" {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err, "LEVELS_BURST")
+		return n
+	}
+	return 8000
+}
+
+// burstResult is what a burst of sends got back.
+type burstResult struct {
+	accepted []string // recipients that got a 202
+	refused  int      // 503s with Retry-After
+	err      error    // any other answer
+}
+
+// burst sends n normal notices to prefix<i>@example.com, workers at a time,
+// as fast as the API answers. Only 202 and 503 with Retry-After are
+// acceptable answers; anything else ends up in err. Safe to run in a
+// goroutine of its own.
+func burst(ctx context.Context, c *client.Client, n, workers int, prefix string) burstResult {
+	var mu sync.Mutex
+	var res burstResult
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				rcpt := fmt.Sprintf("%s%d@example.com", prefix, i)
+				_, err := c.SendMessage(ctx, client.SendRequest{MessageType: client.MessageEmail, TemplateCode: "notice",
+					Recipient: rcpt, Variables: map[string]string{"title": "t", "content": "c"}, Level: client.LevelNormal})
+				var ae *client.APIError
+				switch {
+				case err == nil:
+					mu.Lock()
+					res.accepted = append(res.accepted, rcpt)
+					mu.Unlock()
+				case errors.As(err, &ae) && ae.StatusCode == http.StatusServiceUnavailable && ae.RetryAfter > 0:
+					mu.Lock()
+					res.refused++
+					mu.Unlock()
+				default:
+					errs <- fmt.Errorf("%s: %w", rcpt, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		res.err = errors.Join(res.err, err)
+	}
+	return res
+}
+
+// mailCounts counts the mails received per recipient.
+func (s *system) mailCounts() map[string]int {
+	out := map[string]int{}
+	for _, m := range s.mail.Messages() {
+		for _, to := range m.To {
+			out[to]++
+		}
+	}
+	return out
+}
+
+// depth is a queue's ready messages, read live (the management API's
+// figures lag by seconds).
+func (s *system) depth(queue string) int {
+	s.t.Helper()
+	conn, err := amqp.Dial(s.broker.URL)
+	require.NoError(s.t, err)
+	defer func() { _ = conn.Close() }()
+	st, err := broker.Inspect(conn, []string{queue})
+	require.NoError(s.t, err)
+	return st[0].Messages
+}
+
+// Issue 12, "Done when" 1 and 2: a burst of normal notices at full API
+// speed into a consumer whose SMTP server takes about 20 ms a mail: every
+// 202 is mailed exactly once and nothing is dead-lettered; verification
+// codes requested one by one during the backlog each reach the SMTP
+// server within 2 s of their request.
+func TestBurstOfNoticesIsMailedOnceWhileCodesStayFast(t *testing.T) {
+	n := burstSize(t)
+	s := newSystem(t, "LIMIT_PER_API_KEY_PER_MINUTE=0", "LIMIT_EMAIL_PER_SECOND=0")
+	var mu sync.Mutex
+	reached := map[string]time.Time{} // code recipient -> when the SMTP server got its DATA
+	s.mail.SetHook(func(e mailcatcher.Envelope) error {
+		if e.Stage != mailcatcher.StageData {
+			return nil
+		}
+		if len(e.To) == 1 && len(e.To[0]) > 5 && e.To[0][:5] == "code-" {
+			mu.Lock()
+			reached[e.To[0]] = time.Now()
+			mu.Unlock()
+		}
+		time.Sleep(20 * time.Millisecond) // a slow SMTP server, not waiting for an outcome
+		return nil
+	})
+	_, c := s.api()
+	s.consumer("c1", "CONCURRENCY=16", "SMTP_POOL_SIZE=16")
+
+	started := time.Now()
+	done := make(chan burstResult, 1)
+	bctx := testenv.Context(t, 5*time.Minute)
+	go func() { done <- burst(bctx, c, n, 32, "bulk") }()
+	testenv.WaitFor(t, time.Minute, "a backlog of notices", func() bool { return s.depth("queue.mail.normal") >= n/8 })
+
+	// Codes, one by one, while the notices pile up and drain.
+	const codes = 10
+	requested := map[string]time.Time{}
+	ctx := testenv.Context(t, time.Minute)
+	for i := range codes {
+		rcpt := fmt.Sprintf("code-%d@example.com", i)
+		requested[rcpt] = time.Now()
+		_, err := c.RequestVerificationCode(ctx, client.VerificationCodeRequest{Channel: client.ChannelEmail, Recipient: rcpt, Purpose: "login"})
+		require.NoError(t, err)
+		testenv.WaitFor(t, 10*time.Second, rcpt+" at the SMTP server", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			_, ok := reached[rcpt]
+			return ok
+		})
+	}
+	backlog := s.depth("queue.mail.normal")
+	t.Logf("normal backlog after the last code: %d", backlog)
+	require.Positive(t, backlog, "the codes were requested during the backlog")
+	var worst time.Duration
+	for rcpt, at := range requested {
+		took := reached[rcpt].Sub(at)
+		worst = max(worst, took)
+		require.Less(t, took, 2*time.Second, "%s took %s to reach the SMTP server", rcpt, took)
+	}
+	t.Logf("slowest code: %s", worst.Round(time.Millisecond))
+
+	res := <-done
+	require.NoError(t, res.err)
+	t.Logf("burst of %d: %d accepted, %d refused in %s", n, len(res.accepted), res.refused, time.Since(started).Round(time.Millisecond))
+	require.Len(t, res.accepted, n, "nothing is refused below a bound of 1,000,000")
+
+	testenv.WaitFor(t, 3*time.Minute, "every notice mailed", func() bool { return s.mail.Count() >= n+codes })
+	counts := s.mailCounts()
+	for _, rcpt := range res.accepted {
+		require.Equal(t, 1, counts[rcpt], rcpt)
+	}
+	require.Len(t, counts, n+codes, "nothing else was mailed")
+	require.Zero(t, s.depth("queue.mail.dlq"))
+	t.Logf("all %d mailed in %s", n+codes, time.Since(started).Round(time.Millisecond))
+}
+
+// Issue 12, "Done when" 3: with a small bound on queue.mail.normal and no
+// consumer, a burst gets 202s up to the bound and then 503s with
+// Retry-After; once a consumer runs, every 202 is mailed once and nothing
+// is dead-lettered.
+func TestFullNormalQueueRefusesThenEveryAcceptedIsMailed(t *testing.T) {
+	const bound = 50
+	s := newSystem(t, "MAIL_NORMAL_QUEUE_MAX_LENGTH="+strconv.Itoa(bound))
+	_, c := s.api()
+	res := burst(testenv.Context(t, time.Minute), c, 3*bound, 1, "bounded") // one at a time: the first bound fill it, the rest are refused
+	require.NoError(t, res.err)
+	require.Len(t, res.accepted, bound)
+	require.Equal(t, 2*bound, res.refused)
+	for i, rcpt := range res.accepted {
+		require.Equal(t, fmt.Sprintf("bounded%d@example.com", i), rcpt, "202s up to the bound, then only 503s")
+	}
+	ctx := testenv.Context(t, 10*time.Second)
+	_, err := c.SendMessage(ctx, client.SendRequest{MessageType: client.MessageEmail, TemplateCode: "notice", Recipient: "over@example.com",
+		Variables: map[string]string{"title": "t", "content": "c"}})
+	var ae *client.APIError
+	require.ErrorAs(t, err, &ae)
+	require.Equal(t, http.StatusServiceUnavailable, ae.StatusCode)
+	require.Contains(t, ae.Msg, "queue.mail.normal is full (bound 50, MAIL_NORMAL_QUEUE_MAX_LENGTH)")
+	require.Positive(t, ae.RetryAfter)
+
+	s.consumer("c1")
+	testenv.WaitFor(t, 60*time.Second, "every accepted notice mailed", func() bool { return s.mail.Count() >= bound })
+	counts := s.mailCounts()
+	for _, rcpt := range res.accepted {
+		require.Equal(t, 1, counts[rcpt], rcpt)
+	}
+	require.Len(t, counts, bound)
+	testenv.WaitFor(t, 10*time.Second, "queue drained", func() bool { return s.depth("queue.mail.normal") == 0 })
+	require.Zero(t, s.depth("queue.mail.dlq"))
+}

@@ -2,7 +2,8 @@
 # `make bench`: the Go benchmarks (-count 3), then `loadgen all --baseline`
 # (API max throughput and p99 at half of it against the raw path, consumer
 # throughput against raw consume+ack, end to end at 1,000/s counting lost
-# messages, delay accuracy; 3 rounds each), then BENCHMARKS.md rendered from
+# messages, delay accuracy; 3 rounds each; code latency during a bulk
+# backlog next to none, once, about 20 s), then BENCHMARKS.md rendered from
 # both. Sized to finish in under 10 minutes on a 2-core machine.
 #
 # Nothing here asserts a target (the table says met or missed), but the run

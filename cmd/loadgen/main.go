@@ -35,7 +35,9 @@ Modes:
   consumer   one consumer's throughput on a prefilled queue: no-op provider,
              a provider taking --provider-latency per send, an SMTP sink
   delay      delayed delivery accuracy (delivered − due): a burst, a mix
-  all        api, consumer, e2e and delay with --baseline: what make bench runs
+  levels     verification code latency (request → SMTP sink) while a backlog
+             of normal notices drains, next to the same with no backlog
+  all        api, consumer, e2e, delay and levels with --baseline: what make bench runs
   report     render BENCHMARKS.md from the JSON of a run
 
 Every mode prints a table, or with --json one JSON object on stdout (progress
@@ -195,6 +197,25 @@ func (d *delayFlags) options() loadgen.DelayOptions {
 		Mode: topology.DelayMode(d.mode), Baseline: 200, Margin: 20 * time.Millisecond, Tolerance: 2 * time.Millisecond, Worst: d.worst}
 }
 
+type levelsFlags struct {
+	backlog, codes, consumerC int
+	codeRate                  float64
+	smtpLatency, wait         time.Duration
+}
+
+func (f *levelsFlags) register(fs *flag.FlagSet, prefix string) {
+	fs.IntVar(&f.backlog, prefix+"backlog", 8000, "levels: normal notices flooded through the API before the second round of codes")
+	fs.IntVar(&f.codes, prefix+"codes", 100, "levels: verification codes in each phase")
+	fs.Float64Var(&f.codeRate, prefix+"code-rate", 20, "levels: codes per second")
+	fs.DurationVar(&f.smtpLatency, prefix+"smtp-latency", 20*time.Millisecond, "levels: time the SMTP sink takes per mail")
+	fs.IntVar(&f.consumerC, prefix+"consumer-concurrency", 16, "levels: the consumer's CONCURRENCY (and SMTP_POOL_SIZE)")
+	fs.DurationVar(&f.wait, prefix+"wait", time.Minute, "levels: longest wait for a phase's codes to arrive")
+}
+
+func (f *levelsFlags) options() loadgen.LevelsOptions {
+	return loadgen.LevelsOptions{Backlog: f.backlog, Codes: f.codes, CodeRate: f.codeRate, SMTPLatency: f.smtpLatency, ConsumerConcurrency: f.consumerC, Wait: f.wait}
+}
+
 func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("loadgen "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -235,7 +256,14 @@ same prefetch, multiple acks) and the ratio.
 and for a mix of delays, with the relay and a recording consumer in this
 process, against the same path with no delay.
 `
-	synAll = `Runs api (max, then half of max), consumer, e2e and delay, with
+	synLevels = `Starts the real api and consumer against an SMTP sink that takes
+--smtp-latency per mail, requests --codes verification codes at --code-rate
+with nothing else queued, then floods --backlog normal notices through
+POST /api/messages/send and requests the codes again while they drain.
+Reports request → SMTP sink latency of the codes in both phases (one run,
+one deployment) and the depth of queue.mail.normal around the second.
+`
+	synAll = `Runs api (max, then half of max), consumer, e2e, delay and levels, with
 --baseline on by default; what make bench runs. --skip names modes to leave out.
 `
 	synReport = `Renders BENCHMARKS.md (or --out) from the JSON of 'loadgen all --json',
@@ -265,6 +293,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		ef e2eFlags
 		cf consumerFlags
 		df delayFlags
+		lf levelsFlags
 	)
 	var fs *flag.FlagSet
 	skip := ""
@@ -285,6 +314,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fs = newFlagSet(mode, synDelay, stderr)
 		c.register(fs, false)
 		df.register(fs, 3*time.Minute, 10*time.Second)
+	case "levels":
+		fs = newFlagSet(mode, synLevels, stderr)
+		c.register(fs, false)
+		lf.register(fs, "")
 	case "all":
 		fs = newFlagSet(mode, synAll, stderr)
 		c.register(fs, true)
@@ -292,7 +325,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		ef.register(fs, "e2e-", 10*time.Second)
 		cf.register(fs, "consumer-", 200*time.Millisecond)
 		df.register(fs, 30*time.Second, 5*time.Second)
-		fs.StringVar(&skip, "skip", "", "comma-separated modes to leave out (api, consumer, e2e, delay)")
+		lf.register(fs, "levels-")
+		fs.StringVar(&skip, "skip", "", "comma-separated modes to leave out (api, consumer, e2e, delay, levels)")
 	case "report":
 		return report(rest, stdout, stderr)
 	case "baseline-server":
@@ -311,7 +345,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		_, _ = fmt.Fprintf(stderr, "loadgen %s: unexpected argument %q (flags come after the mode)\n", mode, fs.Arg(0))
 		return 2
 	}
-	if msg := validate(mode, c, af, ef, cf); msg != "" {
+	if msg := validate(mode, c, af, ef, cf, lf); msg != "" {
 		_, _ = fmt.Fprintf(stderr, "loadgen %s: %s\n", mode, msg)
 		return 2
 	}
@@ -354,6 +388,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		rep.Delay, err = loadgen.Delay(ctx, o, df.options(), stderr)
 		return err
 	})
+	do("levels", func() (err error) {
+		rep.Levels, err = loadgen.Levels(ctx, o, lf.options())
+		return err
+	})
 	rep.Targets = loadgen.Evaluate(rep)
 	if c.json {
 		enc := json.NewEncoder(stdout)
@@ -372,7 +410,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 // validate checks what flag parsing cannot; "" when fine.
-func validate(mode string, c common, a apiFlags, e e2eFlags, cf consumerFlags) string {
+func validate(mode string, c common, a apiFlags, e e2eFlags, cf consumerFlags, lf levelsFlags) string {
 	switch {
 	case c.rounds < 1:
 		return "--rounds must be at least 1"
@@ -388,6 +426,8 @@ func validate(mode string, c common, a apiFlags, e e2eFlags, cf consumerFlags) s
 		return "--baseline needs the local broker and Redis; it cannot be combined with --target"
 	case (mode == "e2e" || mode == "all") && (e.rate <= 0 || e.duration <= 0 || e.concurrency < 1 || e.smsShare < 0 || e.smsShare > 1):
 		return "e2e: --rate, --duration and --concurrency must be positive, --sms-share within 0..1"
+	case (mode == "levels" || mode == "all") && (lf.backlog < 1 || lf.codes < 1 || lf.codeRate <= 0 || lf.consumerC < 1 || lf.smtpLatency < 0 || lf.wait <= 0):
+		return "levels: --backlog, --codes, --code-rate, --consumer-concurrency and --wait must be positive"
 	case (mode == "consumer" || mode == "all") && (cf.messages < 2 || cf.concurrency < 1 || cf.prefetch < 1 || cf.providerC < 1):
 		return "consumer: --messages must be at least 2, --concurrency, --prefetch and --provider-concurrency positive"
 	}

@@ -459,7 +459,9 @@ func mainQueues() []string {
 	var qs []string
 	for _, ch := range topology.Channels {
 		if ct, err := m.Channel(ch); err == nil {
-			qs = append(qs, ct.Queue)
+			for _, lt := range ct.Levels { // notices go to normal, codes to high
+				qs = append(qs, lt.Queue)
+			}
 		}
 	}
 	return qs

@@ -92,86 +92,15 @@ type accepted struct {
 // every accepted one to the sink, the dead-letter queue, or nowhere (lost).
 func E2E(ctx context.Context, o *Options, e E2EOptions) (*E2EResult, error) {
 	res := &E2EResult{Rate: e.Rate, DurationSec: e.Duration.Seconds(), Concurrency: e.Concurrency, SMSShare: e.SMSShare, Limits: limitsNote(true)}
-	env, err := NewEnv(ctx, *o, "e2e")
+	sys, err := startSystem(ctx, o, "e2e", e.ConsumerConcurrency, nil)
 	if err != nil {
 		return nil, err
 	}
-	defer env.Close()
-	model := topology.DefaultConfig() // production queues: TTL, max length, dead-lettering
-	if err := declare(ctx, env, model); err != nil {
-		return nil, err
-	}
-	m, err := topology.Build(model, "")
-	if err != nil {
-		return nil, err
-	}
-	conn, err := broker.Dial(ctx, broker.Config{URL: env.AMQPURL})
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = conn.Close() }()
-	bins, err := o.Binaries(ctx)
-	if err != nil {
-		return nil, err
-	}
-	arr := NewArrivals()
-	smtpSink, err := NewSMTPSink(arr)
-	if err != nil {
-		return nil, err
-	}
-	defer smtpSink.Close()
-	hook, err := NewWebhookSink(arr, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer hook.Close()
-
-	addr, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	acfg := apiEnv(env, addr)
-	for _, k := range []string{"MAIL_QUEUE_TTL", "MAIL_QUEUE_MAX_LENGTH", "SMS_QUEUE_TTL", "SMS_QUEUE_MAX_LENGTH"} {
-		delete(acfg, k) // production defaults, as declared
-	}
-	host, port, _ := net.SplitHostPort(smtpSink.Addr())
-	ccfg := map[string]string{
-		"AMQP_URL": env.AMQPURL, "REDIS_URL": env.RedisURL, "REDIS_MODE": env.RedisMode, "REDIS_PREFIX": env.Prefix, "RABBITMQ_MANAGEMENT_URL": env.ManagementURL,
-		"CHANNELS": "mail,sms", "CONCURRENCY": strconv.Itoa(e.ConsumerConcurrency), "METRICS_ADDR": "off", "LOG_FORMAT": "json",
-		"SMTP_HOST": host, "SMTP_PORT": port, "SMTP_TLS": "none", "SMTP_POOL_SIZE": strconv.Itoa(min(e.ConsumerConcurrency, 1000)),
-		"SMS_PROVIDER": "webhook", "SMS_WEBHOOK_URL": hook.URL(), "SMS_WEBHOOK_SECRET": hook.Secret,
-	}
-	res.Config = map[string]string{}
-	for k, v := range publicConfig(acfg, o.ExtraEnv) {
-		res.Config["api "+k] = v
-	}
-	for k, v := range publicConfig(ccfg, o.ExtraEnv) {
-		res.Config["consumer "+k] = v
-	}
-	apiPprof, consPprof := o.profiler().addr(), o.profiler().addr()
-	if apiPprof != "" {
-		acfg["PPROF_ADDR"], ccfg["PPROF_ADDR"] = apiPprof, consPprof
-	}
-	api, err := Start("api", filepath.Join(bins.Dir, "api"), nil, append(envList(acfg), o.ExtraEnv...), bins.LogDir)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = api.Stop(20 * time.Second) }()
-	cons, err := Start("consumer", filepath.Join(bins.Dir, "consumer"), nil, append(envList(ccfg), o.ExtraEnv...), bins.LogDir)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = cons.Stop(40 * time.Second) }()
-	if err := waitHTTP(ctx, "http://"+addr+"/readyz", api); err != nil {
-		return nil, err
-	}
-	mailQ, smsQ := queueIn(m, topology.Mail), queueIn(m, topology.SMS)
-	for _, q := range []string{mailQ.Queue, smsQ.Queue} {
-		if err := waitConsumers(ctx, conn, q, cons, 30*time.Second); err != nil {
-			return nil, err
-		}
-	}
-	cl := newClient("http://"+addr, benchKey, e.Concurrency)
+	defer sys.Close()
+	res.Config = sys.config
+	arr, hook, conn, api, cons, apiPprof, consPprof := sys.arr, sys.hook, sys.conn, sys.api, sys.cons, sys.apiPprof, sys.consPprof
+	mailQ, smsQ := queueIn(sys.m, topology.Mail), queueIn(sys.m, topology.SMS)
+	cl := newClient("http://"+sys.addr, benchKey, e.Concurrency)
 	defer cl.close()
 	q := newRequests()
 	var failures []string
@@ -207,6 +136,115 @@ func E2E(ctx context.Context, o *Options, e E2EOptions) (*E2EResult, error) {
 		return res, fmt.Errorf("%w: %v", ErrLost, failures)
 	}
 	return res, nil
+}
+
+// system is a running api and consumer in a throwaway vhost with the
+// production topology, and the sinks they deliver to.
+type system struct {
+	m                   *topology.Model
+	conn                *amqp.Connection
+	arr                 *Arrivals
+	smtp                *SMTPSink
+	hook                *WebhookSink
+	api, cons           *Proc
+	addr                string            // the api's
+	config              map[string]string // what the report shows of both
+	apiPprof, consPprof string
+	closers             []func()
+}
+
+// Close stops everything, in the reverse order of starting.
+func (s *system) Close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+}
+
+// startSystem starts the api and a consumer of consumerConcurrency
+// (extra overrides its environment) and waits until both serve.
+func startSystem(ctx context.Context, o *Options, name string, consumerConcurrency int, extra map[string]string) (_ *system, err error) {
+	s := &system{}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	env, err := NewEnv(ctx, *o, name)
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, env.Close)
+	model := topology.DefaultConfig() // production queues: TTL, max length, dead-lettering
+	if err := declare(ctx, env, model); err != nil {
+		return nil, err
+	}
+	if s.m, err = topology.Build(model, ""); err != nil {
+		return nil, err
+	}
+	if s.conn, err = broker.Dial(ctx, broker.Config{URL: env.AMQPURL}); err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() { _ = s.conn.Close() })
+	bins, err := o.Binaries(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.arr = NewArrivals()
+	if s.smtp, err = NewSMTPSink(s.arr); err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, s.smtp.Close)
+	if s.hook, err = NewWebhookSink(s.arr, 0); err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, s.hook.Close)
+	if s.addr, err = freeAddr(); err != nil {
+		return nil, err
+	}
+	acfg := apiEnv(env, s.addr)
+	for _, k := range []string{"MAIL_QUEUE_TTL", "MAIL_QUEUE_MAX_LENGTH", "SMS_QUEUE_TTL", "SMS_QUEUE_MAX_LENGTH"} {
+		delete(acfg, k) // production defaults, as declared
+	}
+	host, port, _ := net.SplitHostPort(s.smtp.Addr())
+	ccfg := map[string]string{
+		"AMQP_URL": env.AMQPURL, "REDIS_URL": env.RedisURL, "REDIS_MODE": env.RedisMode, "REDIS_PREFIX": env.Prefix, "RABBITMQ_MANAGEMENT_URL": env.ManagementURL,
+		"CHANNELS": "mail,sms", "CONCURRENCY": strconv.Itoa(consumerConcurrency), "METRICS_ADDR": "off", "LOG_FORMAT": "json",
+		"SMTP_HOST": host, "SMTP_PORT": port, "SMTP_TLS": "none", "SMTP_POOL_SIZE": strconv.Itoa(min(consumerConcurrency, 1000)),
+		"SMS_PROVIDER": "webhook", "SMS_WEBHOOK_URL": s.hook.URL(), "SMS_WEBHOOK_SECRET": s.hook.Secret,
+	}
+	for k, v := range extra {
+		ccfg[k] = v
+	}
+	s.config = map[string]string{}
+	for k, v := range publicConfig(acfg, o.ExtraEnv) {
+		s.config["api "+k] = v
+	}
+	for k, v := range publicConfig(ccfg, o.ExtraEnv) {
+		s.config["consumer "+k] = v
+	}
+	s.apiPprof, s.consPprof = o.profiler().addr(), o.profiler().addr()
+	if s.apiPprof != "" {
+		acfg["PPROF_ADDR"], ccfg["PPROF_ADDR"] = s.apiPprof, s.consPprof
+	}
+	if s.api, err = Start("api", filepath.Join(bins.Dir, "api"), nil, append(envList(acfg), o.ExtraEnv...), bins.LogDir); err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() { _ = s.api.Stop(20 * time.Second) })
+	if s.cons, err = Start("consumer", filepath.Join(bins.Dir, "consumer"), nil, append(envList(ccfg), o.ExtraEnv...), bins.LogDir); err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() { _ = s.cons.Stop(40 * time.Second) })
+	if err := waitHTTP(ctx, "http://"+s.addr+"/readyz", s.api); err != nil {
+		return nil, err
+	}
+	for _, ch := range topology.Channels {
+		for _, lt := range queueIn(s.m, ch).Levels {
+			if err := waitConsumers(ctx, s.conn, lt.Queue, s.cons, 30*time.Second); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return s, nil
 }
 
 func queueIn(m *topology.Model, channel string) topology.ChannelTopology {

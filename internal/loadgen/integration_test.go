@@ -143,3 +143,17 @@ func TestDelayMode(t *testing.T) {
 	require.Equal(t, 10, res.Baseline.N)
 	require.GreaterOrEqual(t, res.Burst.P50, -5.0, "nothing arrives well before it is due")
 }
+
+// The levels mode measures both phases in one run: codes with nothing
+// queued, then codes while a backlog of normal notices waits.
+func TestLevelsMode(t *testing.T) {
+	ctx, o := setup(t)
+	res, err := Levels(ctx, o, LevelsOptions{Backlog: 600, Codes: 10, CodeRate: 20, SMTPLatency: 20 * time.Millisecond, ConsumerConcurrency: 2, Wait: 30 * time.Second})
+	require.NoError(t, err)
+	require.EqualValues(t, 10, res.Idle.N)
+	require.EqualValues(t, 10, res.Loaded.N)
+	require.Zero(t, res.Lost)
+	require.Equal(t, 600, res.BulkAccepted)
+	require.Positive(t, res.DepthAtCodes, "the codes were sent while notices waited")
+	require.Positive(t, res.Loaded.P99)
+}

@@ -269,6 +269,8 @@ func TestParseGoBenchMedians(t *testing.T) {
 func TestWriteMarkdown(t *testing.T) {
 	r := goodReport()
 	r.Consumer.Median.Slow = 1500 // one missed
+	r.Levels = &LevelsResult{Backlog: 8000, Codes: 100, CodeRate: 20, SMTPLatencyMs: 20, ConsumerConcurrency: 16, BulkAccepted: 8000,
+		Idle: Latency{P99: 7.5}, Loaded: Latency{P99: 29.25}}
 	r.Targets = Evaluate(r)
 	bs, failed, err := ParseGoBench(strings.NewReader(goBenchOut))
 	require.NoError(t, err)
@@ -285,6 +287,8 @@ func TestWriteMarkdown(t *testing.T) {
 		"| internal/ratelimit | BenchmarkTake-2 | 3 | 110000 | 2048 | 30 |  |",
 		"| internal/verify | BenchmarkCode-2 | 2 | 2000 |  |  | 11.5 MB/s |",
 		"- BenchmarkBroken: bench_test.go:45: broker blocked publishing (resource alarm)",
+		"## Verification codes during a bulk backlog", "| no backlog | 0.00 | 0.00 | 7.50 | 0.00 |",
+		"| while 8000 normal notices drain | 0.00 | 0.00 | 29.25 | 0.00 |",
 	} {
 		require.Contains(t, md, want)
 	}

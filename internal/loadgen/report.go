@@ -97,6 +97,14 @@ func WriteText(w io.Writer, r Report) {
 		}
 		p("  p99 over baseline: burst %.1f×, mix %.1f×", d.BurstP99X, d.MixP99X)
 	}
+	if l := r.Levels; l != nil {
+		p("")
+		p("Verification codes during a bulk backlog (%d codes at %.0f/s per phase, SMTP sink %.0f ms/mail, CONCURRENCY=%d)", l.Codes, l.CodeRate, l.SMTPLatencyMs, l.ConsumerConcurrency)
+		p("  %-52s %9s %9s %9s %9s", "request → SMTP sink", "p50 ms", "p90 ms", "p99 ms", "max ms")
+		for _, row := range levelRows(l) {
+			p("  %-52s %9.2f %9.2f %9.2f %9.2f", row.name, row.l.P50, row.l.P90, row.l.P99, row.l.Max)
+		}
+	}
 	if len(r.Targets) > 0 {
 		p("")
 		p("Targets")
@@ -361,6 +369,19 @@ func WriteMarkdown(w io.Writer, in MarkdownInput) {
 		p("")
 		p("p99 over baseline: burst %.1f×, mix %.1f×.", d.BurstP99X, d.MixP99X)
 	}
+	if l := r.Levels; l != nil {
+		p("")
+		p("## Verification codes during a bulk backlog")
+		p("")
+		p("Real api and consumer binaries, one deployment: %d `POST /api/verification-codes` at %.0f/s with nothing else queued, then %d normal notices through `POST /api/messages/send` as fast as the API takes them (%d accepted in %.1f s), then %d codes again while they drain (`queue.mail.normal` held %d when they began, %d after the last arrived). SMTP sink: %.0f ms per mail; consumer CONCURRENCY=%d. Latency: request → SMTP sink.",
+			l.Codes, l.CodeRate, l.Backlog, l.BulkAccepted, l.BulkSec, l.Codes, l.DepthAtCodes, l.DepthAfter, l.SMTPLatencyMs, l.ConsumerConcurrency)
+		p("")
+		p("| codes | p50 ms | p90 ms | p99 ms | max ms |")
+		p("|---|---:|---:|---:|---:|")
+		for _, row := range levelRows(l) {
+			p("| %s | %.2f | %.2f | %.2f | %.2f |", row.name, row.l.P50, row.l.P90, row.l.P99, row.l.Max)
+		}
+	}
 	if len(in.GoBench) > 0 {
 		p("")
 		p("## Go benchmarks")
@@ -398,6 +419,15 @@ func WriteMarkdown(w io.Writer, in MarkdownInput) {
 			p("- %s", e)
 		}
 	}
+}
+
+type latencyRow struct {
+	name string
+	l    Latency
+}
+
+func levelRows(l *LevelsResult) []latencyRow {
+	return []latencyRow{{"no backlog", l.Idle}, {fmt.Sprintf("while %d normal notices drain", l.BulkAccepted), l.Loaded}}
 }
 
 func endpointPath(e string) string {

@@ -23,6 +23,7 @@ type Report struct {
 	Consumer *ConsumerResult `json:"consumer,omitempty"`
 	E2E      *E2EResult      `json:"e2e,omitempty"`
 	Delay    *DelayResult    `json:"delay,omitempty"`
+	Levels   *LevelsResult   `json:"levels,omitempty"`
 	Targets  []Target        `json:"targets"`
 	Errors   []string        `json:"errors,omitempty"`
 }

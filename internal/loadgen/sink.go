@@ -49,6 +49,14 @@ func (a *Arrivals) Add(id string, at time.Time) {
 	a.n.Add(1)
 }
 
+// At returns when id first arrived.
+func (a *Arrivals) At(id string) (time.Time, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t, ok := a.first[id]
+	return t, ok
+}
+
 // Count is the number of distinct ids received.
 func (a *Arrivals) Count() int { return int(a.n.Load()) }
 
@@ -66,11 +74,16 @@ func (a *Arrivals) Take() (first map[string]time.Time, dups, noID int64) {
 // of each message and its arrival time: a mail catcher that parses MIME
 // would measure itself.
 type SMTPSink struct {
-	srv  *smtp.Server
-	ln   net.Listener
-	arr  *Arrivals
-	done chan struct{}
+	srv     *smtp.Server
+	ln      net.Listener
+	arr     *Arrivals
+	done    chan struct{}
+	latency atomic.Int64 // ns each DATA takes after its arrival is recorded
 }
+
+// SetLatency makes every mail take d after it arrived, like a slow SMTP
+// server: the sender's connection is busy for that long.
+func (s *SMTPSink) SetLatency(d time.Duration) { s.latency.Store(int64(d)) }
 
 // NewSMTPSink listens on a free loopback port.
 func NewSMTPSink(arr *Arrivals) (*SMTPSink, error) {
@@ -79,7 +92,7 @@ func NewSMTPSink(arr *Arrivals) (*SMTPSink, error) {
 		return nil, err
 	}
 	s := &SMTPSink{ln: ln, arr: arr, done: make(chan struct{})}
-	s.srv = smtp.NewServer(smtp.BackendFunc(func(*smtp.Conn) (smtp.Session, error) { return &sinkSession{arr: arr}, nil }))
+	s.srv = smtp.NewServer(smtp.BackendFunc(func(*smtp.Conn) (smtp.Session, error) { return &sinkSession{arr: arr, latency: &s.latency}, nil }))
 	s.srv.Domain = "loadgen.sink"
 	s.srv.ReadTimeout, s.srv.WriteTimeout = time.Minute, time.Minute
 	s.srv.MaxRecipients = 10
@@ -97,7 +110,10 @@ func (s *SMTPSink) Close() {
 	<-s.done
 }
 
-type sinkSession struct{ arr *Arrivals }
+type sinkSession struct {
+	arr     *Arrivals
+	latency *atomic.Int64
+}
 
 func (*sinkSession) Reset()                               {}
 func (*sinkSession) Logout() error                        { return nil }
@@ -112,6 +128,9 @@ func (ss *sinkSession) Data(r io.Reader) error {
 	}
 	ss.arr.Add(h.Get(mail.TaskHeader), time.Now())
 	_, err = io.Copy(io.Discard, br)
+	if d := time.Duration(ss.latency.Load()); d > 0 {
+		time.Sleep(d) // a slow server answering DATA, not waiting for an outcome
+	}
 	return err
 }
 

@@ -88,7 +88,7 @@ func TestMessageIsVisibleToItsTenantAndAdminOnly(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "shop", rec.Tenant)
 	var m map[string]any
-	require.NoError(t, json.Unmarshal(h.get("queue.mail").Body, &m))
+	require.NoError(t, json.Unmarshal(h.get("queue.mail.normal").Body, &m)) // a notice: normal by default
 	require.Equal(t, "shop", m["tenant"])
 
 	// A code request is recorded the same way.

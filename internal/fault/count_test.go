@@ -161,12 +161,23 @@ func (s *system) deadLetters() map[string]string {
 	return out
 }
 
+// isMainQueue: a level queue of mail or sms (queue.{ch}, .normal, .low).
+func isMainQueue(q any) bool {
+	name, _ := q.(string)
+	for _, ch := range []string{"queue.mail", "queue.sms"} {
+		if name == ch || name == ch+".normal" || name == ch+".low" {
+			return true
+		}
+	}
+	return false
+}
+
 // deathReason is why the message died in a main queue (the delay queues
 // also dead-letter, by design, on expiry), or the first death's reason.
 func deathReason(h amqp.Table) string {
 	if deaths, ok := h["x-death"].([]any); ok {
 		for _, d := range deaths {
-			if t, ok := d.(amqp.Table); ok && (t["queue"] == mailQueue || t["queue"] == "queue.sms") {
+			if t, ok := d.(amqp.Table); ok && isMainQueue(t["queue"]) {
 				if r, ok := t["reason"].(string); ok {
 					return r
 				}

@@ -15,7 +15,6 @@ import (
 )
 
 const (
-	mailQueue = "queue.mail"
 	mailDLQ   = "queue.mail.dlq"
 )
 

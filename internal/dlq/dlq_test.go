@@ -681,3 +681,28 @@ func smsDLQ(t *testing.T, e *env) string {
 	require.NoError(t, err)
 	return ct.DeadLetterQueue
 }
+
+// Issue 12: a replayed dead letter goes back to the level it died in,
+// and list says which.
+func TestReplayReturnsToItsLevel(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	dlq := e.mail.DeadLetterQueue
+	e.Mail.FailAlways(550, "5.1.1 no such user")
+	c := e.StartConsumer("c", 2)
+	low := e.Notice(topology.Mail, "low-"+testenv.ID()+"@example.com", "t", func(m *envelope.Message) { m.Level = string(topology.Low) })
+	testenv.WaitFor(t, 10*time.Second, "dead-lettered", func() bool { return e.Depth(dlq) == 1 })
+	c.Stop() // nothing consumes the replay: it must wait in queue.mail.low
+
+	r := e.run(t, "list", "--channel", "mail", "--json")
+	require.Equal(t, ExitOK, r.code, r.stderr)
+	got := entries(t, r.stdout)[low]
+	require.Equal(t, "low", got.Level)
+	require.Equal(t, "queue.mail.low", got.DeathQueue)
+
+	r = e.run(t, "replay", "--channel", "mail", "--all")
+	require.Equal(t, ExitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, "replayed 1")
+	require.Equal(t, []string{low}, idsIn(t, e.Stack, e.mail.Level(topology.Low).Queue))
+	require.Zero(t, e.Depth(e.mail.Queue))
+}

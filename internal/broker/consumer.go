@@ -87,6 +87,8 @@ type ConsumerConfig struct {
 	// OnPanic is called with the recovered value; the delivery is then
 	// rejected (dead-lettered), and the worker lives on.
 	OnPanic func(d *amqp.Delivery, recovered any)
+
+	queues string // the queue names, for logs (set by Validate)
 }
 
 // Validate fills defaults and checks the configuration.
@@ -110,7 +112,7 @@ func (c *ConsumerConfig) Validate() error {
 		return fmt.Errorf("consumer: Concurrency %d or Prefetch %d out of range", c.Concurrency, c.Prefetch)
 	}
 	if c.Queue != "" {
-		c.Queues = []QueueShare{{Name: c.Queue}}
+		c.Queues, c.Queue = []QueueShare{{Name: c.Queue}}, "" // Validate may run again
 	}
 	names := make([]string, 0, len(c.Queues))
 	for i := range c.Queues {
@@ -133,7 +135,7 @@ func (c *ConsumerConfig) Validate() error {
 		}
 		names = append(names, q.Name)
 	}
-	c.Queue = strings.Join(names, ",")
+	c.queues = strings.Join(names, ",")
 	if c.Grace == 0 {
 		c.Grace = 30 * time.Second
 	}
@@ -171,7 +173,7 @@ func (c *Consumer) InFlight() int64 { return c.inFlight.Load() }
 // no handler started, lets running handlers finish (up to Grace) and acts
 // on their results, and only then closes the channel.
 func (c *Consumer) Run(ctx context.Context) error {
-	log := c.cfg.Logger.With(zap.String("queue", c.cfg.Queue))
+	log := c.cfg.Logger.With(zap.String("queue", c.cfg.queues))
 	backoff := 100 * time.Millisecond
 	for {
 		conn, err := c.cfg.Session.Conn(ctx)

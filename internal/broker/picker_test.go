@@ -152,6 +152,8 @@ func TestConsumerConfigQueues(t *testing.T) {
 			err := tc.cfg.Validate()
 			if tc.ok {
 				require.NoError(t, err)
+				require.NoError(t, tc.cfg.Validate(), "validating twice changes nothing")
+				require.Len(t, tc.cfg.Queues, 1)
 			} else {
 				require.Error(t, err)
 			}

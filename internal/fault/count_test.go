@@ -15,7 +15,7 @@ import (
 )
 
 const (
-	mailDLQ   = "queue.mail.dlq"
+	mailDLQ = "queue.mail.dlq"
 )
 
 // isDLQ: queues where messages end and stay (dead letters, and messages

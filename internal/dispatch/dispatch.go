@@ -273,9 +273,6 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 	var rules []ratelimit.Rule
 	if d.cfg.RateLimits != nil {
 		rules = d.cfg.RateLimits.Rules(j.provider)
-		if j.level != topology.High {
-			rules = reserveForHigh(rules)
-		}
 	}
 	if j.channel == topology.WeCom && d.cfg.WeCom != nil {
 		more, err := d.wecomRules(ctx, msg)
@@ -283,6 +280,9 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 			return fmt.Errorf("%w: adaptive rate: %w", errRedis, err)
 		}
 		rules = append(rules, more...)
+	}
+	if j.level != topology.High {
+		rules = reserveForHigh(rules) // every provider limit keeps its last tokens for high
 	}
 	res, err := d.claim(ctx, j, key, len(rules) == 0)
 	if err != nil {

@@ -15,7 +15,8 @@ import (
 )
 
 const (
-	mailDLQ = "queue.mail.dlq"
+	mailQueue = "queue.mail"
+	mailDLQ   = "queue.mail.dlq"
 )
 
 // isDLQ: queues where messages end and stay (dead letters, and messages

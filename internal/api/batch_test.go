@@ -45,11 +45,11 @@ func TestWeComSendValidation(t *testing.T) {
 		require.Equal(t, tc.want, r.Status, "%s: %s", tc.name, r.Msg)
 		require.Contains(t, r.Msg, tc.msg, tc.name)
 	}
-	app, err := envelope.Decode(h.get("queue.wecom").Body)
+	app, err := envelope.Decode(h.get("queue.wecom.normal").Body)
 	require.NoError(t, err)
 	require.Equal(t, "zhang.san@corp", app.Recipient)
 	require.False(t, app.Robot)
-	robot, err := envelope.Decode(h.get("queue.wecom").Body)
+	robot, err := envelope.Decode(h.get("queue.wecom.normal").Body)
 	require.NoError(t, err)
 	require.True(t, robot.Robot)
 	require.Equal(t, []string{"alice"}, robot.Mentions)
@@ -72,9 +72,9 @@ func TestWeComBatchIsOneMessageWithEveryAcceptedRecipient(t *testing.T) {
 		{Recipient: "u0001", Code: 400, Msg: "recipient u0001 is listed twice in this batch"},
 	}, res.Rejected)
 
-	msg, err := envelope.Decode(h.get("queue.wecom").Body)
+	msg, err := envelope.Decode(h.get("queue.wecom.normal").Body)
 	require.NoError(t, err)
-	require.Equal(t, 0, h.depth("queue.wecom"), "one message for the whole batch")
+	require.Equal(t, 0, h.depth("queue.wecom.normal"), "one message for the whole batch")
 	require.Equal(t, res.BatchID, msg.BatchID)
 	require.Len(t, msg.Recipients, 600)
 	require.Equal(t, envelope.Recipient{TaskID: res.Accepted[7].TaskID, Recipient: "u0007"}, msg.Recipients[7])
@@ -110,13 +110,13 @@ func TestMailBatchIsOneMessagePerRecipientAndLimitedOnesAreRejectedAlone(t *test
 	want, got := map[string]string{}, map[string]string{}
 	for _, a := range res.Accepted {
 		want[a.TaskID] = a.Recipient
-		m, err := envelope.Decode(h.get("queue.mail").Body) // published concurrently: in any order
+		m, err := envelope.Decode(h.get("queue.mail.normal").Body) // published concurrently: in any order
 		require.NoError(t, err)
 		require.Equal(t, res.BatchID, m.BatchID)
 		got[m.TaskID] = m.Recipient
 	}
 	require.Equal(t, want, got, "one message per accepted recipient")
-	require.Equal(t, 0, h.depth("queue.mail"))
+	require.Equal(t, 0, h.depth("queue.mail.normal"))
 
 	// Nothing accepted: the answer a single send would get.
 	none := h.do("POST", "/api/messages/batch", noticeBody("EMAIL", func(m map[string]any) { m["recipients"] = []string{"e@example.com"} }))
@@ -186,7 +186,7 @@ func TestBatchIsVisibleToItsTenantOnly(t *testing.T) {
 	}{{shopKey, 200}, {readKey, 200}, {adminKey, 200}, {blogKey, 404}} {
 		require.Equal(t, tc.want, h.do("GET", "/api/batches/"+res.BatchID, nil, "X-API-Key", tc.key).Status, tc.key)
 	}
-	m, err := envelope.Decode(h.get("queue.wecom").Body)
+	m, err := envelope.Decode(h.get("queue.wecom.normal").Body)
 	require.NoError(t, err)
 	require.Equal(t, "shop", m.Tenant)
 	require.Equal(t, http.StatusForbidden, h.do("POST", "/api/messages/batch", noticeBody("WECOM", func(m map[string]any) { m["recipients"] = []string{"a"} }), "X-API-Key", readKey).Status)
@@ -222,9 +222,9 @@ func TestPartlyPublishedBatchIsWithdrawn(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, r.Status, r.Msg)
 	require.Empty(t, h.keysMatching("status:*"))
 	require.Empty(t, h.keysMatching("batch:*"))
-	require.Equal(t, 2, h.depth("queue.mail"), "two were confirmed before the failure")
+	require.Equal(t, 2, h.depth("queue.mail.normal"), "two were confirmed before the failure")
 	for range 2 {
-		m, err := envelope.Decode(h.get("queue.mail").Body)
+		m, err := envelope.Decode(h.get("queue.mail.normal").Body)
 		require.NoError(t, err)
 		v, err := h.redis.Client.Get(t.Context(), h.redis.Prefix+"mail:sent:task:{"+m.TaskID+"}").Result()
 		require.NoError(t, err)

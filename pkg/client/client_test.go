@@ -741,4 +741,11 @@ func TestSendRequestLevelOrPriorityNotBoth(t *testing.T) {
 	b, err := json.Marshal(SendRequest{MessageType: MessageEmail})
 	require.NoError(t, err)
 	require.NotContains(t, string(b), "priority", "the server's default when neither is set")
+	b, err = json.Marshal(BatchRequest{MessageType: MessageEmail, Recipients: []string{"a@example.com"}, Level: LevelLow})
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(b, &m))
+	require.Equal(t, "low", m["priority"])
+	_, err = json.Marshal(BatchRequest{Priority: ptr(1), Level: LevelLow})
+	require.Error(t, err)
 }

@@ -128,14 +128,7 @@ type BatchRequest struct {
 // MarshalJSON sends Level, when set, as the priority field.
 func (r BatchRequest) MarshalJSON() ([]byte, error) {
 	type plain BatchRequest
-	p, err := priorityField(r.Level, r.Priority)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(struct {
-		plain
-		Priority any `json:"priority,omitempty"`
-	}{plain(r), p})
+	return withLevel(plain(r), r.Level, r.Priority)
 }
 
 // BatchResult is the answer to SendBatch: each accepted recipient's task,
@@ -184,28 +177,26 @@ const (
 // MarshalJSON sends Level, when set, as the priority field.
 func (r SendRequest) MarshalJSON() ([]byte, error) {
 	type plain SendRequest
-	p, err := priorityField(r.Level, r.Priority)
+	return withLevel(plain(r), r.Level, r.Priority)
+}
+
+// withLevel encodes a request (a JSON object with fields, Priority among
+// them) and adds level as its priority field; the API takes a level's name
+// or a number there, never both.
+func withLevel(v any, level Level, priority *int) ([]byte, error) {
+	if level != "" && priority != nil {
+		return nil, errors.New("client: set Priority or Level, not both")
+	}
+	b, err := json.Marshal(v)
+	if err != nil || level == "" {
+		return b, err
+	}
+	l, err := json.Marshal(level)
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(struct {
-		plain
-		Priority any `json:"priority,omitempty"`
-	}{plain(r), p})
-}
-
-// priorityField is what the priority field carries: the level's name, the
-// number, or nothing (the server's default, normal).
-func priorityField(l Level, n *int) (any, error) {
-	switch {
-	case l != "" && n != nil:
-		return nil, errors.New("client: set Priority or Level, not both")
-	case l != "":
-		return l, nil
-	case n != nil:
-		return *n, nil
-	}
-	return nil, nil
+	// b is a non-empty object: replace its closing brace.
+	return append(append(b[:len(b)-1], `,"priority":`...), append(l, '}')...), nil
 }
 
 // SendResult is the answer to SendMessage.

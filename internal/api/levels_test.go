@@ -187,3 +187,24 @@ func TestQueueStatsReportEachLevel(t *testing.T) {
 	require.Equal(t, "ok", byName["queue.sms.low"].Status)
 	require.Nil(t, byName["queue.sms.low"].OldestAgeSeconds, "an empty queue has no oldest message")
 }
+
+// A batch's messages go to the level the batch asks for, and each
+// recipient's record says it.
+func TestBatchPicksTheLevelQueue(t *testing.T) {
+	h := setup(t, options{})
+	r := h.do("POST", "/api/messages/batch", noticeBody("EMAIL", func(m map[string]any) {
+		m["recipients"] = []string{"x@example.com", "y@example.com"}
+		m["priority"] = "low"
+	}))
+	require.Equal(t, http.StatusAccepted, r.Status, r.Msg)
+	testenv.WaitFor(t, 5*time.Second, "both in queue.mail.low", func() bool { return h.depth("queue.mail.low") == 2 })
+	require.Zero(t, h.depth("queue.mail.normal"))
+	var out struct {
+		Accepted []struct{ TaskID string } `json:"accepted"`
+	}
+	r.data(t, &out)
+	require.Len(t, out.Accepted, 2)
+	var view MessageView
+	h.do("GET", "/api/messages/"+out.Accepted[0].TaskID, nil).data(t, &view)
+	require.Equal(t, "low", view.Priority)
+}

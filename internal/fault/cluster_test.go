@@ -15,6 +15,7 @@ import (
 
 	"github.com/msgpulse/msgpulse/internal/mailcatcher"
 	"github.com/msgpulse/msgpulse/internal/testenv"
+	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
 // The cluster scenarios (`make test-cluster`) run the fault suite's system
@@ -129,10 +130,20 @@ func TestClusterEndToEnd(t *testing.T) {
 	require.Positive(t, delayed)
 }
 
-// leaderNode is the RabbitMQ node (1..3) that leads the mail queue.
-func leaderNode(t *testing.T, s *system) int {
+// mailLevelQueue names the mail channel's queue of level l, from the model.
+func mailLevelQueue(t *testing.T, l topology.Level) string {
 	t.Helper()
-	q, err := s.broker.Mgmt.Queue(testenv.Context(t, 10*time.Second), s.broker.VHost, mailQueue)
+	m, err := topology.Build(topology.DefaultConfig(), "")
+	require.NoError(t, err)
+	ct, err := m.Channel(topology.Mail)
+	require.NoError(t, err)
+	return ct.Level(l).Queue
+}
+
+// leaderNode is the RabbitMQ node (1..3) that leads queue.
+func leaderNode(t *testing.T, s *system, queue string) int {
+	t.Helper()
+	q, err := s.broker.Mgmt.Queue(testenv.Context(t, 10*time.Second), s.broker.VHost, queue)
 	require.NoError(t, err)
 	leader := q.Leader
 	if leader == "" {
@@ -143,13 +154,15 @@ func leaderNode(t *testing.T, s *system) int {
 	return n
 }
 
-// 2. The RabbitMQ node that leads the mail queue, and that the API and the
+// 2. The RabbitMQ node that leads the mail queue carrying the notices (the
+// normal level: most of the load), and that the API and the
 // consumer are connected to, is SIGKILLed under 200 messages/s: the queue
 // elects a new leader, both programs fail over to another node, the API
 // answers 503 only meanwhile, and no accepted message is lost.
 func TestClusterRabbitMQNodeKilled(t *testing.T) {
 	s := newClusterSystem(t, "cluster-rabbitmq-node-killed")
-	node := leaderNode(t, s)
+	bulk := mailLevelQueue(t, topology.Normal)
+	node := leaderNode(t, s, bulk)
 	// Each connection starts at a random node: restart each program until
 	// it is on the leader's node, so that one kill hits all three.
 	var api *proc
@@ -176,7 +189,7 @@ func TestClusterRabbitMQNodeKilled(t *testing.T) {
 	time.Sleep(3 * time.Second) // load after the recovery
 	cnt := s.settle(l)
 	s.report(cnt, 0, kv("killedNode", node), kv("recoveredIn", recovered.Round(time.Millisecond)),
-		kv("apiNode", nodeOf(t, api)), kv("newLeader", leaderNode(t, s)), kv("killed503s", len(withStatus(l.startedIn(killedAt, killedAt.Add(recovered)), 503))))
+		kv("apiNode", nodeOf(t, api)), kv("newLeader", leaderNode(t, s, bulk)), kv("codeQueueLeader", leaderNode(t, s, mailLevelQueue(t, topology.High))), kv("killed503s", len(withStatus(l.startedIn(killedAt, killedAt.Add(recovered)), 503))))
 	require.NotEqual(t, node, nodeOf(t, api), "the API moved to a live node")
 	require.False(t, api.Exited(), "the API recovered without a restart")
 }

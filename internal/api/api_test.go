@@ -186,11 +186,18 @@ func TestFailedPublishRollsBackEverything(t *testing.T) {
 
 			require.Empty(t, h.keysMatching("verify:email:b@example.com:login"), "no code left behind")
 			require.Empty(t, h.keysMatching("ratelimit:*cooldown*login"), "no cooldown left behind")
-			require.ElementsMatch(t, limiterBefore, h.keysMatching("ratelimit:*"))
+			// Nothing new is left behind. (A key may be gone: the per-second
+			// global window expires on its own when the machine is slow.)
+			require.Subset(t, limiterBefore, h.keysMatching("ratelimit:*"))
+			for _, k := range h.keysMatching("ratelimit:*:log:*") {
+				n, err := h.redis.Client.ZCard(t.Context(), k).Result()
+				require.NoError(t, err)
+				require.LessOrEqual(t, n, int64(1), "only the earlier request is counted in %s", k)
+			}
 			for _, k := range h.keysMatching("ratelimit:*:log:verify:recipient:*") {
 				n, err := h.redis.Client.ZCard(t.Context(), k).Result()
 				require.NoError(t, err)
-				require.EqualValues(t, 1, n, "only the earlier request is counted in %s", k)
+				require.EqualValues(t, 1, n, "the earlier request is still counted in %s", k)
 			}
 			require.Len(t, h.keysMatching("status:*"), 1, "no status record for the failed message")
 

@@ -25,6 +25,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/dispatch/dispatchtest"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/seal"
+	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/testenv"
 	"github.com/msgpulse/msgpulse/internal/timeline"
 	"github.com/msgpulse/msgpulse/internal/topology"
@@ -521,4 +522,38 @@ func TestReplayByReason(t *testing.T) {
 		testenv.WaitFor(t, 20*time.Second, "mail to "+r, func() bool { return h.stack.MailsTo(r) == 1 })
 	}
 	require.Equal(t, 0, h.stack.Depth(h.mail.DeadLetterQueue))
+}
+
+// A batch is looked up by its batchId: counts by state, and a link to
+// each task's own lookup.
+func TestLookupByBatchID(t *testing.T) {
+	h := setup(t)
+	ctx := t.Context()
+	sent := h.stack.Notice(topology.Mail, "b1-"+testenv.ID()+"@example.com", "batch", nil)
+	queued := h.stack.Notice(topology.Mail, "b2-"+testenv.ID()+"@example.com", "batch", nil)
+	_, err := h.stack.Status.Update(ctx, sent, status.Update{Status: status.Sent})
+	require.NoError(t, err)
+	batchID := "batch-" + testenv.ID()
+	require.NoError(t, h.stack.Status.CreateBatch(ctx, batchID, []string{sent, queued}))
+	c := h.client(t, true)
+
+	for _, tc := range []struct {
+		name, query string
+		want        []string
+	}{
+		{"a batch", "batchId=" + batchID, []string{"2 tasks", "<th>sent</th><td>1</td>", "<th>queued</th><td>1</td>",
+			`href="/console/messages?taskId=` + sent + `"`, `href="/console/messages?taskId=` + queued + `"`}},
+		{"an unknown batch", "batchId=nope-" + testenv.ID(), []string{"No batch nope-"}},
+		{"a task of the batch", "taskId=" + sent, []string{`id="record"`, sent}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := c.Get(h.http.URL + "/console/messages?" + tc.query)
+			require.NoError(t, err)
+			page := readBody(t, resp)
+			require.Equal(t, http.StatusOK, resp.StatusCode, page)
+			for _, w := range tc.want {
+				require.Contains(t, page, w)
+			}
+		})
+	}
 }

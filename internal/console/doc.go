@@ -1,7 +1,7 @@
 // Package console is msgpulse's on-call web console, served by the API at
 // /console: queue depths and fill, the dead-letter queues with their
 // messages, replay and purge with a confirmation step, message lookup by
-// taskId, and a chart of the last hour's sends, failures and delay
+// taskId or batchId, and a chart of the last hour's sends, failures and delay
 // accuracy.
 //
 // It is a face, like cmd/dlq: every dead-letter operation goes through

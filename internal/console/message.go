@@ -39,10 +39,36 @@ func via(p string) string {
 	return " via " + p
 }
 
-// messagePage looks a message up by taskId in the status records.
+// batchCount is one state of a batch and how many of its tasks are in it.
+type batchCount struct {
+	State status.State
+	N     int
+}
+
+// messagePage looks a message up by taskId, or a batch by batchId, in the
+// status records. A batch shows its counts by state and links each task
+// to its own lookup.
 func (c *Console) messagePage(w http.ResponseWriter, r *http.Request, rq *request) {
 	id := r.URL.Query().Get("taskId")
-	data := map[string]any{"TaskID": id}
+	batchID := r.URL.Query().Get("batchId")
+	data := map[string]any{"TaskID": id, "BatchID": batchID}
+	if id == "" && batchID != "" {
+		b, err := c.d.Status.GetBatch(r.Context(), batchID)
+		switch {
+		case errors.Is(err, status.ErrNotFound):
+			data["BatchNotFound"] = true
+		case err != nil:
+			c.fail(w, rq, http.StatusServiceUnavailable, err)
+			return
+		default:
+			counts := make([]batchCount, 0, len(b.Counts))
+			for st, n := range b.Counts {
+				counts = append(counts, batchCount{st, n})
+			}
+			sort.Slice(counts, func(i, j int) bool { return counts[i].State < counts[j].State })
+			data["Batch"] = map[string]any{"Total": len(b.TaskIDs), "Counts": counts, "TaskIDs": b.TaskIDs}
+		}
+	}
 	if id != "" {
 		rec, err := c.d.Status.Get(r.Context(), id)
 		switch {

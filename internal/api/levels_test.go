@@ -174,11 +174,12 @@ func TestQueueStatsReportEachLevel(t *testing.T) {
 	require.Equal(t, "warning", normal.Status)
 	require.GreaterOrEqual(t, *normal.OldestAgeSeconds, 59.0)
 	require.LessOrEqual(t, *normal.OldestAgeSeconds, time.Since(sent).Seconds()+1, "timestamps have whole seconds")
-	for _, ch := range []string{"mail", "sms"} {
+	for ch, apiName := range map[string]string{"mail": "email", "sms": "sms", "wecom": "wecom"} {
 		for _, lt := range []struct{ queue, level string }{{"queue." + ch, "high"}, {"queue." + ch + ".normal", "normal"}, {"queue." + ch + ".low", "low"}} {
 			q, ok := byName[lt.queue]
 			require.True(t, ok, lt.queue)
 			require.Equal(t, lt.level, q.Level)
+			require.Equal(t, apiName, q.Channel, lt.queue)
 			require.Equal(t, "main", q.Role)
 			require.Positive(t, q.MaxLength, "every level is bounded")
 		}

@@ -251,8 +251,8 @@ type QueueStats struct {
 type QueueStat struct {
 	Name string `json:"name"`
 	Role string `json:"role"` // main, dead-letter, delay or relay
-	// Channel is the topology's channel name ("mail" or "sms"), not the
-	// API's Channel; empty for a queue shared by every channel.
+	// Channel is the API's spelling of the queue's channel ("email",
+	// "sms", "wecom"); empty for a queue shared by every channel.
 	Channel string `json:"channel"`
 	Level   Level  `json:"level,omitempty"` // a main queue's traffic level
 	// OldestAgeSeconds is how long the oldest message has waited, where

@@ -58,7 +58,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		return fmt.Errorf("TEMPLATES_DIR: %w", err)
 	}
 	// Fail fast on the request path: a dead Redis is a quick 503.
-	redisClient, err := rdb.Open(cfg.RedisMode, cfg.RedisURL, rdb.FailFast(cfg.RedisTimeout))
+	redisClient, err := rdb.Open(cfg.RedisMode, cfg.RedisURL, rdb.FailFast(cfg.RedisTimeout), rdb.WithAutoPipeline(cfg.RedisAutoPipeline))
 	if err != nil {
 		return fmt.Errorf("REDIS_URL: %w", err)
 	}

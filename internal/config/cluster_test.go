@@ -37,3 +37,24 @@ func TestClusterURLLists(t *testing.T) {
 		})
 	}
 }
+
+// REDIS_AUTOPIPELINE is off unless asked, and takes only its modes.
+func TestRedisAutoPipeline(t *testing.T) {
+	for _, tc := range []struct{ value, want string }{
+		{"", "off"}, {"on", "on"}, {"full-duplex", "full-duplex"}, {"off", "off"}, {"true", ""},
+	} {
+		t.Run(tc.value, func(t *testing.T) {
+			env := map[string]string{}
+			if tc.value != "" {
+				env["REDIS_AUTOPIPELINE"] = tc.value
+			}
+			c, l := LoadTopology(envconf.FromMap(env))
+			if tc.want == "" {
+				require.ErrorContains(t, l.Err(), "REDIS_AUTOPIPELINE")
+				return
+			}
+			require.NoError(t, l.Err())
+			require.Equal(t, tc.want, c.RedisAutoPipeline)
+		})
+	}
+}

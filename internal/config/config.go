@@ -9,13 +9,16 @@ import (
 
 // Common are the settings every program shares.
 type Common struct {
-	AMQPURL       string
-	RedisURL      string
-	RedisMode     string
-	RedisPrefix   string
-	ManagementURL string
-	LogLevel      string
-	LogFormat     string
+	AMQPURL   string
+	RedisURL  string
+	RedisMode string
+	// RedisAutoPipeline is how the Redis client batches commands (see
+	// rdb.WithAutoPipeline).
+	RedisAutoPipeline string
+	RedisPrefix       string
+	ManagementURL     string
+	LogLevel          string
+	LogFormat         string
 }
 
 // LogSettings returns LOG_LEVEL and LOG_FORMAT.
@@ -23,13 +26,14 @@ func (c Common) LogSettings() (level, format string) { return c.LogLevel, c.LogF
 
 func loadCommon(l *envconf.Loader) Common {
 	return Common{
-		AMQPURL:       l.URLs("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", []string{"amqp", "amqps"}, "RabbitMQ connection URL (vhost is the path: /%2F for the default vhost); on a cluster, a comma-separated list, one URL per node: each connection starts at a random node and moves to the next when it is lost"),
-		RedisURL:      l.URL("REDIS_URL", "redis://127.0.0.1:6379/0", []string{"redis", "rediss", "unix"}, "Redis connection URL"),
-		RedisMode:     l.Enum("REDIS_MODE", "single", []string{"single", "cluster", "sentinel"}, "how REDIS_URL is read: one Redis; a Redis Cluster (redis://h1:p1?addr=h2:p2&addr=h3:p3); or Sentinel (redis://s1:p1?addr=s2:p2&master_name=NAME)"),
-		RedisPrefix:   l.String("REDIS_PREFIX", "msgpulse:", "prefix of every Redis key msgpulse writes"),
-		ManagementURL: l.URLs("RABBITMQ_MANAGEMENT_URL", "http://guest:guest@127.0.0.1:15672", []string{"http", "https"}, "RabbitMQ management API URL (credentials in the URL); on a cluster, a comma-separated list: a node that does not answer is skipped"),
-		LogLevel:      l.Enum("LOG_LEVEL", "info", []string{"debug", "info", "warn", "error"}, "log level"),
-		LogFormat:     l.Enum("LOG_FORMAT", "json", []string{"json", "console"}, "log format"),
+		AMQPURL:           l.URLs("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", []string{"amqp", "amqps"}, "RabbitMQ connection URL (vhost is the path: /%2F for the default vhost); on a cluster, a comma-separated list, one URL per node: each connection starts at a random node and moves to the next when it is lost"),
+		RedisURL:          l.URL("REDIS_URL", "redis://127.0.0.1:6379/0", []string{"redis", "rediss", "unix"}, "Redis connection URL"),
+		RedisMode:         l.Enum("REDIS_MODE", "single", []string{"single", "cluster", "sentinel"}, "how REDIS_URL is read: one Redis; a Redis Cluster (redis://h1:p1?addr=h2:p2&addr=h3:p3); or Sentinel (redis://s1:p1?addr=s2:p2&master_name=NAME)"),
+		RedisAutoPipeline: l.Enum("REDIS_AUTOPIPELINE", "off", []string{"off", "on", "full-duplex"}, "batch concurrent Redis commands into one write: off; on (go-redis auto-pipelining of single commands); full-duplex (the same on one connection that reads while it writes, pipelines included). docs/performance.md has the measurements"),
+		RedisPrefix:       l.String("REDIS_PREFIX", "msgpulse:", "prefix of every Redis key msgpulse writes"),
+		ManagementURL:     l.URLs("RABBITMQ_MANAGEMENT_URL", "http://guest:guest@127.0.0.1:15672", []string{"http", "https"}, "RabbitMQ management API URL (credentials in the URL); on a cluster, a comma-separated list: a node that does not answer is skipped"),
+		LogLevel:          l.Enum("LOG_LEVEL", "info", []string{"debug", "info", "warn", "error"}, "log level"),
+		LogFormat:         l.Enum("LOG_FORMAT", "json", []string{"json", "console"}, "log format"),
 	}
 }
 

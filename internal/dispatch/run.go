@@ -108,7 +108,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	}
 	// Fail fast: a worker that notices a dead Redis pauses (see pause)
 	// instead of waiting out go-redis's retries.
-	redisClient, err := rdb.Open(cfg.RedisMode, cfg.RedisURL, rdb.FailFast(cfg.RedisTimeout))
+	redisClient, err := rdb.Open(cfg.RedisMode, cfg.RedisURL, rdb.FailFast(cfg.RedisTimeout), rdb.WithAutoPipeline(cfg.RedisAutoPipeline))
 	if err != nil {
 		return fmt.Errorf("REDIS_URL: %w", err)
 	}

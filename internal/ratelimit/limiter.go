@@ -298,7 +298,7 @@ func (l *Limiter) Take(ctx context.Context, req Request) (*Reservation, error) {
 	if len(keys) == 0 && len(req.Then) == 0 {
 		return res, nil
 	}
-	if cc, ok := l.rdb.(*redis.ClusterClient); ok {
+	if cc, ok := rdb.AsCluster(l.rdb); ok {
 		return l.takeSpread(ctx, cc, req, res, keys, args, ruleIdx, winIdx)
 	}
 	args = append(args, len(req.Then))
@@ -367,7 +367,7 @@ func (l *Limiter) Rollback(ctx context.Context, res *Reservation) error {
 		keys = append(keys, res.CooldownKey)
 		hasCD = "1"
 	}
-	if cc, ok := l.rdb.(*redis.ClusterClient); ok {
+	if cc, ok := rdb.AsCluster(l.rdb); ok {
 		return l.rollbackSpread(ctx, cc, res)
 	}
 	if err := rollbackScript.Run(ctx, l.rdb, keys, res.ID, hasCD).Err(); err != nil {

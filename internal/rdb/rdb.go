@@ -55,6 +55,87 @@ func WithTimeouts(dial, read, write time.Duration) Option {
 	}
 }
 
+// Modes of REDIS_AUTOPIPELINE.
+const (
+	// AutoPipelineOff sends each caller's command on a pooled connection of
+	// its own: one write and one read per command.
+	AutoPipelineOff = "off"
+	// AutoPipelineOn coalesces concurrent callers' single commands (a
+	// script, a GET) into one write on one connection (go-redis's blocking
+	// AutoPipeline). A Pipeline still takes a pooled connection of its own.
+	AutoPipelineOn = "on"
+	// AutoPipelineFullDuplex is AutoPipelineOn on one held connection that
+	// writes and reads at once, and that pipelines ride too.
+	AutoPipelineFullDuplex = "full-duplex"
+)
+
+// AutoPipelineModes lists the modes REDIS_AUTOPIPELINE accepts.
+var AutoPipelineModes = []string{AutoPipelineOff, AutoPipelineOn, AutoPipelineFullDuplex}
+
+// WithAutoPipeline makes Open return a client whose commands go through
+// go-redis's auto-pipeliner (see the modes above); AutoPipelineOff, or a
+// mode it does not know, leaves the plain client. docs/performance.md has
+// what each mode measured on the API's and the consumer's hot paths.
+func WithAutoPipeline(mode string) Option {
+	return func(o *redis.Options) {
+		switch mode {
+		case AutoPipelineOn, AutoPipelineFullDuplex:
+			ao := redis.DefaultBlockingAutoPipelineOptions()
+			ao.FullDuplex = mode == AutoPipelineFullDuplex
+			o.AutoPipelineOptions = ao
+		default:
+			o.AutoPipelineOptions = nil
+		}
+	}
+}
+
+// autoPipelined is a client whose commands go through its auto-pipeliner.
+// Closing it stops the pipeliner, then closes the client under it.
+type autoPipelined struct {
+	*redis.AutoPipeliner
+	base redis.UniversalClient
+}
+
+func (a *autoPipelined) Close() error {
+	return errors.Join(a.AutoPipeliner.Close(), a.base.Close())
+}
+
+// autoPipeline wraps c when o asks for auto-pipelining.
+func autoPipeline(c redis.UniversalClient, o *redis.Options) (redis.UniversalClient, error) {
+	if o.AutoPipelineOptions == nil {
+		return c, nil
+	}
+	ap, err := c.AutoPipeline()
+	if err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("rdb: auto-pipelining: %w", err)
+	}
+	return &autoPipelined{AutoPipeliner: ap, base: c}, nil
+}
+
+// AutoPipelineMode reports how c batches its commands: one of
+// AutoPipelineModes, read from the auto-pipeliner itself.
+func AutoPipelineMode(c redis.UniversalClient) string {
+	a, ok := c.(*autoPipelined)
+	switch {
+	case !ok:
+		return AutoPipelineOff
+	case a.Config().FullDuplex:
+		return AutoPipelineFullDuplex
+	}
+	return AutoPipelineOn
+}
+
+// AsCluster returns the Redis Cluster client under c, auto-pipelined or
+// not, for the callers that spread their keys per slot themselves.
+func AsCluster(c redis.UniversalClient) (*redis.ClusterClient, bool) {
+	if a, ok := c.(*autoPipelined); ok {
+		c = a.base
+	}
+	cc, ok := c.(*redis.ClusterClient)
+	return cc, ok
+}
+
 // Command is one Redis command as data: its name, then its arguments. It
 // lets a package hand its writes to another package's script (see
 // ratelimit.Request.Then) or to a pipeline (Do) without either knowing the
@@ -94,7 +175,11 @@ var Modes = []string{Single, Cluster, Sentinel}
 func Open(mode, rawURL string, opts ...Option) (redis.UniversalClient, error) {
 	switch mode {
 	case "", Single:
-		return New(rawURL, opts...)
+		c, err := New(rawURL, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return autoPipeline(c, c.Options())
 	case Cluster:
 		co, err := redis.ParseClusterURL(rawURL)
 		if err != nil {
@@ -110,7 +195,8 @@ func Open(mode, rawURL string, opts ...Option) (redis.UniversalClient, error) {
 		// by default; internal/fault's cluster scenarios measured it). One
 		// CLUSTER SLOTS a second per client is cheap.
 		co.ClusterStateReloadInterval = time.Second
-		return redis.NewClusterClient(co), nil
+		co.AutoPipelineOptions = o.AutoPipelineOptions
+		return autoPipeline(redis.NewClusterClient(co), o)
 	case Sentinel:
 		fo, err := redis.ParseFailoverURL(rawURL)
 		if err != nil {
@@ -123,7 +209,8 @@ func Open(mode, rawURL string, opts ...Option) (redis.UniversalClient, error) {
 		fo.ClientName, fo.Protocol, fo.ContextTimeoutEnabled = o.ClientName, o.Protocol, o.ContextTimeoutEnabled
 		fo.DialTimeout, fo.ReadTimeout, fo.WriteTimeout, fo.PoolTimeout = o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout
 		fo.PoolSize, fo.MaxRetries = o.PoolSize, o.MaxRetries
-		return redis.NewFailoverClient(fo), nil
+		fo.AutoPipelineOptions = o.AutoPipelineOptions
+		return autoPipeline(redis.NewFailoverClient(fo), o)
 	}
 	return nil, fmt.Errorf("rdb: REDIS_MODE %q: must be one of %s", mode, strings.Join(Modes, ", "))
 }
@@ -231,7 +318,7 @@ func Keys(ctx context.Context, c redis.UniversalClient, pattern string) ([]strin
 		return iter.Err()
 	}
 	var err error
-	if cc, ok := c.(*redis.ClusterClient); ok {
+	if cc, ok := AsCluster(c); ok {
 		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return scan(ctx, node) })
 	} else {
 		err = scan(ctx, c)

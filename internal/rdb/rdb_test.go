@@ -2,6 +2,7 @@ package rdb_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -125,4 +126,55 @@ func TestPipelinedReloadsForgottenScripts(t *testing.T) {
 	n, err := r.Client.Get(ctx, key).Int()
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "the script ran once")
+}
+
+// REDIS_AUTOPIPELINE: Open returns a client in the asked mode, scripts and
+// pipelines from concurrent callers get their own replies through it, and
+// Close closes the client under the auto-pipeliner too.
+func TestOpenAutoPipeline(t *testing.T) {
+	incr := redis.NewScript(`return redis.call('INCRBY', KEYS[1], ARGV[1])`)
+	for _, mode := range rdb.AutoPipelineModes {
+		t.Run(mode, func(t *testing.T) {
+			r := testenv.NewRedis(t)
+			ctx := testenv.Context(t, 10*time.Second)
+			c, err := rdb.Open(testenv.RedisMode, testenv.RedisURL, rdb.WithAutoPipeline(mode))
+			require.NoError(t, err)
+			require.Equal(t, mode, rdb.AutoPipelineMode(c))
+			_, isCluster := rdb.AsCluster(c)
+			require.Equal(t, testenv.RedisMode == rdb.Cluster, isCluster, "AsCluster sees through the auto-pipeliner")
+
+			const callers = 32
+			errs := make(chan error, callers)
+			for i := range callers {
+				go func() {
+					key := fmt.Sprintf("%s{c%d}", r.Prefix, i)
+					got, err := incr.Run(ctx, c, []string{key}, i).Int()
+					if err == nil && got != i {
+						err = fmt.Errorf("caller %d: script replied %d", i, got)
+					}
+					if err == nil {
+						err = rdb.Pipelined(ctx, c, func(p redis.Pipeliner) (func() error, error) {
+							cmd := incr.Run(ctx, p, []string{key}, 1)
+							get := p.Get(ctx, key)
+							return func() error {
+								if n, err := cmd.Int(); err != nil || n != i+1 {
+									return fmt.Errorf("caller %d: pipelined script: %d, %v", i, n, err)
+								}
+								if v := get.Val(); v != fmt.Sprint(i+1) {
+									return fmt.Errorf("caller %d: pipelined GET %q", i, v)
+								}
+								return get.Err()
+							}, nil
+						}, func(ctx context.Context) error { return incr.Load(ctx, c).Err() })
+					}
+					errs <- err
+				}()
+			}
+			for range callers {
+				require.NoError(t, <-errs)
+			}
+			require.NoError(t, c.Close())
+			require.ErrorIs(t, c.Ping(ctx).Err(), redis.ErrClosed, "Close closed the client")
+		})
+	}
 }

@@ -382,7 +382,7 @@ func (c *cli) connect(ctx context.Context, m *topology.Model) (*Tool, func(), er
 		}
 	}
 	var st *status.Store
-	rc, err := rdb.Open(c.cfg.RedisMode, c.cfg.RedisURL, rdb.WithClientName("msgpulse-dlq"), rdb.WithPoolSize(2))
+	rc, err := rdb.Open(c.cfg.RedisMode, c.cfg.RedisURL, rdb.WithClientName("msgpulse-dlq"), rdb.WithPoolSize(2), rdb.WithAutoPipeline(c.cfg.RedisAutoPipeline))
 	if err == nil {
 		closers = append(closers, func() { _ = rc.Close() })
 		st, err = status.New(rc, status.Config{Prefix: c.cfg.RedisPrefix})

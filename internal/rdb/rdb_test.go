@@ -173,6 +173,18 @@ func TestOpenAutoPipeline(t *testing.T) {
 			for range callers {
 				require.NoError(t, <-errs)
 			}
+			// A forgotten script on a pipeline still comes back as NOSCRIPT
+			// through the auto-pipeliner, so Pipelined reloads it.
+			require.NoError(t, r.Client.ScriptFlush(ctx).Err())
+			loads, key := 0, r.Prefix+"{flushed}"
+			require.NoError(t, rdb.Pipelined(ctx, c, func(p redis.Pipeliner) (func() error, error) {
+				cmd := incr.Run(ctx, p, []string{key}, 5)
+				return cmd.Err, nil
+			}, func(ctx context.Context) error { loads++; return incr.Load(ctx, c).Err() }))
+			require.Equal(t, 1, loads)
+			n, err := r.Client.Get(ctx, key).Int()
+			require.NoError(t, err)
+			require.Equal(t, 5, n, "the script ran once")
 			require.NoError(t, c.Close())
 			require.ErrorIs(t, c.Ping(ctx).Err(), redis.ErrClosed, "Close closed the client")
 		})

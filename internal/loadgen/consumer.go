@@ -6,6 +6,7 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -184,6 +185,13 @@ func noopRound(ctx context.Context, o *Options, env *Env, conn *amqp.Connection,
 	}
 	m := consumerEnv(env, c.Concurrency, c.Prefetch)
 	m["CHANNELS"] = topology.SMS
+	// --env reaches this in-process consumer too, as it does the binaries
+	// (REDIS_AUTOPIPELINE was measured this way).
+	for _, kv := range o.ExtraEnv {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
 	cfg, l := config.LoadConsumer(envconf.FromMap(m))
 	if err := l.Err(); err != nil {
 		return 0, err

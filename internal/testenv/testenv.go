@@ -37,6 +37,10 @@ var (
 	// with TEST_REDIS_URL=redis://h1:p1?addr=h2:p2 runs a package's Redis
 	// tests on a Redis Cluster.
 	RedisMode = env("TEST_REDIS_MODE", "single")
+	// RedisAutoPipeline is REDIS_AUTOPIPELINE for the tests' clients:
+	// TEST_REDIS_AUTOPIPELINE=full-duplex runs a package's Redis tests
+	// through go-redis's auto-pipeliner.
+	RedisAutoPipeline = env("TEST_REDIS_AUTOPIPELINE", "off")
 )
 
 func env(k, def string) string {
@@ -143,7 +147,7 @@ func NewRedis(t testing.TB) *Redis {
 	if testing.Short() {
 		t.Skip("integration test: needs Redis (run without -short)")
 	}
-	c, err := rdb.Open(RedisMode, RedisURL)
+	c, err := rdb.Open(RedisMode, RedisURL, rdb.WithAutoPipeline(RedisAutoPipeline))
 	if err != nil {
 		t.Fatalf("testenv: TEST_REDIS_URL (TEST_REDIS_MODE=%s): %v", RedisMode, err)
 	}

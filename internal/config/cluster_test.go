@@ -38,10 +38,11 @@ func TestClusterURLLists(t *testing.T) {
 	}
 }
 
-// REDIS_AUTOPIPELINE is off unless asked, and takes only its modes.
+// REDIS_AUTOPIPELINE is full-duplex unless set (docs/performance.md has
+// why), and takes only its modes.
 func TestRedisAutoPipeline(t *testing.T) {
 	for _, tc := range []struct{ value, want string }{
-		{"", "off"}, {"on", "on"}, {"full-duplex", "full-duplex"}, {"off", "off"}, {"true", ""},
+		{"", "full-duplex"}, {"on", "on"}, {"full-duplex", "full-duplex"}, {"off", "off"}, {"true", ""},
 	} {
 		t.Run(tc.value, func(t *testing.T) {
 			env := map[string]string{}

@@ -55,7 +55,7 @@ func TestLoadDLQ(t *testing.T) {
 			require.NoError(t, l.Errs())
 			want := DLQ{
 				Common: Common{
-					AMQPURL: "amqp://guest:guest@127.0.0.1:5672/", RedisURL: "redis://127.0.0.1:6379/0", RedisMode: "single", RedisAutoPipeline: "off", RedisPrefix: "msgpulse:",
+					AMQPURL: "amqp://guest:guest@127.0.0.1:5672/", RedisURL: "redis://127.0.0.1:6379/0", RedisMode: "single", RedisAutoPipeline: "full-duplex", RedisPrefix: "msgpulse:",
 					ManagementURL: "http://guest:guest@127.0.0.1:15672", LogLevel: "info", LogFormat: "json",
 				},
 				Model: topology.DefaultConfig(), CodeSecret: seal.DevSecret, CodeSecretIsDev: true,

@@ -116,6 +116,16 @@ func TestE2EMode(t *testing.T) {
 	require.Positive(t, rd.ConsumerMem.Peak())
 }
 
+// --env reaches the in-process no-op consumer as it does the binaries:
+// a value its configuration refuses stops the run, naming the variable.
+func TestConsumerModeTakesExtraEnv(t *testing.T) {
+	ctx, o := setup(t)
+	o.ExtraEnv = []string{"REDIS_AUTOPIPELINE=sometimes"}
+	_, err := Consumer(ctx, o, ConsumerOptions{Messages: 10, Concurrency: 2, Prefetch: 8, Rounds: 1})
+	require.ErrorContains(t, err, "no-op provider")
+	require.ErrorContains(t, err, "REDIS_AUTOPIPELINE")
+}
+
 // Messages that are never sent must be counted as lost, not waited for
 // forever nor reported as received.
 func TestE2ECountsLost(t *testing.T) {

@@ -32,7 +32,9 @@ func BenchmarkMessageRoundTrips(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	load := func(ctx context.Context) error { return errors.Join(claims.LoadScripts(ctx), statuses.LoadScripts(ctx)) }
+	load := func(ctx context.Context) error {
+		return errors.Join(claims.LoadScripts(ctx), statuses.LoadScripts(ctx))
+	}
 	provider := "bench"
 	var next atomic.Int64
 	b.SetParallelism(32) // × GOMAXPROCS 2 = 64 workers

@@ -134,7 +134,7 @@ func (p Policy) DialContext(d *net.Dialer) func(ctx context.Context, network, ad
 		} else if ips, err = p.Lookup(ctx, host); err != nil {
 			return nil, err
 		}
-		var last error = fmt.Errorf("egress: %s resolves to no address", host)
+		last := fmt.Errorf("egress: %s resolves to no address", host)
 		for _, ip := range ips {
 			c, err := dd.DialContext(ctx, network, net.JoinHostPort(ip.Unmap().String(), port))
 			if err == nil {

@@ -75,7 +75,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	var errs []error
 	for i := range c.bases {
 		n := (start + i) % len(c.bases)
-		resp, err := c.send(ctx, c.bases[n], method, path, payload)
+		resp, err := c.send(ctx, c.bases[n], method, path, payload) //nolint:bodyclose // c.read closes it
 		if err != nil {
 			errs = append(errs, err)
 			if ctx.Err() != nil {

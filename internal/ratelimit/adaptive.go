@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -45,12 +46,17 @@ func NewAdaptive(rdb redis.UniversalClient, prefix string, reg prometheus.Regist
 	return &Adaptive{rdb: rdb, prefix: prefix, gauge: g}
 }
 
-func (a *Adaptive) key(account string) string { return a.prefix + "ratelimit:{rl}:adaptive:" + account }
+// key is an account's rate, under the account's own hash tag: on a Redis
+// Cluster each account lives in its own slot instead of every account
+// sharing one.
+func (a *Adaptive) key(account string) string {
+	return a.prefix + "ratelimit:{adaptive:" + account + "}:rate"
+}
 
 // Rate returns an account's current rate (b.Start if it has none yet).
 func (a *Adaptive) Rate(ctx context.Context, account string, b Bounds) (float64, error) {
 	v, err := a.rdb.Get(ctx, a.key(account)).Result()
-	if err == redis.Nil {
+	if errors.Is(err, redis.Nil) {
 		return b.Start, nil
 	}
 	if err != nil {

@@ -158,7 +158,7 @@ func TestOpenAutoPipeline(t *testing.T) {
 							get := p.Get(ctx, key)
 							return func() error {
 								if n, err := cmd.Int(); err != nil || n != i+1 {
-									return fmt.Errorf("caller %d: pipelined script: %d, %v", i, n, err)
+									return fmt.Errorf("caller %d: pipelined script: %d, %w", i, n, err)
 								}
 								if v := get.Val(); v != fmt.Sprint(i+1) {
 									return fmt.Errorf("caller %d: pipelined GET %q", i, v)

@@ -208,6 +208,35 @@ func (l *Loader) Enum(name, def string, allowed []string, help string) string {
 	return def
 }
 
+// Pair is one "key=value" item of a list setting, as written (Item) and
+// split and trimmed (Key, Value).
+type Pair struct{ Item, Key, Value string }
+
+// Pairs splits "k=v<sep>k=v", dropping empty items. It refuses an item
+// without a key or a value (want shows the expected form) and a key given
+// twice (noun says what a key is: "template", "robot").
+func Pairs(s, sep, noun, want string) ([]Pair, error) {
+	var out []Pair
+	seen := map[string]bool{}
+	for item := range strings.SplitSeq(s, sep) {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(item, "=")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if !ok || k == "" || v == "" {
+			return nil, fmt.Errorf("%q: want %s", item, want)
+		}
+		if seen[k] {
+			return nil, fmt.Errorf("%s %q mapped twice", noun, k)
+		}
+		seen[k] = true
+		out = append(out, Pair{item, k, v})
+	}
+	return out, nil
+}
+
 // List reads a comma-separated list; empty items are dropped.
 func (l *Loader) List(name, def, help string) []string {
 	l.doc(Var{Name: name, Default: def, Help: help})

@@ -66,3 +66,25 @@ func TestURLLists(t *testing.T) {
 		t.Fatalf("WithVHost: %q", v)
 	}
 }
+
+func TestPairs(t *testing.T) {
+	for _, tc := range []struct {
+		in, wantErr string
+		want        []Pair
+	}{
+		{in: "", want: nil},
+		{in: " a = 1 ,, b=2 ", want: []Pair{{Item: "a = 1", Key: "a", Value: "1"}, {Item: "b=2", Key: "b", Value: "2"}}},
+		{in: "a", wantErr: `"a": want name=KEY`},
+		{in: "a=", wantErr: `"a=": want name=KEY`},
+		{in: "=1", wantErr: `"=1": want name=KEY`},
+		{in: "a=1,a=2", wantErr: `robot "a" mapped twice`},
+	} {
+		got, err := Pairs(tc.in, ",", "robot", "name=KEY")
+		if tc.wantErr != "" {
+			require.EqualError(t, err, tc.wantErr, tc.in)
+			continue
+		}
+		require.NoError(t, err, tc.in)
+		require.Equal(t, tc.want, got, tc.in)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/msgpulse/msgpulse/internal/breaker"
+	"github.com/msgpulse/msgpulse/internal/envconf"
 )
 
 // Provider names, as used in SMS_PROVIDER, Receipt.Provider and
@@ -240,43 +241,16 @@ func checkHTTPURL(s string) error {
 	return nil
 }
 
-// mapping is one "template=value" item of a template mapping variable.
-type mapping struct{ item, key, value string }
-
-// parseMappings splits "k=v<sep>k=v", refusing empty sides and a template
-// mapped twice; want shows the expected form in errors.
-func parseMappings(s, sep, want string) ([]mapping, error) {
-	var out []mapping
-	seen := map[string]bool{}
-	for item := range strings.SplitSeq(s, sep) {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(item, "=")
-		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
-		if !ok || k == "" || v == "" {
-			return nil, fmt.Errorf("%q: want %s", item, want)
-		}
-		if seen[k] {
-			return nil, fmt.Errorf("template %q mapped twice", k)
-		}
-		seen[k] = true
-		out = append(out, mapping{item, k, v})
-	}
-	return out, nil
-}
-
 // ParseAliyunTemplates parses ALIYUN_SMS_TEMPLATES:
 // "verify_code=SMS_123456,notice=SMS_654321".
 func ParseAliyunTemplates(s string) (map[string]string, error) {
-	ms, err := parseMappings(s, ",", "template=TemplateCode, e.g. verify_code=SMS_123456")
+	ms, err := envconf.Pairs(s, ",", "template", "template=TemplateCode, e.g. verify_code=SMS_123456")
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]string{}
 	for _, m := range ms {
-		out[m.key] = m.value
+		out[m.Key] = m.Value
 	}
 	return out, nil
 }
@@ -285,13 +259,13 @@ func ParseAliyunTemplates(s string) (map[string]string, error) {
 // "verify_code=1234567:code|ttlMinutes;notice=7654321:title|content". A
 // template without variables is just "welcome=1234567".
 func ParseTencentTemplates(s string) (map[string]TencentTemplate, error) {
-	ms, err := parseMappings(s, ";", "template=TemplateId:var1|var2, e.g. verify_code=1234567:code|ttlMinutes")
+	ms, err := envconf.Pairs(s, ";", "template", "template=TemplateId:var1|var2, e.g. verify_code=1234567:code|ttlMinutes")
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]TencentTemplate{}
 	for _, m := range ms {
-		item, k, v := m.item, m.key, m.value
+		item, k, v := m.Item, m.Key, m.Value
 		id, vars, _ := strings.Cut(v, ":")
 		id = strings.TrimSpace(id)
 		if id == "" || strings.Trim(id, "0123456789") != "" {

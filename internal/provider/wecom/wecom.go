@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/provider"
 )
 
@@ -82,21 +83,13 @@ func (c *Config) Validate() error {
 
 // ParseRobots reads WECOM_ROBOTS: name=KEY,name=KEY.
 func ParseRobots(s string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		name, key, ok := strings.Cut(part, "=")
-		name, key = strings.TrimSpace(name), strings.TrimSpace(key)
-		if !ok || name == "" || key == "" {
-			return nil, fmt.Errorf("robot %q: want name=KEY", part)
-		}
-		if _, dup := out[name]; dup {
-			return nil, fmt.Errorf("robot %q listed twice", name)
-		}
-		out[name] = key
+	pairs, err := envconf.Pairs(s, ",", "robot", "name=KEY")
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(pairs))
+	for _, p := range pairs {
+		out[p.Key] = p.Value
 	}
 	return out, nil
 }

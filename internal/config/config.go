@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/msgpulse/msgpulse/internal/envconf"
+	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
@@ -28,8 +29,8 @@ func loadCommon(l *envconf.Loader) Common {
 	return Common{
 		AMQPURL:           l.URLs("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", []string{"amqp", "amqps"}, "RabbitMQ connection URL (vhost is the path: /%2F for the default vhost); on a cluster, a comma-separated list, one URL per node: each connection starts at a random node and moves to the next when it is lost"),
 		RedisURL:          l.URL("REDIS_URL", "redis://127.0.0.1:6379/0", []string{"redis", "rediss", "unix"}, "Redis connection URL"),
-		RedisMode:         l.Enum("REDIS_MODE", "single", []string{"single", "cluster", "sentinel"}, "how REDIS_URL is read: one Redis; a Redis Cluster (redis://h1:p1?addr=h2:p2&addr=h3:p3); or Sentinel (redis://s1:p1?addr=s2:p2&master_name=NAME)"),
-		RedisAutoPipeline: l.Enum("REDIS_AUTOPIPELINE", "full-duplex", []string{"off", "on", "full-duplex"}, "batch concurrent Redis commands into one write: off; on (go-redis auto-pipelining of single commands); full-duplex (the same on one connection that reads while it writes, pipelines included). docs/performance.md has the measurements"),
+		RedisMode:         l.Enum("REDIS_MODE", rdb.Single, rdb.Modes, "how REDIS_URL is read: one Redis; a Redis Cluster (redis://h1:p1?addr=h2:p2&addr=h3:p3); or Sentinel (redis://s1:p1?addr=s2:p2&master_name=NAME)"),
+		RedisAutoPipeline: l.Enum("REDIS_AUTOPIPELINE", rdb.AutoPipelineFullDuplex, rdb.AutoPipelineModes, "batch concurrent Redis commands into one write: off; on (go-redis auto-pipelining of single commands); full-duplex (the same on one connection that reads while it writes, pipelines included). docs/performance.md has the measurements"),
 		RedisPrefix:       l.String("REDIS_PREFIX", "msgpulse:", "prefix of every Redis key msgpulse writes"),
 		ManagementURL:     l.URLs("RABBITMQ_MANAGEMENT_URL", "http://guest:guest@127.0.0.1:15672", []string{"http", "https"}, "RabbitMQ management API URL (credentials in the URL); on a cluster, a comma-separated list: a node that does not answer is skipped"),
 		LogLevel:          l.Enum("LOG_LEVEL", "info", []string{"debug", "info", "warn", "error"}, "log level"),

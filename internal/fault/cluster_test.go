@@ -133,9 +133,7 @@ func TestClusterEndToEnd(t *testing.T) {
 // mailLevelQueue names the mail channel's queue of level l, from the model.
 func mailLevelQueue(t *testing.T, l topology.Level) string {
 	t.Helper()
-	m, err := topology.Build(topology.DefaultConfig(), "")
-	require.NoError(t, err)
-	ct, err := m.Channel(topology.Mail)
+	ct, err := model().Channel(topology.Mail)
 	require.NoError(t, err)
 	return ct.Level(l).Queue
 }

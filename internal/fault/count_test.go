@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -12,11 +13,7 @@ import (
 
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/testenv"
-)
-
-const (
-	mailQueue = "queue.mail"
-	mailDLQ   = "queue.mail.dlq"
+	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
 // isDLQ: queues where messages end and stay (dead letters, and messages
@@ -161,15 +158,20 @@ func (s *system) deadLetters() map[string]string {
 	return out
 }
 
-// isMainQueue: a level queue of mail or sms (queue.{ch}, .normal, .low).
+// model is the default topology, which the fault systems declare.
+var model = sync.OnceValue(func() *topology.Model {
+	m, err := topology.Build(topology.DefaultConfig(), "")
+	if err != nil {
+		panic(err)
+	}
+	return m
+})
+
+// isMainQueue: a main queue of any channel and level, by the model.
 func isMainQueue(q any) bool {
 	name, _ := q.(string)
-	for _, ch := range []string{"queue.mail", "queue.sms"} {
-		if name == ch || name == ch+".normal" || name == ch+".low" {
-			return true
-		}
-	}
-	return false
+	mq, ok := model().Queue(name)
+	return ok && mq.Role == topology.RoleMain
 }
 
 // deathReason is why the message died in a main queue (the delay queues

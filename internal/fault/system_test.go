@@ -18,6 +18,7 @@ import (
 
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/testenv"
+	"github.com/msgpulse/msgpulse/internal/topology"
 	"github.com/msgpulse/msgpulse/pkg/client"
 )
 
@@ -115,7 +116,9 @@ func startSystem(t *testing.T, name string, env ...string) *system {
 	for _, q := range qs {
 		s.queues = append(s.queues, q.Name)
 	}
-	require.Contains(t, s.queues, mailDLQ)
+	mail, err := model().Channel(topology.Mail)
+	require.NoError(t, err)
+	require.Contains(t, s.queues, mail.DeadLetterQueue, "topology declared")
 	return s
 }
 

@@ -228,7 +228,6 @@ type WeComSink struct {
 	srv     *http.Server
 	ln      net.Listener
 	done    chan struct{}
-	calls   atomic.Int64
 }
 
 // NewWeComSink listens on a free loopback port.
@@ -251,9 +250,6 @@ func NewWeComSink(arr *Arrivals, latency time.Duration) (*WeComSink, error) {
 // URL is the API base.
 func (w *WeComSink) URL() string { return "http://" + w.ln.Addr().String() }
 
-// Calls counts message/send calls.
-func (w *WeComSink) Calls() int64 { return w.calls.Load() }
-
 // Close stops the server.
 func (w *WeComSink) Close() {
 	_ = w.srv.Close()
@@ -268,7 +264,6 @@ func (w *WeComSink) send(rw http.ResponseWriter, r *http.Request) {
 		http.Error(rw, err.Error(), http.StatusBadRequest)
 		return
 	}
-	w.calls.Add(1)
 	// WeCom's own time per call: simulated, not an outcome waited on.
 	if w.latency > 0 && !pace(r.Context(), w.latency) {
 		return

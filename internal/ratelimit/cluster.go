@@ -95,14 +95,14 @@ func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req R
 				replies[i], errs[i] = c.Slice()
 			}
 			for _, e := range errs {
-				if e != nil && strings.Contains(e.Error(), "NOSCRIPT") {
+				if e != nil && rdb.IsNoScript(e) {
 					return e // rdb.Pipelined loads the script and runs them all again
 				}
 			}
 			return nil
 		}, nil
 	}, func(ctx context.Context) error { return takeScript.Load(ctx, cc).Err() })
-	if err != nil && !strings.Contains(err.Error(), "NOSCRIPT") {
+	if err != nil && !rdb.IsNoScript(err) {
 		return nil, fmt.Errorf("ratelimit: take: %w", err)
 	}
 	// A second run after NOSCRIPT re-adds the same member and sets the same

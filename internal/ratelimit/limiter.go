@@ -361,14 +361,14 @@ func (l *Limiter) Rollback(ctx context.Context, res *Reservation) error {
 	if res == nil || (len(res.Keys) == 0 && res.CooldownKey == "") {
 		return nil
 	}
+	if cc, ok := rdb.AsCluster(l.rdb); ok {
+		return l.rollbackSpread(ctx, cc, res)
+	}
 	keys := append([]string(nil), res.Keys...)
 	hasCD := "0"
 	if res.CooldownKey != "" {
 		keys = append(keys, res.CooldownKey)
 		hasCD = "1"
-	}
-	if cc, ok := rdb.AsCluster(l.rdb); ok {
-		return l.rollbackSpread(ctx, cc, res)
 	}
 	if err := rollbackScript.Run(ctx, l.rdb, keys, res.ID, hasCD).Err(); err != nil {
 		return fmt.Errorf("ratelimit: rollback: %w", err)

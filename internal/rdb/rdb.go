@@ -289,7 +289,7 @@ func Pipelined(ctx context.Context, c redis.Cmdable, queue func(redis.Pipeliner)
 		}
 		_, _ = p.Exec(ctx) // each command's own error is read by finish
 		err = finish()
-		if err == nil || attempt > 0 || !isNoScript(err) {
+		if err == nil || attempt > 0 || !IsNoScript(err) {
 			return err
 		}
 		if lerr := load(ctx); lerr != nil {
@@ -298,7 +298,9 @@ func Pipelined(ctx context.Context, c redis.Cmdable, queue func(redis.Pipeliner)
 	}
 }
 
-func isNoScript(err error) bool {
+// IsNoScript says whether err is Redis refusing EVALSHA for a script it
+// has not loaded (a restart, a failover, a cluster node new to it).
+func IsNoScript(err error) bool {
 	return strings.Contains(err.Error(), "NOSCRIPT")
 }
 

@@ -15,9 +15,9 @@ import (
 
 func (s *Store) batchKey(batchID string) string { return s.cfg.Prefix + "batch:" + batchID }
 
-// BatchCommands are the writes that store a batch's task list, for a
+// batchCommands are the writes that store a batch's task list, for a
 // pipeline (rdb.Command.Do).
-func (s *Store) BatchCommands(batchID string, taskIDs []string) ([]rdb.Command, error) {
+func (s *Store) batchCommands(batchID string, taskIDs []string) ([]rdb.Command, error) {
 	if batchID == "" || len(taskIDs) == 0 {
 		return nil, errors.New("status: a batch needs an id and at least one task")
 	}
@@ -31,7 +31,7 @@ func (s *Store) BatchCommands(batchID string, taskIDs []string) ([]rdb.Command, 
 
 // CreateBatch stores a batch's task list.
 func (s *Store) CreateBatch(ctx context.Context, batchID string, taskIDs []string) error {
-	cmds, err := s.BatchCommands(batchID, taskIDs)
+	cmds, err := s.batchCommands(batchID, taskIDs)
 	if err != nil {
 		return err
 	}

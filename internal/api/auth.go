@@ -35,9 +35,9 @@ func (s *Server) Authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 
 // Require is the middleware that lets through only a Caller holding scope
 // (after Authenticate): otherwise 403 naming the missing scope. Every /api
-// route names its scope in the route table in New; another face of this
-// server (an on-call console) uses it the same way:
-// g.GET(path, h, s.Authenticate, api.Require(apikey.Admin)).
+// route names its scope in the route table in New. (The on-call console
+// cannot use it: a browser sends no X-API-Key, so the console checks the
+// key's admin scope itself at login, console.Allowed.)
 func Require(scope apikey.Scope) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c *echo.Context) error {
@@ -55,13 +55,6 @@ func scopesText(s apikey.Scopes) string {
 		return "none"
 	}
 	return s.String()
-}
-
-// Guard is what a route outside the /api group (the on-call console) puts
-// before its handler to need scope: Authenticate, then Require. For
-// example: e.GET("/console", h, s.Guard(apikey.Admin)...).
-func (s *Server) Guard(scope apikey.Scope) []echo.MiddlewareFunc {
-	return []echo.MiddlewareFunc{s.Authenticate, Require(scope)}
 }
 
 // Caller is the authenticated key of the request; the zero Key (no

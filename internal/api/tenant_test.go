@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/labstack/echo/v5"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zapcore"
@@ -253,20 +252,6 @@ func TestCallbackURLToInternalAddressesIsRefused(t *testing.T) {
 	for _, u := range []string{"https://127.0.0.1/x", "https://loopback.example.test/x"} {
 		r := dev.send(testKey, withCallback(u))
 		require.Equal(t, http.StatusAccepted, r.Status, "%s: %s", u, r.Msg)
-	}
-}
-
-// Guard gives a route outside /api (the on-call console) the same checks:
-// 401 without a known key, 403 without the scope.
-func TestGuardProtectsRoutesOutsideAPI(t *testing.T) {
-	h := setup(t, options{keys: tenantKeys(t)})
-	h.srv.e.GET("/guarded", func(c *echo.Context) error { return reply(c, http.StatusOK, "ok", Caller(c).Name) }, h.srv.Guard(apikey.Admin)...)
-	for _, tc := range []struct {
-		key  string
-		want int
-	}{{"", 401}, {"nope-0123456789", 401}, {shopKey, 403}, {adminKey, 200}, {allKey, 200}} {
-		r := h.do("GET", "/guarded", nil, "X-API-Key", tc.key)
-		require.Equal(t, tc.want, r.Status, "%q: %s", tc.key, r.Msg)
 	}
 }
 

@@ -14,7 +14,6 @@ type inbox struct {
 	share QueueShare
 	tag   string
 	buf   chan amqp.Delivery
-	ended chan struct{} // closed when the library closed deliveries
 
 	ch      *amqp.Channel // the queue's own channel
 	acks    *acker        // settles on ch
@@ -22,9 +21,8 @@ type inbox struct {
 }
 
 func startInbox(q QueueShare, tag string, deliveries <-chan amqp.Delivery) *inbox {
-	in := &inbox{share: q, tag: tag, buf: make(chan amqp.Delivery, q.Prefetch), ended: make(chan struct{})}
+	in := &inbox{share: q, tag: tag, buf: make(chan amqp.Delivery, q.Prefetch)}
 	go func() { // ends when the library closes deliveries (cancel or channel close)
-		defer close(in.ended)
 		defer close(in.buf)
 		for d := range deliveries {
 			in.buf <- d

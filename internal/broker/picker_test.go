@@ -19,7 +19,7 @@ import (
 func filled(weights []int, counts []int) []*inbox {
 	var out []*inbox
 	for i, w := range weights {
-		in := &inbox{share: QueueShare{Name: strconv.Itoa(i), Weight: w}, buf: make(chan amqp.Delivery, max(counts[i], 1)), ended: make(chan struct{})}
+		in := &inbox{share: QueueShare{Name: strconv.Itoa(i), Weight: w}, buf: make(chan amqp.Delivery, max(counts[i], 1))}
 		for j := range counts[i] {
 			in.buf <- amqp.Delivery{MessageId: strconv.Itoa(j)}
 		}

@@ -183,11 +183,6 @@ func (j *job) taskIDs() []string {
 	return ids
 }
 
-// Handler returns the broker handler for one channel's high queue.
-func (d *Dispatcher) Handler(channel string) broker.Handler {
-	return d.LevelHandler(channel, topology.High)
-}
-
 // LevelHandler returns the broker handler for one level's queue of a
 // channel: the pipeline is the same, the level labels its metrics.
 func (d *Dispatcher) LevelHandler(channel string, level topology.Level) broker.Handler {
@@ -284,7 +279,9 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 	if j.level != topology.High {
 		rules = reserveForHigh(rules) // every provider limit keeps its last tokens for high
 	}
-	res, err := d.claim(ctx, j, key, len(rules) == 0)
+	// The sending mark rides with the claim only for a message of one task:
+	// a batch's id has no status record of its own.
+	res, err := d.claim(ctx, j, key, len(rules) == 0 && len(j.msg.Recipients) == 0)
 	if err != nil {
 		return fmt.Errorf("%w: claim: %w", errRedis, err)
 	}

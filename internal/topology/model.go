@@ -247,16 +247,6 @@ func (c ChannelTopology) Level(l Level) LevelTopology {
 	return c.Levels[0]
 }
 
-// LevelOfQueue returns the level whose queue is name.
-func (c ChannelTopology) LevelOfQueue(name string) (LevelTopology, bool) {
-	for _, lt := range c.Levels {
-		if lt.Queue == name {
-			return lt, true
-		}
-	}
-	return LevelTopology{}, false
-}
-
 // Model is the whole topology.
 type Model struct {
 	QueueType QueueType

@@ -257,9 +257,9 @@ func TestBuildLevelsPerChannel(t *testing.T) {
 				require.Contains(t, m.Bindings, Binding{Source: c.Exchange, Destination: lt.Queue, DestinationType: "queue", RoutingKey: lt.RoutingKey})
 				require.Contains(t, m.Bindings, Binding{Source: m.Delay.RouteExchange, Destination: c.Exchange, DestinationType: "exchange", RoutingKey: lt.RoutingKey},
 					"a delayed message comes back to its level")
-				back, ok := c.LevelOfQueue(lt.Queue)
+				mq, ok := m.Queue(lt.Queue)
 				require.True(t, ok)
-				require.Equal(t, tc.level, back.Level)
+				require.Equal(t, tc.level, mq.Level)
 			}
 		}
 	}

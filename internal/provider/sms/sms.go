@@ -63,34 +63,6 @@ func validateTimeout(d time.Duration) error {
 	return nil
 }
 
-// newHTTPClient returns the one client a sender keeps for its lifetime, so
-// connections (and TLS sessions) to the vendor are reused. Every phase has a
-// bound: a vendor that accepts the connection and then stalls must not hold
-// a consumer goroutine.
-func newHTTPClient(timeout time.Duration) *http.Client {
-	return &http.Client{
-		Timeout: timeout,
-		Transport: &http.Transport{
-			Proxy:             http.ProxyFromEnvironment,
-			DialContext:       (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext,
-			ForceAttemptHTTP2: true,
-			// As many idle connections as sends can be in flight (CONCURRENCY
-			// goes up to hundreds against a slow vendor): a smaller pool
-			// closes and redials a connection for most sends over HTTP/1.1,
-			// which measured as a fifth of the consumer's CPU at 512.
-			MaxIdleConns:          1024,
-			MaxIdleConnsPerHost:   1024,
-			IdleConnTimeout:       90 * time.Second,
-			TLSHandshakeTimeout:   timeout,
-			ResponseHeaderTimeout: timeout,
-			ExpectContinueTimeout: time.Second,
-		},
-		// A vendor API never redirects a send; following one would re-send
-		// credentials to wherever it points.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
-}
-
 // httpSender is what every HTTP vendor shares.
 type httpSender struct {
 	name   string
@@ -99,7 +71,7 @@ type httpSender struct {
 }
 
 func newHTTPSender(name string, timeout time.Duration) httpSender {
-	return httpSender{name: name, client: newHTTPClient(timeout), now: time.Now}
+	return httpSender{name: name, client: provider.NewHTTPClient(timeout), now: time.Now}
 }
 
 func (s *httpSender) Name() string { return s.name }
@@ -168,7 +140,7 @@ func classifyStatus(status int) provider.Class {
 	case status >= 400:
 		return provider.Permanent
 	case status >= 300:
-		// Redirects are not followed (see newHTTPClient): the configured
+		// Redirects are not followed (see provider.NewHTTPClient): the configured
 		// URL is wrong, and retrying will not fix it.
 		return provider.Permanent
 	}

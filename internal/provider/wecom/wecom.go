@@ -118,12 +118,10 @@ func New(cfg Config, tokens Tokens) (*Client, error) {
 	if cfg.CorpID != "" && tokens == nil {
 		return nil, errors.New("wecom: an application needs a token source")
 	}
-	return &Client{cfg: cfg, tokens: tokens, http: &http.Client{
-		Timeout: cfg.Timeout,
-		// WeCom never redirects an API call; following one would carry the
-		// token or the robot key elsewhere.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}}, nil
+	// The vendors' shared client: a pool as large as the sends in flight,
+	// every phase bounded, redirects refused (they would carry the token or
+	// the robot key elsewhere).
+	return &Client{cfg: cfg, tokens: tokens, http: provider.NewHTTPClient(cfg.Timeout)}, nil
 }
 
 // Name implements provider.WeComSender.

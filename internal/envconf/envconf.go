@@ -241,13 +241,7 @@ func Pairs(s, sep, noun, want string) ([]Pair, error) {
 func (l *Loader) List(name, def, help string) []string {
 	l.doc(Var{Name: name, Default: def, Help: help})
 	s, _ := l.raw(name, def)
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
+	return SplitURLs(s)
 }
 
 // URL reads an absolute URL whose scheme is one of schemes.
@@ -265,8 +259,8 @@ func (l *Loader) URL(name, def string, schemes []string, help string) string {
 func (l *Loader) URLs(name, def string, schemes []string, help string) string {
 	l.doc(Var{Name: name, Default: Redact(def), Help: help})
 	s, _ := l.raw(name, def)
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" && !l.checkURL(name, s, p, schemes) {
+	for _, p := range SplitURLs(s) {
+		if !l.checkURL(name, s, p, schemes) {
 			break
 		}
 	}
@@ -336,8 +330,8 @@ func FormatDuration(d time.Duration) string {
 	return d.String()
 }
 
-// SplitURLs splits a comma-separated list of URLs (one per node of a
-// cluster), dropping empty items.
+// SplitURLs splits a comma-separated list (of URLs, one per node of a
+// cluster, or any list setting), trimming items and dropping empty ones.
 func SplitURLs(list string) []string {
 	var out []string
 	for _, u := range strings.Split(list, ",") {

@@ -118,6 +118,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	mc, vhost := management(cfg, log)
 	inspect := func(ctx context.Context, names []string) ([]broker.QueueState, error) {
 		conn, err := session.Conn(ctx)
 		if err != nil {
@@ -130,7 +131,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		RateLimits: rateLimits, Codes: codes, Keys: keys, Status: statuses, Redis: redisClient, Templates: tpl, Registry: reg, Claims: claims,
 		DLQ:     CachedDLQStats(session, model, statuses, 5*time.Second),
 		Inspect: inspect,
-		Ages:    queueAges(cfg, log),
+		Ages:    queueAges(mc, vhost),
 		Ready: func(ctx context.Context) map[string]string {
 			out := map[string]string{"amqp": "ok", "redis": "ok"}
 			if _, ok := session.Current(); !ok {
@@ -154,7 +155,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		// The console authenticates by a session cookie, not X-API-Key, so
 		// it is mounted without Guard and checks keys (and the admin scope,
 		// console.Allowed) itself.
-		Rates:        queueRates(cfg, log),
+		Rates:        queueRates(mc, vhost),
 		Authenticate: srv.KeyOf,
 		Lookup:       srv.KeyNamed,
 	})
@@ -200,10 +201,8 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 }
 
 // queueRates reads the console's in/out rates from the management API;
-// nil when RABBITMQ_MANAGEMENT_URL is unusable (the console then shows
-// each queue's net change).
-func queueRates(cfg config.API, log *zap.Logger) func(context.Context) (map[string]console.Rates, error) {
-	mc, vhost := management(cfg, log, "the console shows no queue rates")
+// nil without a client (the console then shows each queue's net change).
+func queueRates(mc *mgmt.Client, vhost string) func(context.Context) (map[string]console.Rates, error) {
 	if mc == nil {
 		return nil
 	}
@@ -223,22 +222,22 @@ func queueRates(cfg config.API, log *zap.Logger) func(context.Context) (map[stri
 }
 
 // queueAges reads each queue's oldest message time from the management
-// API, for /api/queues/stats; nil when RABBITMQ_MANAGEMENT_URL is unusable
-// (the stats then have no ages).
-func queueAges(cfg config.API, log *zap.Logger) func(context.Context) (map[string]time.Time, error) {
-	mc, vhost := management(cfg, log, "queue stats show no oldest-message ages")
+// API, for /api/queues/stats; nil without a client (the stats then have no
+// ages).
+func queueAges(mc *mgmt.Client, vhost string) func(context.Context) (map[string]time.Time, error) {
 	if mc == nil {
 		return nil
 	}
 	return func(ctx context.Context) (map[string]time.Time, error) { return mc.HeadTimestamps(ctx, vhost) }
 }
 
-// management is the management API client and the AMQP URL's vhost; nil
+// management is the one management API client of the API (queue ages for
+// /api/queues/stats, rates for the console) and the AMQP URL's vhost; nil
 // (logged, saying what is missing) when RABBITMQ_MANAGEMENT_URL is unusable.
-func management(cfg config.API, log *zap.Logger, without string) (*mgmt.Client, string) {
+func management(cfg config.API, log *zap.Logger) (*mgmt.Client, string) {
 	mc, err := mgmt.New(cfg.ManagementURL, 2*time.Second)
 	if err != nil {
-		log.Warn(without+": RABBITMQ_MANAGEMENT_URL", zap.Error(err))
+		log.Warn("queue stats show no oldest-message ages and the console no rates: RABBITMQ_MANAGEMENT_URL", zap.Error(err))
 		return nil, ""
 	}
 	return mc, mgmt.VHostOf(cfg.AMQPURL)

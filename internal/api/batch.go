@@ -240,14 +240,8 @@ func (s *Server) getBatch(c *echo.Context) error {
 	}
 	// A batch belongs to the tenant of its tasks; another tenant's gets
 	// the very answer of an unknown one.
-	if err == nil {
-		var first status.Record
-		if first, err = s.d.Status.Get(ctx, b.TaskIDs[0]); err != nil && !errors.Is(err, status.ErrNotFound) {
-			return unavailable(err, "status is unavailable (Redis); try again")
-		}
-		if err == nil && !Visible(c, first.Tenant) {
-			err = status.ErrNotFound
-		}
+	if err == nil && (b.Ownerless || !Visible(c, b.Tenant)) {
+		err = status.ErrNotFound
 	}
 	if err != nil {
 		return notFound("no batch with batchId %s (batches are kept for STATUS_TTL)", id)

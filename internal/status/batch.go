@@ -61,10 +61,15 @@ type Batch struct {
 	ID      string
 	TaskIDs []string
 	Counts  map[State]int
+	// Tenant owns the batch: the tenant of its first task ("" for a record
+	// from before tenants, the default tenant). Ownerless is true when that
+	// record has expired, so that no owner is known.
+	Tenant    string
+	Ownerless bool
 }
 
-// GetBatch reads a batch and the state of each of its tasks, in two round
-// trips; ErrNotFound if there is no such batch.
+// GetBatch reads a batch, the state of each of its tasks and its owner, in
+// two round trips; ErrNotFound if there is no such batch.
 func (s *Store) GetBatch(ctx context.Context, batchID string) (Batch, error) {
 	ids, err := s.rdb.LRange(ctx, s.batchKey(batchID), 0, -1).Result()
 	if err != nil {
@@ -74,16 +79,19 @@ func (s *Store) GetBatch(ctx context.Context, batchID string) (Batch, error) {
 		return Batch{}, fmt.Errorf("%w: batch %q", ErrNotFound, batchID)
 	}
 	cmds := make([]*redis.StringCmd, len(ids))
+	var tenant *redis.StringCmd
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
 			cmds[i] = p.HGet(ctx, s.key(id), fStatus)
 		}
+		tenant = p.HGet(ctx, s.key(ids[0]), fTenant)
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return Batch{}, fmt.Errorf("status: get batch %q: %w", batchID, err)
 	}
-	b := Batch{ID: batchID, TaskIDs: ids, Counts: map[State]int{}}
+	b := Batch{ID: batchID, TaskIDs: ids, Counts: map[State]int{}, Tenant: tenant.Val()}
+	b.Ownerless = errors.Is(cmds[0].Err(), redis.Nil)
 	for _, c := range cmds {
 		st, err := c.Result()
 		switch {

@@ -393,7 +393,7 @@ func TestBatchCountsItsTasksByStatus(t *testing.T) {
 	e := setup(t)
 	ids := []string{"b-1", "b-2", "b-3", "b-4"}
 	for i, id := range ids[:3] {
-		require.NoError(t, e.s.Create(e.ctx, status.Record{TaskID: id, Channel: "wecom", Status: []status.State{status.Queued, status.Sent, status.Sent}[i]}))
+		require.NoError(t, e.s.Create(e.ctx, status.Record{TaskID: id, Channel: "wecom", Tenant: "shop", Status: []status.State{status.Queued, status.Sent, status.Sent}[i]}))
 	}
 	// b-4's record is gone (expired): it counts as expired.
 	require.NoError(t, e.s.CreateBatch(e.ctx, "batch-1", ids))
@@ -401,6 +401,12 @@ func TestBatchCountsItsTasksByStatus(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ids, b.TaskIDs)
 	require.Equal(t, map[status.State]int{status.Queued: 1, status.Sent: 2, status.Expired: 1}, b.Counts)
+	require.Equal(t, "shop", b.Tenant, "owned by its first task's tenant")
+	require.False(t, b.Ownerless)
+	require.NoError(t, e.s.CreateBatch(e.ctx, "batch-3", []string{"b-4", "b-1"}))
+	b3, err := e.s.GetBatch(e.ctx, "batch-3")
+	require.NoError(t, err)
+	require.True(t, b3.Ownerless, "its first task's record is gone")
 	ttl, err := e.r.Client.PTTL(e.ctx, e.r.Prefix+"batch:batch-1").Result()
 	require.NoError(t, err)
 	require.Greater(t, ttl, 59*time.Minute, "kept as long as the records")

@@ -9,7 +9,6 @@ import (
 	"github.com/labstack/echo/v5"
 	"go.uber.org/zap"
 
-	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
@@ -170,20 +169,11 @@ func (s *Server) queueStats(c *echo.Context) error {
 		if q.Role == topology.RoleRelayDeadLetter {
 			role = string(topology.RoleDeadLetter)
 		}
-		qs := QueueStat{Name: st.Name, Role: role, Channel: apiChannelOf(q.Channel), Level: string(q.Level), Messages: st.Messages, Consumers: st.Consumers, Status: "ok"}
+		qs := QueueStat{Name: st.Name, Role: role, Channel: apiChannelOf(q.Channel), Level: string(q.Level), Messages: st.Messages, Consumers: st.Consumers}
+		qs.MaxLength, qs.Usage, qs.Status = q.Fill(st.Messages, st.Exists)
 		if at, ok := ages[q.Name]; ok && st.Messages > 0 {
 			age := max(now.Sub(at), 0).Seconds()
 			qs.OldestAgeSeconds = &age
-		}
-		if n, ok := envelope.HeaderInt(q.Args, topology.ArgMaxLength); ok {
-			qs.MaxLength = int(n)
-			qs.Usage = float64(st.Messages) / float64(n)
-		}
-		switch {
-		case !st.Exists:
-			qs.Status = "missing"
-		case qs.MaxLength > 0 && qs.Usage > topology.FillWarning:
-			qs.Status = "warning"
 		}
 		out = append(out, qs)
 	}

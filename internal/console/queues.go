@@ -8,7 +8,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
@@ -72,18 +71,9 @@ func (c *Console) queueRows(r *http.Request) ([]queueRow, error) {
 	rows := make([]queueRow, 0, len(states))
 	for i, st := range states {
 		q := qs[i]
-		row := queueRow{Name: q.Name, Role: string(q.Role), Channel: q.Channel, Exists: st.Exists, Depth: st.Messages, Consumers: st.Consumers, Status: "ok", Rate: "–"}
-		if n, ok := envelope.HeaderInt(q.Args, topology.ArgMaxLength); ok && n > 0 {
-			row.MaxLength = int(n)
-			row.Fill = float64(st.Messages) / float64(n)
-			row.FillPx = min(fillBarPx, int(row.Fill*fillBarPx+0.5))
-		}
-		switch {
-		case !st.Exists:
-			row.Status = "missing"
-		case row.MaxLength > 0 && row.Fill > topology.FillWarning:
-			row.Status = "warning"
-		}
+		row := queueRow{Name: q.Name, Role: string(q.Role), Channel: q.Channel, Exists: st.Exists, Depth: st.Messages, Consumers: st.Consumers, Rate: "–"}
+		row.MaxLength, row.Fill, row.Status = q.Fill(st.Messages, st.Exists)
+		row.FillPx = min(fillBarPx, int(row.Fill*fillBarPx+0.5))
 		if st.Exists {
 			row.Rate = c.rates.rate(q.Name, st.Messages, now)
 		}

@@ -41,6 +41,23 @@ const (
 // bounded queue: past it, drop-head dead-lettering is near.
 const FillWarning = 0.8
 
+// Fill is what tools show of a queue holding depth messages: its bound
+// (x-max-length; 0 when unbounded), how full that makes it, and a status:
+// "missing" when the queue does not exist, "warning" above FillWarning,
+// else "ok".
+func (q Queue) Fill(depth int, exists bool) (bound int, fill float64, status string) {
+	if n, ok := q.Args[ArgMaxLength].(int64); ok && n > 0 {
+		bound, fill = int(n), float64(depth)/float64(n)
+	}
+	switch {
+	case !exists:
+		return bound, fill, "missing"
+	case bound > 0 && fill > FillWarning:
+		return bound, fill, "warning"
+	}
+	return bound, fill, "ok"
+}
+
 // Argument keys used by the model.
 const (
 	ArgMessageTTL         = "x-message-ttl"

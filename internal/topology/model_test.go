@@ -290,3 +290,27 @@ func TestParseLevel(t *testing.T) {
 	_, err := ParseLevel("HIGH")
 	require.Error(t, err)
 }
+
+func TestQueueFill(t *testing.T) {
+	bounded := Queue{Args: map[string]any{ArgMaxLength: int64(10)}}
+	for _, tc := range []struct {
+		name   string
+		q      Queue
+		depth  int
+		exists bool
+		bound  int
+		fill   float64
+		status string
+	}{
+		{"empty", bounded, 0, true, 10, 0, "ok"},
+		{"at the threshold", bounded, 8, true, 10, 0.8, "ok"},
+		{"past it", bounded, 9, true, 10, 0.9, "warning"},
+		{"missing", bounded, 0, false, 10, 0, "missing"},
+		{"unbounded", Queue{}, 1_000_000, true, 0, 0, "ok"},
+	} {
+		bound, fill, status := tc.q.Fill(tc.depth, tc.exists)
+		require.Equal(t, tc.bound, bound, tc.name)
+		require.InDelta(t, tc.fill, fill, 1e-9, tc.name)
+		require.Equal(t, tc.status, status, tc.name)
+	}
+}

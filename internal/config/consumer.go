@@ -121,10 +121,12 @@ func loadCallbackPrivate(l *envconf.Loader) bool {
 // separated by colons (seed 004's traffic shaper: 8:3:1).
 func loadWeights(l *envconf.Loader) map[topology.Level]int {
 	levels := make([]string, len(topology.Levels))
+	defaults := make([]string, len(topology.Levels))
 	for i, lv := range topology.Levels {
 		levels[i] = string(lv)
+		defaults[i] = strconv.Itoa(topology.DefaultLevelWeights[lv])
 	}
-	raw := l.String("PRIORITY_WEIGHTS", "8:3:1", "shares of a channel's workers for the "+strings.Join(levels, ":")+" queues while all have work waiting; a level alone with work gets every worker")
+	raw := l.String("PRIORITY_WEIGHTS", strings.Join(defaults, ":"), "shares of a channel's workers for the "+strings.Join(levels, ":")+" queues while all have work waiting; a level alone with work gets every worker")
 	parts := strings.Split(raw, ":")
 	if len(parts) != len(topology.Levels) {
 		l.Fail("PRIORITY_WEIGHTS", raw, "want %d weights separated by colons (%s), e.g. 8:3:1", len(topology.Levels), strings.Join(levels, ":"))

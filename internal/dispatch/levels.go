@@ -6,12 +6,9 @@ import (
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
-// DefaultWeights are seed 004's shares (PRIORITY_WEIGHTS 8:3:1).
-var DefaultWeights = map[topology.Level]int{topology.High: 8, topology.Normal: 3, topology.Low: 1}
-
 // LevelQueues are the queues of one channel for a broker.Consumer: every
 // level, served by one pool of workers that prefers high, then normal,
-// then low by weights (nil: DefaultWeights).
+// then low by weights (nil: topology.DefaultLevelWeights).
 //
 // High keeps the consumer's prefetch. The lower levels hold at most one
 // delivery per worker (concurrency): enough that a level alone with work
@@ -21,7 +18,7 @@ var DefaultWeights = map[topology.Level]int{topology.High: 8, topology.Normal: 3
 // buffers, high first by weight, not from one stream in arrival order.
 func (d *Dispatcher) LevelQueues(ct topology.ChannelTopology, weights map[topology.Level]int, concurrency int) []broker.QueueShare {
 	if weights == nil {
-		weights = DefaultWeights
+		weights = topology.DefaultLevelWeights
 	}
 	out := make([]broker.QueueShare, 0, len(ct.Levels))
 	for _, lt := range ct.Levels {

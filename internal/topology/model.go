@@ -91,6 +91,10 @@ const (
 // Levels lists every level, most urgent first.
 var Levels = []Level{High, Normal, Low}
 
+// DefaultLevelWeights are seed 004's shares of a channel's workers while
+// every level has work (PRIORITY_WEIGHTS 8:3:1).
+var DefaultLevelWeights = map[Level]int{High: 8, Normal: 3, Low: 1}
+
 // ParseLevel returns the level named s.
 func ParseLevel(s string) (Level, error) {
 	for _, l := range Levels {

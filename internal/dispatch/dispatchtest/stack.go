@@ -55,7 +55,7 @@ type Options struct {
 	// token shared through Redis, like separate processes.
 	WeComBase string
 	Logger    *zap.Logger
-	// Weights are the levels' shares of the workers; nil = dispatch.DefaultWeights.
+	// Weights are the levels' shares of the workers; nil = topology.DefaultLevelWeights.
 	Weights map[topology.Level]int
 }
 

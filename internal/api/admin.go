@@ -111,7 +111,8 @@ func (s *Server) deleteRateLimit(c *echo.Context) error {
 // logRateLimitChange says who changed the global limits, and to what: an
 // operator asking why traffic is refused finds the key that did it.
 func (s *Server) logRateLimitChange(c *echo.Context, what, id string, rc *ratelimit.Config) {
-	fields := []zap.Field{zap.String("id", id), zap.String("api_key", apiKeyName(c)), zap.String("tenant", Caller(c).Tenant)}
+	k := Caller(c)
+	fields := []zap.Field{zap.String("id", id), zap.String("api_key", k.Name), zap.String("tenant", k.Tenant)}
 	if rc != nil {
 		fields = append(fields, zap.Any("config", rc))
 	}

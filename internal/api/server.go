@@ -199,8 +199,6 @@ func (s *Server) Routes() [][2]string {
 	return out
 }
 
-func apiKeyName(c *echo.Context) string { return Caller(c).Name }
-
 // KeyOf finds the key an operator pasted into the console's login form,
 // as Authenticate finds an X-API-Key (every key is Anonymous with
 // API_AUTH=disabled). The console keeps only the name.
@@ -264,8 +262,9 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if errors.As(err, &ae) && ae.Limit != "" {
 			s.metrics.rejections.WithLabelValues(ae.Limit).Inc()
 		}
+		k := Caller(c)
 		fields := []zap.Field{zap.String("method", c.Request().Method), zap.String("route", route), zap.Int("status", code),
-			zap.Duration("took", elapsed), zap.String("caller", apiKeyName(c)), zap.String("tenant", Caller(c).Tenant), zap.String("ip", c.RealIP())}
+			zap.Duration("took", elapsed), zap.String("caller", k.Name), zap.String("tenant", k.Tenant), zap.String("ip", c.RealIP())}
 		switch {
 		case code >= 500:
 			s.log.Warn("request", fields...)

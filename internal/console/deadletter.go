@@ -155,7 +155,7 @@ func hourCounts(byHour map[time.Time]int, now time.Time) []hourCount {
 func (c *Console) options(r *http.Request) (dlq.Options, error) {
 	q := r.URL.Query()
 	o := dlq.Options{Reason: q.Get("reason"), Limit: c.cfg.ListLimit}
-	if o.Reason != "" && !slices.Contains(dlq.Reasons, o.Reason) {
+	if o.Reason != "" && !dlq.KnownReason(o.Reason) {
 		return o, fmt.Errorf("unknown reason %q", o.Reason)
 	}
 	if s := q.Get("since"); s != "" {
@@ -273,7 +273,7 @@ func replayOptions(r *http.Request) (dlq.Options, error) {
 	switch id, reason := f.Get("id"), f.Get("reason"); {
 	case id != "" && reason == "":
 		o.IDs = []string{id}
-	case reason != "" && id == "" && slices.Contains(dlq.Reasons, reason):
+	case reason != "" && id == "" && dlq.KnownReason(reason):
 		o.Reason = reason
 	default:
 		return o, errors.New("replay needs one message id or one known reason")
@@ -298,7 +298,7 @@ func selection(get func(string) string) (dlq.Options, error) {
 		return dlq.Options{IDs: strings.Split(ids, ",")}, nil
 	}
 	reason := get("reason")
-	if reason == "" || !slices.Contains(dlq.Reasons, reason) {
+	if reason == "" || !dlq.KnownReason(reason) {
 		return dlq.Options{}, errors.New("purge needs a known reason")
 	}
 	return dlq.Options{Reason: reason, Limit: purgeMax}, nil

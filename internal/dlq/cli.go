@@ -248,7 +248,7 @@ func parse(cmd string, args []string, scanMax int, stderr io.Writer) (opts, erro
 	if o.Limit < 0 {
 		return o, usagef("--limit must not be negative")
 	}
-	if o.Reason != "" && !knownReason(o.Reason) {
+	if o.Reason != "" && !KnownReason(o.Reason) {
 		return o, usagef("--reason %q: want one of %s", o.Reason, strings.Join(Reasons, ", "))
 	}
 	if since != "" {

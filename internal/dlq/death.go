@@ -146,7 +146,9 @@ func refine(broker string, malformed bool, rec *status.Record) string {
 	return broker
 }
 
-func knownReason(r string) bool { return slices.Contains(Reasons, r) }
+// KnownReason says whether r is one of Reasons (a --reason, or a console
+// filter, that could match a dead letter).
+func KnownReason(r string) bool { return slices.Contains(Reasons, r) }
 
 // reasonCounts prints counts as "a=1 b=2", largest first.
 func reasonCounts(m map[string]int) string {

@@ -105,8 +105,10 @@ func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req R
 	if err != nil && !rdb.IsNoScript(err) {
 		return nil, fmt.Errorf("ratelimit: take: %w", err)
 	}
-	// A second run after NOSCRIPT re-adds the same member and sets the same
-	// cooldown value, so a group that had already run counts once.
+	// The second run after NOSCRIPT runs every group again, also those
+	// whose script had run and reserved: the script finds its own
+	// reservation there and admits again without recording more, so such
+	// a group counts once and is not refused by its own cooldown.
 	var refused []int64
 	var failed []error
 	for i, g := range groups {

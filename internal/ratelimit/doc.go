@@ -10,7 +10,10 @@
 // It must never admit more than a window's limit within any span of that
 // window's length, never record a denied request, and never let a rollback
 // remove anything but the rolled-back reservation's own entries (another
-// request's cooldown included). It never approximates: each rule key holds a
+// request's cooldown included), nor charge or refuse a request twice when
+// its script runs twice (a pipeline sent again after NOSCRIPT or a read
+// timeout): a run that finds its own reservation admits without recording
+// more. It never approximates: each rule key holds a
 // sorted-set log of its admitted requests, so its memory is bounded by the
 // largest limit of that rule (which is why Config caps limits).
 package ratelimit

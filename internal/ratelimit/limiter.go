@@ -166,14 +166,32 @@ func ceilMS(d time.Duration) int64 {
 // the log, so when count >= limit the entry whose departure makes room
 // for one more is at rank card-limit (0-based, ascending): ZRANGE by rank
 // is O(log N), unlike paging through the window.
+//
+// It may run twice for one reservation: rdb.Pipelined sends a cluster
+// Take's whole pipeline again when one slot's script got NOSCRIPT, and
+// go-redis sends a cluster node's whole batch again after a read timeout,
+// both also to the slots where it had run. Its records are all or nothing,
+// so one of them holding the reservation id (the cooldown, else the first
+// log) means this reservation was admitted here already: it answers
+// admitted again and records nothing more. Checking it like a new request
+// would find its own cooldown and refuse it (issue 20: first requests
+// answered 429 "resend cooldown: wait 1m0s"). Then commands run again: the
+// cluster sends none, and a retry on one Redis is one only when go-redis
+// retries are on (rdb.FailFast turns them off).
 var takeScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local id = ARGV[1]
 local cdms = tonumber(ARGV[2])
 local nrules = tonumber(ARGV[3])
-local best = nil
+local again = false
 if cdms > 0 then
+  again = redis.call('GET', KEYS[nrules + 1]) == id
+elseif nrules > 0 then
+  again = redis.call('ZSCORE', KEYS[1], id) ~= false
+end
+local best = nil
+if cdms > 0 and not again then
   local pttl = redis.call('PTTL', KEYS[nrules + 1])
   if pttl == -1 then pttl = cdms end
   if pttl > 0 then best = {1, 0, 0, pttl} end
@@ -192,7 +210,7 @@ for r = 1, nrules do
     a = a + 2
     if len > span then span = len end
     local count = redis.call('ZCOUNT', key, '(' .. string.format('%d', now - len), '+inf')
-    if count >= lim then
+    if count >= lim and not again then
       if card == nil then card = redis.call('ZCARD', key) end
       local e = redis.call('ZRANGE', key, card - lim, card - lim, 'WITHSCORES')
       local retry = tonumber(e[2]) + len - now
@@ -204,12 +222,13 @@ for r = 1, nrules do
 end
 if best then return best end
 for r = 1, nrules do
+  if again then break end
   local key = KEYS[r]
   redis.call('ZADD', key, now, id)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now - spans[r])
   redis.call('PEXPIRE', key, spans[r])
 end
-if cdms > 0 then
+if cdms > 0 and not again then
   redis.call('SET', KEYS[nrules + 1], id, 'PX', cdms)
 end
 local replies = {}

@@ -277,9 +277,12 @@ func setDefaults(rawURL string, o *redis.Options, opts []Option) {
 //
 // Scripts on a pipeline do not fall back from EVALSHA to EVAL when Redis
 // has forgotten them (a restart, SCRIPT FLUSH): they fail with NOSCRIPT,
-// without having run. Pipelined then calls load and runs the pipeline once
-// more, so callers must queue scripts whose effect a NOSCRIPT reply left
-// undone, which is every script.
+// without having run. When finish reports it, Pipelined calls load and runs
+// the whole pipeline once more: the commands that did run (on a cluster,
+// every node that knew the script) run a second time. So each command
+// queued must be harmless to run twice, as ratelimit's take script is for
+// its own reservation, or finish must not report the NOSCRIPT of a command
+// whose neighbours must not run again.
 func Pipelined(ctx context.Context, c redis.Cmdable, queue func(redis.Pipeliner) (func() error, error), load func(context.Context) error) error {
 	for attempt := 0; ; attempt++ {
 		p := c.Pipeline()

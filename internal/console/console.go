@@ -261,7 +261,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !within {
-		c.log.Warn("console login refused: too many failures", zap.String("ip", ip), zap.String("name_tried", name))
+		c.log.Warn("console login refused: too many failures", zap.String("ip", ip), zap.String("name_tried", c.loggable(name)))
 		http.Error(w, "too many failed logins from your address or for this key name: wait a minute", http.StatusTooManyRequests)
 		return
 	}
@@ -269,7 +269,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	// The name must be the key's own: guesses aimed at one key name are
 	// then limited however many addresses they come from.
 	if !ok || caller.Name != name || !Allowed(caller) {
-		c.log.Info("console login refused", zap.String("ip", ip), zap.String("name_tried", name))
+		c.log.Info("console login refused", zap.String("ip", ip), zap.String("name_tried", c.loggable(name)))
 		n := nonce()
 		setCookie(w, r, loginCookie, n, 10*time.Minute)
 		c.render(w, http.StatusUnauthorized, "login", nil, map[string]any{"Nonce": n, "Name": name, "Error": "That key name and key are not accepted here."})
@@ -288,6 +288,15 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	setCookie(w, r, sessionCookie, id, c.cfg.SessionTTL)
 	c.log.Info("console login", zap.String("api_key", caller.Name), zap.String("ip", r.RemoteAddr))
 	http.Redirect(w, r, "/console/queues", http.StatusSeeOther)
+}
+
+// loggable is a key name tried at login as the log may show it: only a
+// configured name, since someone may paste the key into the name field.
+func (c *Console) loggable(name string) string {
+	if _, ok := c.d.Lookup(name); ok {
+		return name
+	}
+	return "(not a key name)"
 }
 
 // logout ends the session on the server (a copy of the cookie is refused

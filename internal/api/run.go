@@ -149,9 +149,9 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	con, err := console.New(console.Config{Secret: cfg.CodeSecret, DLQ: config.DLQ{Common: cfg.Common, Model: cfg.Model,
+	con, err := console.New(console.Config{SessionTTL: cfg.ConsoleSessionTTL, DLQ: config.DLQ{Common: cfg.Common, Model: cfg.Model,
 		ConfirmTimeout: cfg.PublishTimeout, ScanMax: dlq.DefaultScanMax, StatusTimeout: cfg.RedisTimeout}}, console.Deps{
-		Log: log, Model: model, Status: statuses, Conn: session.Conn, Inspect: inspect, Timeline: timeline.NewReader(redisClient, cfg.RedisPrefix),
+		Log: log, Model: model, Status: statuses, Redis: redisClient, Conn: session.Conn, Inspect: inspect, Timeline: timeline.NewReader(redisClient, cfg.RedisPrefix),
 		// The console authenticates by a session cookie, not X-API-Key, so
 		// it is mounted without Guard and checks keys (and the admin scope,
 		// console.Allowed) itself.

@@ -1,6 +1,7 @@
 package apikey
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -229,4 +230,16 @@ func (s *Set) ByName(name string) (Key, bool) {
 func Digest(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:])
+}
+
+// Fingerprint is the HMAC-SHA256 of the key's digest under salt. It
+// changes when the key's value does (a key given by its digest has the
+// fingerprint of its plaintext), so what holds one can tell that a key
+// was changed without holding the key; and without salt it tells nothing
+// about the key. The console keeps one per session, salted with the
+// session's id.
+func (k Key) Fingerprint(salt []byte) []byte {
+	m := hmac.New(sha256.New, salt)
+	m.Write(k.digest[:])
+	return m.Sum(nil)
 }

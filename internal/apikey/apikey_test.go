@@ -130,3 +130,17 @@ func TestLookupIsExact(t *testing.T) {
 		require.False(t, ok, "%q is no key's name", bad)
 	}
 }
+
+// A fingerprint follows the key's value, not its name or how API_KEYS
+// spells it, and depends on its salt.
+func TestFingerprint(t *testing.T) {
+	t.Parallel()
+	salt := []byte("session-id")
+	plain := New("oncall", "first-key-0123", Scopes(Admin))
+	digest, err := Parse("oncall:sha256="+Digest("first-key-0123")+":admin", 1)
+	require.NoError(t, err)
+	require.Equal(t, plain.Fingerprint(salt), digest.Fingerprint(salt), "the digest form is the same key")
+	require.Equal(t, plain.Fingerprint(salt), New("renamed", "first-key-0123", 0).Fingerprint(salt), "name and scopes are not part of it")
+	require.NotEqual(t, plain.Fingerprint(salt), New("oncall", "second-key-0123", Scopes(Admin)).Fingerprint(salt), "a changed value changes it")
+	require.NotEqual(t, plain.Fingerprint(salt), plain.Fingerprint([]byte("other-session")), "another salt, another fingerprint")
+}

@@ -50,7 +50,9 @@ type API struct {
 	PublishLanes    int
 	PublishWindow   int
 	ShutdownTimeout time.Duration
-	CallbackHTTP    bool
+	// ConsoleSessionTTL is how long a web console login lasts.
+	ConsoleSessionTTL time.Duration
+	CallbackHTTP      bool
 	// CallbackPrivate accepts callbackUrl hosts on loopback, link-local,
 	// private and other internal addresses (development only).
 	CallbackPrivate bool
@@ -129,6 +131,7 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	c.PublishLanes = l.Int("PUBLISH_LANES", 4, 1, 64, "shared confirm channels for single publishes")
 	c.PublishWindow = l.Int("PUBLISH_WINDOW", 256, 1, 10_000, "unconfirmed publishes in flight per shared channel; more wait up to PUBLISH_TIMEOUT")
 	c.ShutdownTimeout = l.Duration("SHUTDOWN_TIMEOUT", 15*time.Second, time.Second, 10*time.Minute, "how long in-flight requests may finish on SIGTERM")
+	c.ConsoleSessionTTL = l.Duration("CONSOLE_SESSION_TTL", 8*time.Hour, time.Minute, 30*24*time.Hour, "how long a web console login lasts; logout, or removing or changing its key, ends it sooner")
 	c.CallbackHTTP = l.Bool("CALLBACK_ALLOW_HTTP", false, "accept http:// callbackUrl (otherwise https only)")
 	c.CallbackPrivate = loadCallbackPrivate(l)
 	c.Templates = loadTemplates(l)

@@ -1,26 +1,28 @@
 package console
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/msgpulse/msgpulse/internal/apikey"
 )
 
 // Allowed is the console's one authorisation decision: may this key use
 // the console? It needs the admin scope, as the API's statistics and
-// rate-limit writes do (a key configured without scopes has them all).
+// rate-limit writes do.
 func Allowed(k apikey.Key) bool {
 	return k.Scopes.Allows(apikey.Admin)
 }
@@ -30,93 +32,161 @@ const (
 	loginCookie   = "msgpulse_console_login" // double-submit nonce of the login form
 )
 
-// signer signs session cookies and CSRF tokens with a key derived from
-// CODE_SECRET, so no new secret has to be configured, and a session
-// cannot be forged without the secret the API already guards.
-type signer struct{ key []byte }
-
-func newSigner(secret string) signer {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write([]byte("msgpulse console session v1"))
-	return signer{key: m.Sum(nil)}
+// Sessions live in Redis, not in the cookie. The cookie holds only a
+// random session id: there is nothing to sign, so no secret (least of all
+// one a tenant holds, such as a callback key) can mint a session, and a
+// session ends on the server (logout, key removed, changed or no longer
+// admin) for every API replica sharing the Redis.
+//
+// The record is stored under the SHA-256 of the id, so reading Redis's
+// key names does not yield a usable cookie; it holds the key's name, the
+// key's fingerprint salted with the id (apikey.Key.Fingerprint), and the
+// expiry. Each request checks that the record exists, has not expired,
+// that its key still exists under that name with the same value, and
+// still has the admin scope; any other outcome deletes the record.
+type sessions struct {
+	rdb    redis.UniversalClient
+	prefix string
+	ttl    time.Duration
 }
 
-func (s signer) mac(parts ...string) string {
-	m := hmac.New(sha256.New, s.key)
-	m.Write([]byte(strings.Join(parts, "\x00")))
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+// session is a Redis session record.
+type session struct {
+	Name        string `json:"name"`
+	Fingerprint []byte `json:"fp"`
+	Expires     int64  `json:"exp"` // unix seconds
 }
 
-// session is the cookie's value: the key's name and when the session
-// ends, signed.
-func (s signer) session(name string, until time.Time) string {
-	n := base64.RawURLEncoding.EncodeToString([]byte(name))
-	exp := strconv.FormatInt(until.Unix(), 10)
-	return n + "." + exp + "." + s.mac("session", n, exp)
-}
+// sessionIDLen is the length of a session id: 32 random bytes, base64url.
+var sessionIDLen = base64.RawURLEncoding.EncodedLen(32)
 
 var errSession = errors.New("no valid console session")
 
-// verify returns the key name of a valid, unexpired session value.
-func (s signer) verify(v string, now time.Time) (string, error) {
-	parts := strings.Split(v, ".")
-	if len(parts) != 3 || !hmac.Equal([]byte(parts[2]), []byte(s.mac("session", parts[0], parts[1]))) {
-		return "", errSession
-	}
-	exp, err := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil || !now.Before(time.Unix(exp, 0)) {
-		return "", errSession
-	}
-	name, err := base64.RawURLEncoding.DecodeString(parts[0])
+func (s sessions) key(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return s.prefix + "console:session:" + hex.EncodeToString(sum[:])
+}
+
+// open starts a session for k and returns its id, the cookie's value.
+func (s sessions) open(ctx context.Context, k apikey.Key, now time.Time) (string, error) {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand never fails on Linux
+	id := base64.RawURLEncoding.EncodeToString(b)
+	rec, err := json.Marshal(session{Name: k.Name, Fingerprint: k.Fingerprint([]byte(id)), Expires: now.Add(s.ttl).Unix()})
 	if err != nil {
-		return "", errSession
+		return "", err
 	}
-	return string(name), nil
+	if err := s.rdb.Set(ctx, s.key(id), rec, s.ttl).Err(); err != nil {
+		return "", fmt.Errorf("store the console session: %w", err)
+	}
+	return id, nil
 }
 
-// csrf is the token every form of a session carries: bound to the
-// session value, so a token from another session (or none) is refused.
-func (s signer) csrf(sessionValue string) string { return s.mac("csrf", sessionValue) }
-
-func (s signer) checkCSRF(sessionValue, token string) bool {
-	return token != "" && hmac.Equal([]byte(token), []byte(s.csrf(sessionValue)))
+// check returns the key of a live session. errSession means there is
+// none (and any record that failed a check is deleted); another error is
+// Redis's.
+func (s sessions) check(ctx context.Context, id string, lookup func(string) (apikey.Key, bool), now time.Time) (apikey.Key, error) {
+	if len(id) != sessionIDLen || strings.ContainsAny(id, ".=") {
+		return apikey.Key{}, errSession // not an id we issue: an old signed cookie, or a forgery
+	}
+	raw, err := s.rdb.Get(ctx, s.key(id)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return apikey.Key{}, errSession
+	}
+	if err != nil {
+		return apikey.Key{}, fmt.Errorf("read the console session: %w", err)
+	}
+	var rec session
+	k, ok := apikey.Key{}, false
+	if json.Unmarshal(raw, &rec) == nil && now.Before(time.Unix(rec.Expires, 0)) {
+		k, ok = lookup(rec.Name)
+	}
+	if !ok || !hmac.Equal(rec.Fingerprint, k.Fingerprint([]byte(id))) || !Allowed(k) {
+		// The key is gone, was changed or lost admin: the session ends
+		// here for every replica, whatever their API_KEYS say later.
+		if err := s.close(ctx, id); err != nil {
+			return apikey.Key{}, err
+		}
+		return apikey.Key{}, errSession
+	}
+	return k, nil
 }
 
-// loginGuard slows down guessing keys: each client address may fail to
-// log in a few times a minute, then is refused until its budget refills.
+// close ends a session.
+func (s sessions) close(ctx context.Context, id string) error {
+	if err := s.rdb.Del(ctx, s.key(id)).Err(); err != nil {
+		return fmt.Errorf("end the console session: %w", err)
+	}
+	return nil
+}
+
+// csrf is the token every form of a session carries: an HMAC keyed with
+// the session id, which only the session's cookie holds, so a token from
+// another session (or none) is refused and none can be made without the
+// cookie.
+func csrf(sessionID string) string {
+	m := hmac.New(sha256.New, []byte(sessionID))
+	m.Write([]byte("msgpulse console csrf v2"))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+func checkCSRF(sessionID, token string) bool {
+	return token != "" && hmac.Equal([]byte(token), []byte(csrf(sessionID)))
+}
+
+// loginGuard limits failed logins per client address and per key name
+// tried, across every API replica (the counters are in Redis). A login is
+// counted BEFORE its key is checked, in one script that increments both
+// counters and returns them, so parallel guesses cannot all pass a check
+// made before any of them was counted: at most limit of them reach the
+// key check in a window. A successful login gives its count back.
 type loginGuard struct {
-	mu  sync.Mutex
-	ips map[string]*rate.Limiter
+	rdb    redis.UniversalClient
+	prefix string
+	limit  int
+	window time.Duration
 }
 
-// loginFailures is the burst of failed logins an address is allowed, and
-// how fast that budget refills.
-const (
-	loginFailures = 10
-	loginRefill   = 6 * time.Second
-)
+// countScript increments the address's and the name's failure counters,
+// starting each one's window at its first failure, and returns both.
+// KEYS: the address's counter, the name's (one hash tag: one cluster
+// slot). ARGV[1]: the window in ms.
+var countScript = redis.NewScript(`
+local out = {}
+for i = 1, 2 do
+  out[i] = redis.call('INCR', KEYS[i])
+  if redis.call('PTTL', KEYS[i]) < 0 then redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
+end
+return out
+`)
 
-// blocked reports whether ip has used up its failed logins.
-func (g *loginGuard) blocked(ip string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	l, ok := g.ips[ip]
-	return ok && l.Tokens() < 1
+// refundScript gives back one count of each counter that still exists.
+var refundScript = redis.NewScript(`
+for i = 1, 2 do
+  if tonumber(redis.call('GET', KEYS[i]) or '0') > 0 then redis.call('DECR', KEYS[i]) end
+end
+return 0
+`)
+
+func (g loginGuard) keys(ip, name string) []string {
+	sum := sha256.Sum256([]byte(name)) // any text may be tried as a name: keep the key short and plain
+	// {console-login}: both counters in one slot, for the one script.
+	return []string{g.prefix + "console-login:{console-login}:ip:" + ip, g.prefix + "console-login:{console-login}:name:" + hex.EncodeToString(sum[:16])}
 }
 
-// failed spends one of ip's failed logins.
-func (g *loginGuard) failed(ip string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if len(g.ips) > 10_000 {
-		g.ips = map[string]*rate.Limiter{} // bounded memory: an attacker with that many addresses is not slowed by this anyway
+// count counts one login attempt for ip and name, and reports whether it
+// is within the limit for both (only then may the key be checked).
+func (g loginGuard) count(ctx context.Context, ip, name string) (bool, error) {
+	n, err := countScript.Run(ctx, g.rdb, g.keys(ip, name), g.window.Milliseconds()).Int64Slice()
+	if err != nil {
+		return false, fmt.Errorf("count the login: %w", err)
 	}
-	l, ok := g.ips[ip]
-	if !ok {
-		l = rate.NewLimiter(rate.Every(loginRefill), loginFailures)
-		g.ips[ip] = l
-	}
-	l.Allow()
+	return len(n) == 2 && n[0] <= int64(g.limit) && n[1] <= int64(g.limit), nil
+}
+
+// refund gives a successful login's count back.
+func (g loginGuard) refund(ctx context.Context, ip, name string) error {
+	return refundScript.Run(ctx, g.rdb, g.keys(ip, name)).Err()
 }
 
 func clientIP(r *http.Request) string {

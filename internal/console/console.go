@@ -13,8 +13,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
-	"golang.org/x/time/rate"
 
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/broker"
@@ -31,19 +31,22 @@ var webFS embed.FS
 const Prefix = "/console"
 
 // Deps are what the console reads and acts through; all are required
-// except Timeline.
+// except Timeline and Rates.
 type Deps struct {
 	Log    *zap.Logger
 	Model  *topology.Model
 	Status *status.Store
+	// Redis holds the sessions and the failed-login counters, under
+	// Config.DLQ.RedisPrefix, shared by every API replica.
+	Redis redis.UniversalClient
 	// Conn is the API's broker connection (dlq.Tool reads the DLQs on
 	// channels of its own; a replay publishes on a connection of its own).
 	Conn func(ctx context.Context) (*amqp.Connection, error)
 	// Inspect reads queue depths and consumer counts.
 	Inspect func(ctx context.Context, names []string) ([]broker.QueueState, error)
 	// Authenticate finds the API key an operator pasted; Lookup finds a
-	// key by name, so a session ends when its key is removed (and loses
-	// the console when its key loses the admin scope).
+	// key by name, so a session ends when its key is removed, changed or
+	// loses the admin scope.
 	Authenticate func(key string) (apikey.Key, bool)
 	Lookup       func(name string) (apikey.Key, bool)
 	// Timeline gives the chart's points; nil hides the chart.
@@ -58,15 +61,19 @@ type Deps struct {
 // (delivered), as the broker measures them.
 type Rates struct{ In, Out float64 }
 
-// Config are the console's settings.
+// Config are the console's settings. No secret: a session is a random
+// id naming a record in Redis, so there is nothing to sign.
 type Config struct {
-	// Secret is CODE_SECRET: session cookies and CSRF tokens are signed
-	// with a key derived from it.
-	Secret string
-	// DLQ configures the dlq.Tool behind the dead-letter pages.
+	// DLQ configures the dlq.Tool behind the dead-letter pages; its
+	// RedisPrefix also prefixes the sessions and login counters.
 	DLQ config.DLQ
-	// SessionTTL is how long a login lasts.
+	// SessionTTL is how long a login lasts (CONSOLE_SESSION_TTL).
 	SessionTTL time.Duration
+	// LoginFailures is how many logins one client address, and one key
+	// name, may try per LoginWindow before the rest are refused (429)
+	// without their key being checked.
+	LoginFailures int
+	LoginWindow   time.Duration
 	// Refresh is how often the queue page reloads itself.
 	Refresh time.Duration
 	// ListLimit is the most dead letters one list page shows.
@@ -75,11 +82,17 @@ type Config struct {
 
 // Validate fills defaults and checks the rest.
 func (c *Config) Validate() error {
-	if c.Secret == "" {
-		return errors.New("console: no secret to sign sessions with")
-	}
 	if c.SessionTTL <= 0 {
-		c.SessionTTL = 8 * time.Hour
+		c.SessionTTL = DefaultSessionTTL
+	}
+	if c.SessionTTL < time.Minute {
+		return fmt.Errorf("console: a session of %s is too short to use (at least 1m)", c.SessionTTL)
+	}
+	if c.LoginFailures <= 0 {
+		c.LoginFailures = 10
+	}
+	if c.LoginWindow <= 0 {
+		c.LoginWindow = time.Minute
 	}
 	if c.Refresh <= 0 {
 		c.Refresh = 5 * time.Second
@@ -90,13 +103,16 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// DefaultSessionTTL is CONSOLE_SESSION_TTL's default.
+const DefaultSessionTTL = 8 * time.Hour
+
 // Console serves /console. Close stops the replays it runs in the
 // background.
 type Console struct {
 	cfg   Config
 	d     Deps
 	log   *zap.Logger
-	sign  signer
+	sess  sessions
 	pages map[string]*template.Template
 	mux   *http.ServeMux
 	now   func() time.Time
@@ -118,7 +134,7 @@ func New(cfg Config, d Deps) (*Console, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if d.Model == nil || d.Status == nil || d.Conn == nil || d.Inspect == nil || d.Authenticate == nil || d.Lookup == nil {
+	if d.Model == nil || d.Status == nil || d.Conn == nil || d.Inspect == nil || d.Authenticate == nil || d.Lookup == nil || d.Redis == nil {
 		return nil, errors.New("console: missing dependency")
 	}
 	if d.Log == nil {
@@ -129,9 +145,10 @@ func New(cfg Config, d Deps) (*Console, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &Console{cfg: cfg, d: d, log: d.Log.Named("console"), sign: newSigner(cfg.Secret), pages: pages, now: time.Now,
+	prefix := cfg.DLQ.RedisPrefix
+	c := &Console{cfg: cfg, d: d, log: d.Log.Named("console"), sess: sessions{rdb: d.Redis, prefix: prefix, ttl: cfg.SessionTTL}, pages: pages, now: time.Now,
 		ctx: ctx, cancel: cancel, jobs: map[string]*job{}, rates: rateKeeper{last: map[string]sample{}},
-		logins: loginGuard{ips: map[string]*rate.Limiter{}}}
+		logins: loginGuard{rdb: d.Redis, prefix: prefix, limit: cfg.LoginFailures, window: cfg.LoginWindow}}
 	c.routes()
 	return c, nil
 }
@@ -192,16 +209,16 @@ type request struct {
 func (c *Console) authed(h func(http.ResponseWriter, *http.Request, *request)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ck, err := r.Cookie(sessionCookie)
-		var name string
-		if err == nil {
-			name, err = c.sign.verify(ck.Value, c.now())
-		}
 		var caller apikey.Key
 		if err == nil {
-			var ok bool
-			if caller, ok = c.d.Lookup(name); !ok {
-				err = errSession
-			}
+			caller, err = c.sess.check(r.Context(), ck.Value, c.d.Lookup, c.now())
+		} else {
+			err = errSession
+		}
+		if err != nil && !errors.Is(err, errSession) {
+			c.log.Error("console session", zap.Error(err))
+			http.Error(w, "the console cannot read its sessions (Redis): try again shortly", http.StatusServiceUnavailable)
+			return
 		}
 		if err != nil {
 			if r.Method == http.MethodGet {
@@ -211,13 +228,9 @@ func (c *Console) authed(h func(http.ResponseWriter, *http.Request, *request)) h
 			http.Error(w, "log in to the console first", http.StatusUnauthorized)
 			return
 		}
-		if !Allowed(caller) {
-			http.Error(w, "this API key may not use the console", http.StatusForbidden)
-			return
-		}
-		rq := &request{Caller: caller, session: ck.Value, CSRF: c.sign.csrf(ck.Value)}
+		rq := &request{Caller: caller, session: ck.Value, CSRF: csrf(ck.Value)}
 		if r.Method == http.MethodPost {
-			if err := r.ParseForm(); err != nil || !c.sign.checkCSRF(ck.Value, r.PostForm.Get("csrf")) {
+			if err := r.ParseForm(); err != nil || !checkCSRF(ck.Value, r.PostForm.Get("csrf")) {
 				http.Error(w, "missing or wrong CSRF token: reload the page and try again", http.StatusForbidden)
 				return
 			}
@@ -238,27 +251,62 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the login form expired: reload it", http.StatusForbidden)
 		return
 	}
-	ip := clientIP(r)
-	if c.logins.blocked(ip) {
-		http.Error(w, "too many failed logins from your address: wait a minute", http.StatusTooManyRequests)
+	ip, name := clientIP(r), strings.TrimSpace(r.PostForm.Get("name"))
+	// Counted first, checked after: parallel guesses each see the others'
+	// counts, so no more than the limit reach the key check.
+	within, err := c.logins.count(r.Context(), ip, name)
+	if err != nil {
+		c.log.Error("console login", zap.Error(err))
+		http.Error(w, "the console cannot count logins (Redis): try again shortly", http.StatusServiceUnavailable)
+		return
+	}
+	if !within {
+		c.log.Warn("console login refused: too many failures", zap.String("ip", ip), zap.String("name_tried", c.loggable(name)))
+		http.Error(w, "too many failed logins from your address or for this key name: wait a minute", http.StatusTooManyRequests)
 		return
 	}
 	caller, ok := c.d.Authenticate(strings.TrimSpace(r.PostForm.Get("key")))
-	if !ok || !Allowed(caller) {
-		c.logins.failed(ip)
-		c.log.Info("console login refused", zap.String("ip", ip))
+	// The name must be the key's own: guesses aimed at one key name are
+	// then limited however many addresses they come from.
+	if !ok || caller.Name != name || !Allowed(caller) {
+		c.log.Info("console login refused", zap.String("ip", ip), zap.String("name_tried", c.loggable(name)))
 		n := nonce()
 		setCookie(w, r, loginCookie, n, 10*time.Minute)
-		c.render(w, http.StatusUnauthorized, "login", nil, map[string]any{"Nonce": n, "Error": "That key is not accepted here."})
+		c.render(w, http.StatusUnauthorized, "login", nil, map[string]any{"Nonce": n, "Name": name, "Error": "That key name and key are not accepted here."})
+		return
+	}
+	if err := c.logins.refund(r.Context(), ip, name); err != nil {
+		c.log.Warn("console login: the successful login still counts as a failure", zap.Error(err))
+	}
+	id, err := c.sess.open(r.Context(), caller, c.now())
+	if err != nil {
+		c.log.Error("console login", zap.Error(err))
+		http.Error(w, "the console cannot store the session (Redis): try again shortly", http.StatusServiceUnavailable)
 		return
 	}
 	setCookie(w, r, loginCookie, "", -time.Second)
-	setCookie(w, r, sessionCookie, c.sign.session(caller.Name, c.now().Add(c.cfg.SessionTTL)), c.cfg.SessionTTL)
+	setCookie(w, r, sessionCookie, id, c.cfg.SessionTTL)
 	c.log.Info("console login", zap.String("api_key", caller.Name), zap.String("ip", r.RemoteAddr))
 	http.Redirect(w, r, "/console/queues", http.StatusSeeOther)
 }
 
+// loggable is a key name tried at login as the log may show it: only a
+// configured name, since someone may paste the key into the name field.
+func (c *Console) loggable(name string) string {
+	if _, ok := c.d.Lookup(name); ok {
+		return name
+	}
+	return "(not a key name)"
+}
+
+// logout ends the session on the server (a copy of the cookie is refused
+// from then on, by every replica) and clears the cookie.
 func (c *Console) logout(w http.ResponseWriter, r *http.Request, rq *request) {
+	if err := c.sess.close(r.Context(), rq.session); err != nil {
+		c.log.Error("console logout", zap.Error(err))
+		http.Error(w, "the console could not end the session (Redis): try again", http.StatusServiceUnavailable)
+		return
+	}
 	setCookie(w, r, sessionCookie, "", -time.Second)
 	c.log.Info("console logout", zap.String("api_key", rq.Caller.Name))
 	http.Redirect(w, r, "/console/login", http.StatusSeeOther)

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/msgpulse/msgpulse/internal/dlq"
+	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/logging"
 )
 
@@ -174,12 +175,14 @@ func (c *Console) dlqListPage(w http.ResponseWriter, r *http.Request, rq *reques
 		c.fail(w, rq, http.StatusServiceUnavailable, err)
 		return
 	}
+	maskEntries(l.Entries)
 	c.render(w, http.StatusOK, "dlqlist", rq, map[string]any{"Queue": cl.queue, "List": l, "More": l.More(cl.o.Limit), "Limit": cl.o.Limit,
 		"Reason": cl.o.Reason, "Since": r.URL.Query().Get("since"), "Reasons": dlq.Reasons, "Warnings": cl.warnings()})
 }
 
-// shownMessage is a dead letter for the detail page: recipient masked,
-// code and digest hidden, the body as indented JSON text.
+// shownMessage is a dead letter for the detail page: the body as indented
+// JSON text, masked by the allow-list (mask.go), code and digest hidden;
+// the summary's error texts and the headers masked by the same rules.
 type shownMessage struct {
 	dlq.Shown
 	BodyText string
@@ -198,40 +201,42 @@ func (c *Console) dlqShowPage(w http.ResponseWriter, r *http.Request, rq *reques
 	}
 	msgs := make([]shownMessage, len(found))
 	for i, s := range found {
-		msgs[i] = shownMessage{Shown: s, BodyText: bodyText(s), Headers: headerRows(s.Headers)}
+		body, known := bodyText(s)
+		maskEntry(&s.Entry, known)
+		msgs[i] = shownMessage{Shown: s, BodyText: body, Headers: headerRows(s.Headers)}
 	}
 	c.render(w, http.StatusOK, "dlqshow", rq, map[string]any{"Queue": cl.queue, "Messages": msgs, "Warnings": cl.warnings()})
 }
 
-// bodyText is the body to display: the full recipient masked and the
-// code digest hidden (the sealed code is masked by dlq already).
-func bodyText(s dlq.Shown) string {
+// bodyText is the body to display, masked by the allow-list (the code's
+// seal and digest hidden), and the full values it masked, so the page's
+// error texts can be cleaned of them.
+func bodyText(s dlq.Shown) (string, []string) {
 	if s.BodyBase64 != "" {
-		return "(not JSON: " + strconv.Itoa(len(s.BodyBase64)*3/4) + " bytes, not shown)"
+		return "(not JSON: " + strconv.Itoa(len(s.BodyBase64)*3/4) + " bytes, not shown)", nil
 	}
-	if m, ok := s.Body.(map[string]any); ok {
-		if r, ok := m["recipient"].(string); ok {
-			m["recipient"] = logging.Mask(r)
-		}
-		if _, ok := m["codeDigest"]; ok {
-			m["codeDigest"] = "[hidden]"
-		}
-	}
+	body, known := maskDocument(s.Body)
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false) // html/template escapes it, readably
-	_ = enc.Encode(s.Body)
-	return b.String()
+	_ = enc.Encode(body)
+	return b.String(), known
 }
 
+// headerRows are the headers to display: msgpulse's and RabbitMQ's in
+// full, any other masked.
 func headerRows(h map[string]any) [][2]string {
 	out := make([][2]string, 0, len(h))
 	for k, v := range h {
-		if k == "x-death" {
+		if k == envelope.HeaderXDeath {
 			continue // shown as the deaths table
 		}
-		out = append(out, [2]string{k, fmt.Sprint(v)})
+		val := fmt.Sprint(v)
+		if !headerInFull(k) {
+			val = logging.Mask(val)
+		}
+		out = append(out, [2]string{k, val})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i][0] < out[j][0] })
 	return out
@@ -312,6 +317,7 @@ func (c *Console) purgePage(w http.ResponseWriter, r *http.Request, rq *request,
 		c.fail(w, rq, http.StatusServiceUnavailable, err)
 		return
 	}
+	maskEntries(l.Entries)
 	ids := make([]string, 0, len(l.Entries))
 	for _, e := range l.Entries {
 		if !slices.Contains(ids, e.ID) {

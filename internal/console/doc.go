@@ -12,12 +12,19 @@
 //
 // Pages are html/template rendered on the server and embedded in the
 // binary, with no script and no request to anything but the API (a strict
-// Content-Security-Policy says so to the browser). A person logs in by
-// pasting an API key; the browser then holds only a signed session cookie
-// (HttpOnly, SameSite=Strict) naming the key, never the key. Every action
-// is a POST carrying a CSRF token and asks for confirmation; each is
-// logged with the key's name.
+// Content-Security-Policy says so to the browser). A person logs in with
+// an admin API key and its name; the browser then holds only a random
+// session id (HttpOnly, SameSite=Strict), never the key. The session is a
+// record in Redis bound to the key's name and value, so logout or a
+// removed or changed key ends it for every replica, and no secret can
+// mint one (there is nothing to sign). Every action is a POST carrying a
+// CSRF token and asks for confirmation; each is logged with the key's
+// name.
 //
 // It must never show a verification code (sealed or open), a code digest
-// or a full recipient, and never send anything itself.
+// or a full recipient, and never send anything itself. What a page shows
+// of a message or status record is masked by an allow-list (mask.go):
+// a field not listed there is masked, so a new field is safe by default.
+// It must never accept a session it did not store, nor check a login's key
+// before counting the attempt.
 package console

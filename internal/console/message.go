@@ -6,7 +6,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/msgpulse/msgpulse/internal/logging"
 	"github.com/msgpulse/msgpulse/internal/status"
 )
 
@@ -78,8 +77,15 @@ func (c *Console) messagePage(w http.ResponseWriter, r *http.Request, rq *reques
 			c.fail(w, rq, http.StatusServiceUnavailable, err)
 			return
 		default:
-			rec.Recipient = logging.Mask(rec.Recipient) // stored masked; masked again in case a writer forgot
-			data["Record"] = rec
+			// Shown by its JSON fields, masked by the dead-letter pages'
+			// allow-list: the recipient is stored masked, but masked again
+			// in case a writer forgot, and so is any field added later.
+			shown, err := maskRecord(rec)
+			if err != nil {
+				c.fail(w, rq, http.StatusInternalServerError, err)
+				return
+			}
+			data["Record"] = shown
 			data["History"] = history(rec)
 		}
 	}

@@ -247,7 +247,7 @@ func TestConsoleServedByTheAPIChartsTheConsumersSends(t *testing.T) {
 	login := get(t, hc, s.apiURL+"/console/login")
 	nonce := regexp.MustCompile(`name="nonce" value="([^"]+)"`).FindStringSubmatch(login)
 	require.Len(t, nonce, 2, login)
-	resp, err := hc.PostForm(s.apiURL+"/console/login", url.Values{"nonce": {nonce[1]}, "key": {apiKey}})
+	resp, err := hc.PostForm(s.apiURL+"/console/login", url.Values{"nonce": {nonce[1]}, "name": {"e2e"}, "key": {apiKey}})
 	require.NoError(t, err)
 	_ = resp.Body.Close()
 	page := get(t, hc, s.apiURL+"/console/queues") // the login redirected here too

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/msgpulse/msgpulse/internal/apikey"
+	"github.com/msgpulse/msgpulse/internal/callbackkey"
 	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/topology"
@@ -54,8 +55,13 @@ type API struct {
 	// CallbackPrivate accepts callbackUrl hosts on loopback, link-local,
 	// private and other internal addresses (development only).
 	CallbackPrivate bool
-	Templates       Templates
-	Delay           Delay
+	// CallbackKeys: a callbackUrl is refused when its tenant has no key.
+	CallbackKeys callbackkey.Keys
+	// AuthFailuresPerMinute: failed X-API-Key checks per source address per
+	// minute before 429 (0 = unlimited).
+	AuthFailuresPerMinute int
+	Templates             Templates
+	Delay                 Delay
 }
 
 func loadCodeSecret(l *envconf.Loader) (string, bool) {
@@ -73,7 +79,7 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	c.PprofAddr = l.String("PPROF_ADDR", "", "address of a net/http/pprof server for profiling under load (empty = off; keep it on localhost or a private network)")
 	c.HTTPAddr = l.String("HTTP_ADDR", ":8080", "address the HTTP API listens on")
 	keys := l.List("API_KEYS", "", "comma-separated API keys: `name:key`, `name:key:scopes` or `name:sha256=HEX[:scopes]` (HEX = SHA-256 of the key); "+
-		"scopes join send, read, admin with + (none = all three); the tenant is the name's part before / (else default); required unless API_AUTH=disabled")
+		"scopes join send, read, admin with + (none = send+read: admin, the platform operator's scope, must be written); sha256= in any case is a digest; the tenant is the name's part before / (else default); required unless API_AUTH=disabled")
 	for i, k := range keys {
 		key, err := apikey.Parse(k, i+1)
 		if err != nil {
@@ -131,6 +137,8 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	c.ShutdownTimeout = l.Duration("SHUTDOWN_TIMEOUT", 15*time.Second, time.Second, 10*time.Minute, "how long in-flight requests may finish on SIGTERM")
 	c.CallbackHTTP = l.Bool("CALLBACK_ALLOW_HTTP", false, "accept http:// callbackUrl (otherwise https only)")
 	c.CallbackPrivate = loadCallbackPrivate(l)
+	c.CallbackKeys = loadCallbackKeys(l, c.CodeSecret)
+	c.AuthFailuresPerMinute = l.Int("AUTH_FAILURES_PER_MINUTE", 30, 0, 1_000_000, "failed X-API-Key checks per source address (echo's RealIP: TRUSTED_PROXIES decides whether X-Forwarded-For counts) per minute; beyond it every request from the address is 429 until the minute ends (0 = unlimited)")
 	c.Templates = loadTemplates(l)
 	c.Delay = loadDelay(l)
 	return c, l

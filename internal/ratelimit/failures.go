@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,7 +33,10 @@ type Failures struct {
 
 	mu      sync.Mutex
 	blocked map[string]time.Time // address → end of its block (local clock)
-	now     func() time.Time
+	// held is len(blocked), read without the lock: every authenticated
+	// request asks Blocked, and almost always nothing is blocked.
+	held atomic.Int64
+	now  func() time.Time
 }
 
 // NewFailures limits failures to limit per window (limit 0 = never).
@@ -75,7 +79,7 @@ func (f *Failures) key(addr string) string {
 // Blocked reports whether addr is over the limit as far as this process
 // knows, and for how long still. It never asks Redis.
 func (f *Failures) Blocked(addr string) (time.Duration, bool) {
-	if f.limit == 0 {
+	if f.limit == 0 || f.held.Load() == 0 {
 		return 0, false
 	}
 	f.mu.Lock()
@@ -87,6 +91,7 @@ func (f *Failures) Blocked(addr string) (time.Duration, bool) {
 	left := until.Sub(f.now())
 	if left <= 0 {
 		delete(f.blocked, addr)
+		f.held.Store(int64(len(f.blocked)))
 		return 0, false
 	}
 	return left, true
@@ -131,4 +136,5 @@ func (f *Failures) block(addr string, d time.Duration) {
 		}
 	}
 	f.blocked[addr] = now.Add(d)
+	f.held.Store(int64(len(f.blocked)))
 }

@@ -16,7 +16,11 @@ export AMQP_URL="${AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}"
 export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379/0}"
 export RABBITMQ_MANAGEMENT_URL="${RABBITMQ_MANAGEMENT_URL:-http://guest:guest@127.0.0.1:15672}"
 DEV_KEY="${DEV_API_KEY:-dev-key-change-me}"
-export API_KEYS="${API_KEYS:-dev:$DEV_KEY}"
+# admin must be written (a key without scopes is send+read): the dev key
+# also opens the queue stats and the console.
+export API_KEYS="${API_KEYS:-dev:$DEV_KEY:send+read+admin}"
+# Callbacks are signed per tenant; without a secret a callbackUrl is refused.
+export CALLBACK_SECRET="${CALLBACK_SECRET:-dev-callback-secret-change-me}"
 export HTTP_ADDR="${HTTP_ADDR:-127.0.0.1:8080}"
 export METRICS_ADDR="${METRICS_ADDR:-127.0.0.1:9090}"
 export MAILCATCHER_SMTP_ADDR="${MAILCATCHER_SMTP_ADDR:-127.0.0.1:1025}"

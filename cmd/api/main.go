@@ -1,5 +1,6 @@
 // Command api serves msgpulse's HTTP API: verification codes and messages,
-// with Redis frequency control and confirmed publishing to RabbitMQ.
+// with Redis frequency control and confirmed publishing to RabbitMQ. Its
+// callback-key command prints a tenant's callback key.
 package main
 
 import (
@@ -12,9 +13,10 @@ import (
 
 func main() {
 	os.Exit(cli.Main(cli.Command[config.API]{
-		Name:     "api",
-		Synopsis: "usage: api\n\nServes the msgpulse HTTP API (api/openapi.yaml). Configured by environment variables.\n",
-		Load:     config.LoadAPI,
-		Run:      cli.Service("api", api.Run),
+		Name:      "api",
+		Synopsis:  api.Synopsis,
+		Load:      config.LoadAPI,
+		TakesArgs: true,
+		Run:       api.Command,
 	}))
 }

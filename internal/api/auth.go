@@ -1,12 +1,16 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v5"
+	"go.uber.org/zap"
 
 	"github.com/msgpulse/msgpulse/internal/apikey"
+	"github.com/msgpulse/msgpulse/internal/ratelimit"
 )
 
 const ctxCaller = "msgpulse.caller"
@@ -14,23 +18,47 @@ const ctxCaller = "msgpulse.caller"
 // Authenticate is the middleware of every /api route (and of anything else
 // that takes X-API-Key): a missing or unknown key is 401; otherwise the
 // key, with its tenant and scopes, is the request's Caller.
+//
+// Failed checks are limited per source address (echo's RealIP, which
+// believes X-Forwarded-For only from TRUSTED_PROXIES): each wrong key is
+// counted in Redis before it is answered, the AUTH_FAILURES_PER_MINUTE+1th
+// in a minute is 429, and while the address is over the limit every
+// request from it is 429, even one with a right key, so that a flood of
+// guesses cannot tell a right one by its answer.
 func (s *Server) Authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		if s.opts.AuthDisabled {
 			c.Set(ctxCaller, apikey.Anonymous)
 			return next(c)
 		}
+		addr := c.RealIP()
+		if left, blocked := s.authFailures.Blocked(addr); blocked {
+			return s.authLimited(left)
+		}
 		got := c.Request().Header.Get("X-API-Key")
-		if got == "" {
+		if got == "" { // not a guess: not counted
 			return &apiError{Status: http.StatusUnauthorized, Msg: "missing X-API-Key header"}
 		}
 		key, ok := s.keys.Lookup(got)
 		if !ok {
+			if err := s.authFailures.Fail(c.Request().Context(), addr); err != nil {
+				var le *ratelimit.LimitError
+				if errors.As(err, &le) {
+					return s.authLimited(le.RetryAfter)
+				}
+				// The key was wrong either way; the guess was not counted.
+				s.log.Warn("could not count a failed X-API-Key check (Redis)", zap.String("ip", addr), zap.Error(err))
+			}
 			return &apiError{Status: http.StatusUnauthorized, Msg: "unknown API key"}
 		}
 		c.Set(ctxCaller, key)
 		return next(c)
 	}
+}
+
+func (s *Server) authLimited(retry time.Duration) *apiError {
+	return &apiError{Status: http.StatusTooManyRequests, RetryAfter: retry, Limit: "auth failures per address",
+		Msg: fmt.Sprintf("too many failed API key checks from this address: over the per-minute limit (%d, AUTH_FAILURES_PER_MINUTE)", s.authFailures.Limit())}
 }
 
 // Require is the middleware that lets through only a Caller holding scope

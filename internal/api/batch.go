@@ -65,6 +65,9 @@ func (s *Server) sendBatch(c *echo.Context) error {
 	if e := req.validateCommon(s.d.Templates.HasLocale, s.opts.CallbackHTTP, now); e != nil {
 		return e
 	}
+	if e := s.checkCallbackKey(Caller(c), req.CallbackURL); e != nil {
+		return e
+	}
 	if n := len(b.Recipients); n < 1 || n > MaxBatchRecipients {
 		return badRequest("recipients: give 1 to %d, not %d", MaxBatchRecipients, n)
 	}

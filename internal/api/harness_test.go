@@ -20,6 +20,7 @@ import (
 
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/broker"
+	"github.com/msgpulse/msgpulse/internal/callbackkey"
 	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/delay"
@@ -63,6 +64,11 @@ type options struct {
 	// egress is the callbackUrl policy; the zero value refuses internal
 	// addresses, resolving names with the system resolver
 	egress egress.Policy
+	// callbackKeys sign callbacks; nil: every tenant's key derived from
+	// one CALLBACK_SECRET (a callbackUrl is accepted)
+	callbackKeys *callbackkey.Keys
+	// authFailures is AUTH_FAILURES_PER_MINUTE (0 = unlimited)
+	authFailures int
 }
 
 func defaultLimits() config.Limits {
@@ -77,6 +83,11 @@ func setup(t *testing.T, o options) *harness {
 	}
 	if o.keys == nil {
 		o.keys = []apikey.Key{apikey.New("tests", testKey, apikey.All)}
+	}
+	if o.callbackKeys == nil {
+		k, err := callbackkey.New(nil, "harness-callback-secret-0123")
+		require.NoError(t, err)
+		o.callbackKeys = &k
 	}
 	h := &harness{t: t}
 	mcfg := topology.DefaultConfig()
@@ -150,7 +161,7 @@ func setup(t *testing.T, o options) *harness {
 			return h.broker.Mgmt.HeadTimestamps(ctx, h.broker.VHost)
 		},
 		Ready: func(context.Context) map[string]string { return map[string]string{"amqp": "ok", "redis": "ok"} },
-	}, Options{APIKeys: o.keys, Egress: o.egress, BodyLimit: 4096, Limits: o.limits, PublishTimeout: 3 * time.Second})
+	}, Options{APIKeys: o.keys, Egress: o.egress, CallbackKeys: *o.callbackKeys, AuthFailuresPerMinute: o.authFailures, BodyLimit: 4096, Limits: o.limits, PublishTimeout: 3 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(h.srv.Wait) // background rollbacks end before Redis closes
 	h.http = httptest.NewServer(h.srv.Handler())

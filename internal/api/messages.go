@@ -55,6 +55,9 @@ func (s *Server) sendMessage(c *echo.Context) error {
 	if e := req.validate(s.d.Templates.HasLocale, s.opts.CallbackHTTP, now); e != nil {
 		return e
 	}
+	if e := s.checkCallbackKey(Caller(c), req.CallbackURL); e != nil {
+		return e
+	}
 	ctx := c.Request().Context()
 	if e := s.checkContent(ctx, &req.Message); e != nil {
 		return e

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 
+	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/config"
@@ -45,6 +46,15 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	}
 	if cfg.AuthDisabled {
 		log.Warn("API_AUTH=disabled: /api/* accepts requests without an API key; use this for local development only")
+	}
+	if !cfg.AuthDisabled {
+		// Once, by name: admin reads every tenant's data and opens the
+		// console, so who holds it should be plain in the logs.
+		log.Info("API keys with the admin scope (platform operators: every tenant's data, global limits, the console)",
+			zap.Strings("admin_keys", apikey.Admins(cfg.APIKeys)))
+	}
+	if !cfg.CallbackKeys.Configured() {
+		log.Info("no CALLBACK_SECRETS or CALLBACK_SECRET: requests with a callbackUrl are refused (400)")
 	}
 	if cfg.CallbackPrivate {
 		log.Warn("CALLBACK_ALLOW_PRIVATE=true: callbackUrl may name loopback, link-local and private addresses; use this for local development only")
@@ -145,7 +155,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 			return out
 		},
 	}, Options{APIKeys: cfg.APIKeys, AuthDisabled: cfg.AuthDisabled, TrustedProxies: cfg.TrustedProxies, BodyLimit: cfg.BodyLimit,
-		Limits: cfg.Limits, CallbackHTTP: cfg.CallbackHTTP, Egress: egress.Policy{AllowPrivate: cfg.CallbackPrivate}, PublishTimeout: cfg.PublishTimeout, MessageMaxAge: cfg.MessageMaxAge})
+		Limits: cfg.Limits, CallbackHTTP: cfg.CallbackHTTP, Egress: egress.Policy{AllowPrivate: cfg.CallbackPrivate}, CallbackKeys: cfg.CallbackKeys, AuthFailuresPerMinute: cfg.AuthFailuresPerMinute, PublishTimeout: cfg.PublishTimeout, MessageMaxAge: cfg.MessageMaxAge})
 	if err != nil {
 		return err
 	}

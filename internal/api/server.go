@@ -21,6 +21,7 @@ import (
 	apidoc "github.com/msgpulse/msgpulse/api"
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/broker"
+	"github.com/msgpulse/msgpulse/internal/callbackkey"
 	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/egress"
@@ -87,8 +88,13 @@ type Options struct {
 	CallbackHTTP   bool
 	// Egress refuses callbackUrl hosts that are or resolve to internal
 	// addresses (CALLBACK_ALLOW_PRIVATE lifts it).
-	Egress         egress.Policy
-	PublishTimeout time.Duration
+	Egress egress.Policy
+	// CallbackKeys: a callbackUrl whose tenant has no key is refused.
+	CallbackKeys callbackkey.Keys
+	// AuthFailuresPerMinute: failed X-API-Key checks per source address
+	// per sliding minute before 429 (0 = unlimited).
+	AuthFailuresPerMinute int
+	PublishTimeout        time.Duration
 	// MessageMaxAge is a message's ttlSeconds when the request has none;
 	// 0 means 24 h.
 	MessageMaxAge time.Duration
@@ -103,8 +109,10 @@ type Server struct {
 	metrics *metrics
 	now     func() time.Time
 	keys    *apikey.Set
-	scopes  map[[2]string]apikey.Scope // method, path → the scope the route needs
-	cleanup sync.WaitGroup             // rollbacks that outlive their request (see Wait)
+	// authFailures counts failed X-API-Key checks per source address.
+	authFailures *ratelimit.Failures
+	scopes       map[[2]string]apikey.Scope // method, path → the scope the route needs
+	cleanup      sync.WaitGroup             // rollbacks that outlive their request (see Wait)
 }
 
 // Wait blocks until the rollbacks started in the background have ended;
@@ -137,6 +145,7 @@ func New(d Deps, opts Options) (*Server, error) {
 	if s.keys, err = apikey.NewSet(opts.APIKeys); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
+	s.authFailures = ratelimit.NewFailures(d.Redis, d.Limiter.Prefix(), opts.AuthFailuresPerMinute, time.Minute)
 	// Without automatic group 404 routes, a known path with the wrong
 	// method answers 405 rather than 404.
 	e := echo.NewWithConfig(echo.Config{NoGroupAutoRegister404Routes: true})

@@ -20,8 +20,9 @@ import (
 	"github.com/msgpulse/msgpulse/internal/envconf"
 )
 
-// Keys of two tenants, an admin of a third, and a key without scopes (all
-// of them, as before scopes existed), read from API_KEYS as cmd/api does.
+// Keys of two tenants, an admin of a third, and a key without scopes
+// (send+read of the default tenant: admin must be written), read from
+// API_KEYS as cmd/api does.
 const (
 	shopKey  = "shop-key-0123456789"
 	blogKey  = "blog-key-0123456789"
@@ -66,7 +67,7 @@ func TestMessageIsVisibleToItsTenantAndAdminOnly(t *testing.T) {
 		{"same tenant, read-only key", readKey, 200},
 		{"admin of another tenant", adminKey, 200},
 		{"another tenant", blogKey, 404},
-		{"no scopes given: default tenant, every scope, admin too", allKey, 200},
+		{"no scopes given: send+read of the default tenant, not admin", allKey, 404},
 	} {
 		for _, path := range []string{"/api/messages/" + res.TaskID, "/api/messages?taskId=" + res.TaskID} {
 			g := h.do("GET", path, nil, "X-API-Key", tc.key)
@@ -100,7 +101,8 @@ func TestMessageIsVisibleToItsTenantAndAdminOnly(t *testing.T) {
 }
 
 // Each route needs its scope: 403 naming the scope; a missing or unknown
-// key stays 401; a key without scopes works everywhere, as before.
+// key stays 401; a key without scopes sends and reads, and is refused
+// every admin route (admin must be written).
 func TestScopesGuardEveryRoute(t *testing.T) {
 	h := setup(t, options{keys: tenantKeys(t)})
 	rl := func(id string) map[string]any {
@@ -128,13 +130,14 @@ func TestScopesGuardEveryRoute(t *testing.T) {
 		{"admin: DLQ stats", "GET", "/api/dlq/stats", nil, adminKey, 200, ""},
 		{"admin: rate-limit read (admin grants read)", "GET", "/api/rate-limits", nil, adminKey, 200, ""},
 		{"admin: send", "POST", "/api/messages/send", notice("c@example.com"), adminKey, 403, "lacks the send scope"},
-		{"no scopes: rate-limit write", "POST", "/api/rate-limits", rl("b"), allKey, 201, ""},
-		{"no scopes: queue stats", "GET", "/api/queues/stats", nil, allKey, 200, ""},
-		{"no scopes: DLQ stats", "GET", "/api/dlq/stats", nil, allKey, 200, ""},
+		{"no scopes: rate-limit write", "POST", "/api/rate-limits", rl("b"), allKey, 403, "lacks the admin scope (it has send+read)"},
+		{"no scopes: queue stats", "GET", "/api/queues/stats", nil, allKey, 403, "admin"},
+		{"no scopes: DLQ stats", "GET", "/api/dlq/stats", nil, allKey, 403, "admin"},
 		{"no scopes: send", "POST", "/api/messages/send", notice("c@example.com"), allKey, 202, ""},
 		{"no scopes: code", "POST", "/api/verification-codes", codeRequest("d@example.com", "login"), allKey, 202, ""},
 		{"no scopes: verify", "POST", "/api/verification-codes/verify", map[string]any{"channel": "email", "recipient": "d@example.com", "purpose": "login", "code": "000000"}, allKey, 200, ""},
-		{"no scopes: rate-limit delete", "DELETE", "/api/rate-limits/b", nil, allKey, 200, ""},
+		{"no scopes: rate-limit delete", "DELETE", "/api/rate-limits/a", nil, allKey, 403, "admin"},
+		{"no scopes: rate-limit read", "GET", "/api/rate-limits", nil, allKey, 200, ""},
 		{"missing key", "GET", "/api/queues/stats", nil, "", 401, "missing X-API-Key"},
 		{"unknown key", "GET", "/api/queues/stats", nil, "nope-0123456789", 401, "unknown API key"},
 		{"unknown key, send", "POST", "/api/messages/send", notice("c@example.com"), "nope-0123456789", 401, "unknown API key"},
@@ -151,8 +154,7 @@ func TestScopesGuardEveryRoute(t *testing.T) {
 			changes = append(changes, e.Message+" by "+e.ContextMap()["api_key"].(string))
 		}
 	}
-	require.Equal(t, []string{"rate limit created by ops/oncall", "rate limit updated by ops/oncall",
-		"rate limit created by legacy", "rate limit deleted by legacy"}, changes)
+	require.Equal(t, []string{"rate limit created by ops/oncall", "rate limit updated by ops/oncall"}, changes)
 }
 
 // A key given as its SHA-256 digest authenticates with the plaintext, and

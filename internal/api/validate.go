@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
@@ -388,6 +389,19 @@ func checkCallback(raw string, allowHTTP bool) *apiError {
 			return badRequest("callbackUrl must be an absolute http(s) URL")
 		}
 		return badRequest("callbackUrl must be an absolute https URL")
+	}
+	return nil
+}
+
+// checkCallbackKey refuses a callbackUrl whose tenant has no callback key:
+// the consumer could not sign its callbacks, and must never sign them with
+// another tenant's key or with CODE_SECRET.
+func (s *Server) checkCallbackKey(caller apikey.Key, callbackURL string) *apiError {
+	if callbackURL == "" {
+		return nil
+	}
+	if _, err := s.opts.CallbackKeys.For(caller.Tenant); err != nil {
+		return badRequest("callbackUrl: tenant %s has no callback key; set CALLBACK_SECRETS (tenant=secret,…) or CALLBACK_SECRET on the API and the consumer", caller.Tenant)
 	}
 	return nil
 }

@@ -13,22 +13,29 @@ import (
 // Scope is one right a key may carry.
 type Scope uint8
 
-// The scopes. An entry without scopes has all of them.
+// The scopes. An entry without scopes has Default: send and read, never
+// admin, which must be written.
 const (
 	// Send: request codes, verify them, send messages and batches.
 	Send Scope = 1 << iota
 	// Read: status of the key's own tenant's messages and batches.
 	Read
-	// Admin: rate-limit writes, queue and DLQ statistics, every tenant's
-	// status.
+	// Admin: the platform operator. Every tenant's messages, batches and
+	// dead letters, the global rate limits, queue and DLQ statistics, the
+	// console. Never implied: an entry must name it.
 	Admin
 )
 
 // Scopes is a set of Scope.
 type Scopes uint8
 
-// All is every scope: what an entry without scopes gets.
+// All is every scope.
 const All = Scopes(Send | Read | Admin)
+
+// Default is what an entry without scopes gets: a tenant's backend sends
+// and reads its own tenant's statuses. Admin spans every tenant, so it is
+// given only where API_KEYS writes it.
+const Default = Scopes(Send | Read)
 
 var names = []struct {
 	s    Scope
@@ -122,7 +129,10 @@ const digestPrefix = "sha256="
 // Parse reads the i-th (1-based) API_KEYS entry: "key", "name:key",
 // "name:key:scopes", "name:sha256=HEX" or "name:sha256=HEX:scopes". What
 // follows the last ":" is a scope list when it is only letters and "+"; a
-// key may contain ":" otherwise. Errors name the entry, never its key.
+// key may contain ":" otherwise. Without scopes the key gets Default. A
+// key starting with "sha256=" in any case is a digest, and one that is not
+// 64 hex digits is an error, never a plaintext key that happens to start
+// so. Errors name the entry, never its key.
 func Parse(entry string, i int) (Key, error) {
 	name, rest, named := strings.Cut(entry, ":")
 	if !named {
@@ -134,7 +144,7 @@ func Parse(entry string, i int) (Key, error) {
 	if name == "" || strings.HasPrefix(name, "/") || strings.HasSuffix(name, "/") {
 		return fail("a name needs text on both sides of its \"/\" (tenant/name)")
 	}
-	scopes := All
+	scopes := Default
 	if j := strings.LastIndexByte(rest, ':'); named && j >= 0 && looksLikeScopes(rest[j+1:]) {
 		s, err := ParseScopes(rest[j+1:])
 		if err != nil {
@@ -143,8 +153,8 @@ func Parse(entry string, i int) (Key, error) {
 		scopes, rest = s, rest[:j]
 	}
 	k := Key{Name: name, Tenant: TenantOf(name), Scopes: scopes}
-	if hexDigest, ok := strings.CutPrefix(rest, digestPrefix); ok {
-		b, err := hex.DecodeString(hexDigest)
+	if len(rest) >= len(digestPrefix) && strings.EqualFold(rest[:len(digestPrefix)], digestPrefix) {
+		b, err := hex.DecodeString(rest[len(digestPrefix):])
 		if err != nil || len(b) != sha256.Size {
 			return fail("sha256= needs %d hex digits (the SHA-256 of the key)", 2*sha256.Size)
 		}
@@ -224,6 +234,18 @@ func (s *Set) ByName(name string) (Key, bool) {
 		}
 	}
 	return Key{}, false
+}
+
+// Admins names the keys with the admin scope, in order: the API logs them
+// at start, so that an operator sees who holds every tenant's data.
+func Admins(keys []Key) []string {
+	var out []string
+	for _, k := range keys {
+		if k.Scopes.Has(Admin) {
+			out = append(out, k.Name)
+		}
+	}
+	return out
 }
 
 // Digest is the hex SHA-256 of a key, as "name:sha256=HEX" expects it.

@@ -19,15 +19,21 @@ func TestParse(t *testing.T) {
 		key        string // plaintext that must authenticate
 		wantErr    string
 	}{
-		{entry: "k-0123456789", name: "key-1", tenant: "default", scopes: All, key: "k-0123456789"},
-		{entry: "backend:k-0123456789", name: "backend", tenant: "default", scopes: All, key: "k-0123456789"},
-		{entry: "shop/backend:k-0123456789", name: "shop/backend", tenant: "shop", scopes: All, key: "k-0123456789"},
+		{entry: "k-0123456789", name: "key-1", tenant: "default", scopes: Default, key: "k-0123456789"},
+		{entry: "backend:k-0123456789", name: "backend", tenant: "default", scopes: Default, key: "k-0123456789"},
+		{entry: "shop/backend:k-0123456789", name: "shop/backend", tenant: "shop", scopes: Default, key: "k-0123456789"},
 		{entry: "shop/backend:k-0123456789:send+read", name: "shop/backend", tenant: "shop", scopes: Scopes(Send | Read), key: "k-0123456789"},
 		{entry: "ops:k-0123456789:admin", name: "ops", tenant: "default", scopes: Scopes(Admin), key: "k-0123456789"},
 		{entry: "a/b/c:k-0123456789:read+send", name: "a/b/c", tenant: "a", scopes: Scopes(Send | Read), key: "k-0123456789"},
-		{entry: "colon:k-01:23456789", name: "colon", tenant: "default", scopes: All, key: "k-01:23456789"},
-		{entry: "dig:sha256=" + hexOf, name: "dig", tenant: "default", scopes: All, fromDigest: true, key: "test"},
+		{entry: "colon:k-01:23456789", name: "colon", tenant: "default", scopes: Default, key: "k-01:23456789"},
+		{entry: "dig:sha256=" + hexOf, name: "dig", tenant: "default", scopes: Default, fromDigest: true, key: "test"},
 		{entry: "t/dig:sha256=" + strings.ToUpper(hexOf) + ":read", name: "t/dig", tenant: "t", scopes: Scopes(Read), fromDigest: true, key: "test"},
+		// Any case of sha256= is a digest: the key is what it digests, never
+		// the string "SHA256=<hex>" itself (see TestDigestPrefixInAnyCase).
+		{entry: "up:SHA256=" + hexOf, name: "up", tenant: "default", scopes: Default, fromDigest: true, key: "test"},
+		{entry: "mixed:Sha256=" + hexOf + ":admin", name: "mixed", tenant: "default", scopes: Scopes(Admin), fromDigest: true, key: "test"},
+		{entry: "bad:SHA256=" + hexOf[:62], wantErr: "sha256= needs 64 hex digits"},
+		{entry: "bad:Sha256=not-hex-0123456789", wantErr: "sha256= needs 64 hex digits"},
 		{entry: "short:abc", wantErr: "key 1 (short): key is shorter than 8"},
 		{entry: "bad:k-0123456789:send+wrte", wantErr: `unknown scope "wrte"`},
 		{entry: "bad:k-0123456789:", wantErr: ""}, // empty suffix: part of the key
@@ -60,6 +66,39 @@ func TestParse(t *testing.T) {
 			require.False(t, ok)
 		})
 	}
+}
+
+// name:SHA256=<hex> authenticates with the key whose digest it is, not
+// with the text "SHA256=<hex>".
+func TestDigestPrefixInAnyCase(t *testing.T) {
+	t.Parallel()
+	const key = "k-digest-0123456789"
+	for _, prefix := range []string{"sha256=", "SHA256=", "Sha256=", "sHa256="} {
+		entry := prefix + strings.ToUpper(Digest(key))
+		k, err := Parse("shopA/backend:"+entry, 1)
+		require.NoError(t, err, prefix)
+		require.True(t, k.FromDigest, prefix)
+		set, err := NewSet([]Key{k})
+		require.NoError(t, err)
+		_, ok := set.Lookup(key)
+		require.True(t, ok, "%s: the key authenticates", prefix)
+		_, ok = set.Lookup(entry)
+		require.False(t, ok, "%s: the digest text does not", prefix)
+	}
+}
+
+// An entry without scopes is a tenant's backend (send+read), not the
+// platform operator: admin must be written.
+func TestNoScopesIsSendReadNotAdmin(t *testing.T) {
+	t.Parallel()
+	k, err := Parse("shopA:k1-0123456789", 1)
+	require.NoError(t, err)
+	require.Equal(t, "send+read", k.Scopes.String())
+	require.False(t, k.Scopes.Has(Admin))
+	require.False(t, k.Scopes.Allows(Admin))
+	op, err := Parse("ops:k2-0123456789:admin", 2)
+	require.NoError(t, err)
+	require.Equal(t, []string{"ops"}, Admins([]Key{k, op}))
 }
 
 func TestScopes(t *testing.T) {

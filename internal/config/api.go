@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/msgpulse/msgpulse/internal/apikey"
+	"github.com/msgpulse/msgpulse/internal/callbackkey"
 	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/topology"
@@ -56,8 +57,13 @@ type API struct {
 	// CallbackPrivate accepts callbackUrl hosts on loopback, link-local,
 	// private and other internal addresses (development only).
 	CallbackPrivate bool
-	Templates       Templates
-	Delay           Delay
+	// CallbackKeys: a callbackUrl is refused when its tenant has no key.
+	CallbackKeys callbackkey.Keys
+	// AuthFailuresPerMinute: failed X-API-Key checks per source address per
+	// minute before 429 (0 = unlimited).
+	AuthFailuresPerMinute int
+	Templates             Templates
+	Delay                 Delay
 }
 
 func loadCodeSecret(l *envconf.Loader) (string, bool) {
@@ -75,7 +81,7 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	c.PprofAddr = l.String("PPROF_ADDR", "", "address of a net/http/pprof server for profiling under load (empty = off; keep it on localhost or a private network)")
 	c.HTTPAddr = l.String("HTTP_ADDR", ":8080", "address the HTTP API listens on")
 	keys := l.List("API_KEYS", "", "comma-separated API keys: `name:key`, `name:key:scopes` or `name:sha256=HEX[:scopes]` (HEX = SHA-256 of the key); "+
-		"scopes join send, read, admin with + (none = all three); the tenant is the name's part before / (else default); required unless API_AUTH=disabled")
+		"scopes join send, read, admin with + (none = send+read: admin, the platform operator's scope, must be written); sha256= in any case is a digest; the tenant is the name's part before / (else default); required unless API_AUTH=disabled")
 	for i, k := range keys {
 		key, err := apikey.Parse(k, i+1)
 		if err != nil {
@@ -91,7 +97,7 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	if len(c.APIKeys) == 0 && !c.AuthDisabled {
 		l.Fail("API_KEYS", "", "no API keys: set API_KEYS (e.g. backend:$(openssl rand -hex 16)), or API_AUTH=disabled to run without authentication")
 	}
-	for _, p := range l.List("TRUSTED_PROXIES", "", "CIDRs whose X-Forwarded-For is believed for the caller's address (logs only; the end user's IP comes from clientIp)") {
+	for _, p := range l.List("TRUSTED_PROXIES", "", "CIDRs whose X-Forwarded-For is believed for the caller's address (logs and AUTH_FAILURES_PER_MINUTE; the end user's IP comes from clientIp)") {
 		if !strings.Contains(p, "/") {
 			if strings.Contains(p, ":") {
 				p += "/128"
@@ -134,6 +140,8 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	c.ConsoleSessionTTL = l.Duration("CONSOLE_SESSION_TTL", 8*time.Hour, time.Minute, 30*24*time.Hour, "how long a web console login lasts; logout, or removing or changing its key, ends it sooner")
 	c.CallbackHTTP = l.Bool("CALLBACK_ALLOW_HTTP", false, "accept http:// callbackUrl (otherwise https only)")
 	c.CallbackPrivate = loadCallbackPrivate(l)
+	c.CallbackKeys = loadCallbackKeys(l, c.CodeSecret)
+	c.AuthFailuresPerMinute = l.Int("AUTH_FAILURES_PER_MINUTE", 30, 0, 1_000_000, "failed X-API-Key checks per source address (echo's RealIP: TRUSTED_PROXIES decides whether X-Forwarded-For counts) per minute; beyond it every request from the address is 429 until the minute ends (0 = unlimited)")
 	c.Templates = loadTemplates(l)
 	c.Delay = loadDelay(l)
 	return c, l

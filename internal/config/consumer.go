@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/msgpulse/msgpulse/internal/callbackkey"
 	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/provider/mail"
 	"github.com/msgpulse/msgpulse/internal/provider/sms"
@@ -42,7 +44,9 @@ type Consumer struct {
 	ConsumerID       string
 	CodeSecret       string
 	CodeSecretIsDev  bool
-	CallbackSecret   string
+	// CallbackKeys sign each tenant's callbacks with its own key
+	// (CALLBACK_SECRETS, CALLBACK_SECRET); never CODE_SECRET.
+	CallbackKeys     callbackkey.Keys
 	CallbackTimeout  time.Duration
 	CallbackAttempts int
 	CallbackPrivate  bool
@@ -95,10 +99,7 @@ func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader
 	host, _ := os.Hostname()
 	c.ConsumerID = l.String("CONSUMER_ID", fmt.Sprintf("%s-%d", host, os.Getpid()), "this consumer's name in idempotency claims and logs")
 	c.CodeSecret, c.CodeSecretIsDev = loadCodeSecret(l)
-	c.CallbackSecret = l.Secret("CALLBACK_SECRET", "", "HMAC-SHA256 key for callback signatures (X-Msgpulse-Signature); empty = CODE_SECRET")
-	if c.CallbackSecret == "" {
-		c.CallbackSecret = c.CodeSecret
-	}
+	c.CallbackKeys = loadCallbackKeys(l, c.CodeSecret)
 	c.CallbackTimeout = l.Duration("CALLBACK_TIMEOUT", 5*time.Second, 100*time.Millisecond, time.Minute, "timeout of one callback POST")
 	c.CallbackAttempts = l.Int("CALLBACK_ATTEMPTS", 3, 1, 20, "callback attempts before giving up")
 	c.CallbackPrivate = loadCallbackPrivate(l)
@@ -109,6 +110,27 @@ func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader
 	c.Templates = loadTemplates(l)
 	c.Delay = loadDelay(l)
 	return c, l
+}
+
+// loadCallbackKeys reads the tenants' callback keys, on api (which refuses
+// a callbackUrl its tenant has no key for) and consumer (which signs). A
+// tenant is handed its key, so none may be CODE_SECRET: that would let it
+// sign console sessions and unseal codes.
+func loadCallbackKeys(l *envconf.Loader, codeSecret string) callbackkey.Keys {
+	list := l.Secret("CALLBACK_SECRETS", "", "per-tenant keys of callback signatures (X-Msgpulse-Signature): `tenant=secret,…`, each at least 16 bytes, all different; a tenant listed here is signed with its own secret")
+	master := l.Secret("CALLBACK_SECRET", "", "secret (≥16 bytes, not CODE_SECRET) from which every tenant not in CALLBACK_SECRETS gets its own callback key, HMAC-SHA256(CALLBACK_SECRET, \"msgpulse callback v1|\"+tenant); print one with `api callback-key -tenant NAME`. Neither set: a callbackUrl is refused (400)")
+	explicit, err := callbackkey.ParseList(list)
+	if err != nil {
+		l.Fail("CALLBACK_SECRETS", "", "%v", err)
+		return callbackkey.Keys{}
+	}
+	keys, err := callbackkey.New(explicit, master, codeSecret)
+	var se *callbackkey.SettingError
+	if errors.As(err, &se) {
+		l.Fail(se.Setting, "", "%s", se.Msg)
+		return callbackkey.Keys{}
+	}
+	return keys
 }
 
 // loadCallbackPrivate is read by api (request time) and consumer (dial

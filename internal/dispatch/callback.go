@@ -3,9 +3,6 @@ package dispatch
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +15,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/msgpulse/msgpulse/internal/apikey"
+	"github.com/msgpulse/msgpulse/internal/callbackkey"
 	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/status"
@@ -25,7 +24,10 @@ import (
 
 // CallbackConfig configures status callbacks (seed 000).
 type CallbackConfig struct {
-	Secret   string        // HMAC-SHA256 key for X-Msgpulse-Signature; required
+	// Keys sign each tenant's callbacks with that tenant's own key; a
+	// callback whose tenant has none is not sent (the API refuses such a
+	// callbackUrl, so only a message accepted under older settings has one).
+	Keys     callbackkey.Keys
 	Timeout  time.Duration // per POST; default 5s
 	Attempts int           // default 3
 	Backoff  time.Duration // first wait between attempts, doubling; default 1s
@@ -41,9 +43,6 @@ type CallbackConfig struct {
 
 // Validate fills defaults.
 func (c *CallbackConfig) Validate() error {
-	if c.Secret == "" {
-		return errors.New("callbacks: Secret is required")
-	}
 	if c.Timeout == 0 {
 		c.Timeout = 5 * time.Second
 	}
@@ -86,9 +85,11 @@ type Callback struct {
 }
 
 type callbackJob struct {
-	url  string
-	body []byte
-	task string
+	url    string
+	tenant string
+	key    string
+	body   []byte
+	task   string
 }
 
 // Callbacks POSTs final statuses, signed, with a few retries. They are best
@@ -112,7 +113,11 @@ func NewCallbacks(cfg CallbackConfig) (*Callbacks, error) {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.Proxy = nil // a proxy would dial for us, past the check
 	transport.DialContext = cfg.Egress.DialContext(&net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second})
-	client := &http.Client{Timeout: cfg.Timeout, Transport: transport}
+	// A redirect is not followed: it would carry the body and its
+	// signature to a host the caller never named, perhaps over plain http.
+	// The 3xx itself is the answer, and a failed attempt (post).
+	client := &http.Client{Timeout: cfg.Timeout, Transport: transport,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	c := &Callbacks{cfg: cfg, client: client, jobs: make(chan callbackJob, cfg.Queue), stop: make(chan struct{})}
 	for range cfg.Workers {
 		c.wg.Add(1)
@@ -121,9 +126,20 @@ func NewCallbacks(cfg CallbackConfig) (*Callbacks, error) {
 	return c, nil
 }
 
-// Send queues a callback for rec. It never blocks the pipeline: when the
-// queue is full the callback is dropped and counted.
-func (c *Callbacks) Send(url string, rec status.Record) {
+// Send queues a callback for rec, to be signed with tenant's key ("" is
+// the default tenant). It never blocks the pipeline: when the queue is
+// full the callback is dropped and counted.
+func (c *Callbacks) Send(url, tenant string, rec status.Record) {
+	if tenant == "" {
+		tenant = apikey.DefaultTenant
+	}
+	key, kerr := c.cfg.Keys.For(tenant)
+	if kerr != nil {
+		c.cfg.Metrics.Callbacks.WithLabelValues("nokey").Inc()
+		c.cfg.Logger.Warn("callback not sent: its tenant has no callback key (set CALLBACK_SECRETS or CALLBACK_SECRET)",
+			zap.String("task_id", rec.TaskID), zap.String("tenant", tenant))
+		return
+	}
 	body, err := json.Marshal(Callback{Event: "message.status", TaskID: rec.TaskID, Status: string(rec.Status), Channel: rec.Channel,
 		Recipient: rec.Recipient, Attempts: rec.Attempts, Provider: rec.Provider, SentAt: rec.SentAt, LastError: rec.LastError,
 		ErrorClass: rec.ErrorClass, Reason: rec.Reason, UpdatedAt: rec.UpdatedAt})
@@ -136,19 +152,11 @@ func (c *Callbacks) Send(url string, rec status.Record) {
 		return
 	}
 	select {
-	case c.jobs <- callbackJob{url: url, body: body, task: rec.TaskID}:
+	case c.jobs <- callbackJob{url: url, tenant: tenant, key: key, body: body, task: rec.TaskID}:
 	default:
 		c.cfg.Metrics.Callbacks.WithLabelValues("dropped").Inc()
 		c.cfg.Logger.Warn("callback queue full; dropping callback", zap.String("task_id", rec.TaskID))
 	}
-}
-
-// Sign returns the X-Msgpulse-Signature value for body sent at ts.
-func Sign(secret string, ts int64, body []byte) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	fmt.Fprintf(m, "%d.", ts)
-	m.Write(body)
-	return "sha256=" + hex.EncodeToString(m.Sum(nil))
 }
 
 func (c *Callbacks) work() {
@@ -199,8 +207,9 @@ func (c *Callbacks) post(j callbackJob) (retry bool, err error) {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "msgpulse-callback/1")
 	req.Header.Set("X-Msgpulse-Event", "message.status")
-	req.Header.Set("X-Msgpulse-Timestamp", strconv.FormatInt(ts, 10))
-	req.Header.Set("X-Msgpulse-Signature", Sign(c.cfg.Secret, ts, j.body))
+	req.Header.Set(callbackkey.TimestampHeader, strconv.FormatInt(ts, 10))
+	req.Header.Set(callbackkey.TenantHeader, j.tenant)
+	req.Header.Set(callbackkey.SignatureHeader, callbackkey.Sign(j.key, ts, j.tenant, j.url, j.body))
 	resp, err := c.client.Do(req) //nolint:gosec // callback URLs come from authenticated callers; the dialer refuses internal addresses
 	if err != nil {
 		return !errors.Is(err, egress.ErrBlocked), err
@@ -210,6 +219,8 @@ func (c *Callbacks) post(j callbackJob) (retry bool, err error) {
 	switch {
 	case resp.StatusCode < 300:
 		return false, nil
+	case resp.StatusCode < 400: // a redirect, not followed: failed, and tried again like a 5xx
+		return true, fmt.Errorf("callback answered %d (redirects are not followed)", resp.StatusCode)
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
 		return true, fmt.Errorf("callback answered %d", resp.StatusCode)
 	}

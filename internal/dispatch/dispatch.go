@@ -417,7 +417,7 @@ func (d *Dispatcher) markSent(ctx context.Context, j *job) {
 	d.logStatusError(j.msg.TaskID, status.Sent, recErr)
 	if !blind {
 		for _, rec := range recs {
-			d.cfg.Callbacks.Send(j.msg.CallbackURL, rec)
+			d.cfg.Callbacks.Send(j.msg.CallbackURL, j.msg.Tenant, rec)
 		}
 	}
 	if n := len(j.rejected); n > 0 {
@@ -652,7 +652,7 @@ func (d *Dispatcher) final(ctx context.Context, j *job, u status.Update) {
 	recs := d.recordJob(ctx, j, u)
 	if d.cfg.Callbacks != nil && j.msg != nil && j.msg.CallbackURL != "" {
 		for _, rec := range recs {
-			d.cfg.Callbacks.Send(j.msg.CallbackURL, rec)
+			d.cfg.Callbacks.Send(j.msg.CallbackURL, j.msg.Tenant, rec)
 		}
 	}
 }

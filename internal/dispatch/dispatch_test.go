@@ -2,9 +2,6 @@ package dispatch_test
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -28,6 +25,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/msgpulse/msgpulse/internal/breaker"
+	"github.com/msgpulse/msgpulse/internal/callbackkey"
 	"github.com/msgpulse/msgpulse/internal/dispatch"
 	"github.com/msgpulse/msgpulse/internal/dispatch/dispatchtest"
 	"github.com/msgpulse/msgpulse/internal/egress"
@@ -370,10 +368,20 @@ func TestSMSIsRenderedAndSent(t *testing.T) {
 	require.Equal(t, "notice", rec.Sent[0].Template)
 }
 
-// The final status is POSTed to callbackUrl, signed with HMAC-SHA256.
-func TestCallbackIsSignedAndDelivered(t *testing.T) {
-	const secret = "callback-secret"
-	got := make(chan dispatch.Callback, 1)
+// The final status is POSTed to callbackUrl, signed with the key of the
+// message's own tenant: each tenant's callback verifies with its key and
+// not with the other's, and the signature covers the tenant, the URL and
+// the timestamp as well as the body.
+func TestCallbackIsSignedWithItsTenantsKeyAndDelivered(t *testing.T) {
+	keys, err := callbackkey.New(map[string]string{"shopA": "shopA-callback-secret-0001", "shopB": "shopB-callback-secret-0002"}, "")
+	require.NoError(t, err)
+	type delivery struct {
+		cb     dispatch.Callback
+		header http.Header
+		body   []byte
+		url    string
+	}
+	got := make(chan delivery, 2)
 	var calls atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if calls.Add(1) == 1 {
@@ -381,35 +389,90 @@ func TestCallbackIsSignedAndDelivered(t *testing.T) {
 			return
 		}
 		body, _ := io.ReadAll(r.Body)
-		m := hmac.New(sha256.New, []byte(secret))
-		m.Write([]byte(r.Header.Get("X-Msgpulse-Timestamp") + "."))
-		m.Write(body)
-		if r.Header.Get("X-Msgpulse-Signature") != "sha256="+hex.EncodeToString(m.Sum(nil)) {
-			w.WriteHeader(http.StatusUnauthorized)
-			return
-		}
 		var cb dispatch.Callback
 		if err := json.Unmarshal(body, &cb); err != nil {
 			w.WriteHeader(http.StatusBadRequest)
 			return
 		}
-		got <- cb
+		got <- delivery{cb: cb, header: r.Header.Clone(), body: body, url: "http://" + r.Host + r.URL.RequestURI()}
 	}))
 	t.Cleanup(srv.Close)
 	// The test server listens on loopback: allowed here, as in development.
-	cbs, err := dispatch.NewCallbacks(dispatch.CallbackConfig{Secret: secret, Backoff: 50 * time.Millisecond, Egress: egress.Policy{AllowPrivate: true}})
+	cbs, err := dispatch.NewCallbacks(dispatch.CallbackConfig{Keys: keys, Backoff: 50 * time.Millisecond, Workers: 1, Egress: egress.Policy{AllowPrivate: true}})
 	require.NoError(t, err)
 	t.Cleanup(func() { cbs.Close(context.Background()) })
-	cbs.Send(srv.URL, status.Record{TaskID: "t1", Status: status.Sent, Channel: "email", Recipient: "a***e@example.com", Attempts: 1, UpdatedAt: time.Now()})
-	select {
-	case cb := <-got:
-		require.Equal(t, "message.status", cb.Event)
-		require.Equal(t, "t1", cb.TaskID)
-		require.Equal(t, "sent", cb.Status)
-	case <-time.After(10 * time.Second):
-		t.Fatal("no callback")
+	cbs.Send(srv.URL+"/a", "shopA", status.Record{TaskID: "tA", Status: status.Sent, Channel: "email", Recipient: "a***e@example.com", Attempts: 1, UpdatedAt: time.Now()})
+	cbs.Send(srv.URL+"/b", "shopB", status.Record{TaskID: "tB", Status: status.Sent, Channel: "email", Recipient: "b***b@example.com", Attempts: 1, UpdatedAt: time.Now()})
+	own := map[string]string{"tA": "shopA-callback-secret-0001", "tB": "shopB-callback-secret-0002"}
+	other := map[string]string{"tA": own["tB"], "tB": own["tA"]}
+	for range 2 {
+		var d delivery
+		select {
+		case d = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no callback")
+		}
+		require.Equal(t, "message.status", d.cb.Event)
+		require.Equal(t, "sent", d.cb.Status)
+		h := d.header
+		wantTenant := map[string]string{"tA": "shopA", "tB": "shopB"}[d.cb.TaskID]
+		require.Equal(t, wantTenant, h.Get(callbackkey.TenantHeader))
+		verify := func(key, tenant, url string) error {
+			return callbackkey.Verify(key, h.Get(callbackkey.SignatureHeader), h.Get(callbackkey.TimestampHeader), h.Get(callbackkey.TenantHeader), tenant, url, d.body, time.Now())
+		}
+		require.NoError(t, verify(own[d.cb.TaskID], wantTenant, d.url), "verifies with its own tenant's key")
+		require.ErrorIs(t, verify(other[d.cb.TaskID], wantTenant, d.url), callbackkey.ErrBadSignature, "not with the other tenant's key")
+		require.ErrorIs(t, verify(own[d.cb.TaskID], wantTenant, d.url+"x"), callbackkey.ErrBadSignature, "the URL is signed")
+		require.ErrorIs(t, callbackkey.Verify(own[d.cb.TaskID], h.Get(callbackkey.SignatureHeader), h.Get(callbackkey.TimestampHeader), h.Get(callbackkey.TenantHeader), wantTenant, d.url, d.body, time.Now().Add(6*time.Minute)),
+			callbackkey.ErrStale, "a replay older than 5 minutes is refused")
 	}
-	require.EqualValues(t, 2, calls.Load())
+	require.EqualValues(t, 3, calls.Load(), "the 503 was tried again")
+}
+
+// A callback target that redirects gets no second POST at the host it
+// names: the 3xx is a failed attempt, tried again at the original URL only.
+func TestCallbackRedirectIsNotFollowed(t *testing.T) {
+	t.Parallel()
+	var elsewhere, origin atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		elsewhere.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(other.Close)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		origin.Add(1)
+		http.Redirect(w, r, other.URL+"/stolen", http.StatusFound)
+	}))
+	t.Cleanup(srv.Close)
+	keys, err := callbackkey.New(nil, "callback-master-secret-0123")
+	require.NoError(t, err)
+	metrics := dispatch.NewMetrics(prometheus.NewRegistry())
+	cbs, err := dispatch.NewCallbacks(dispatch.CallbackConfig{Keys: keys, Attempts: 2, Backoff: 10 * time.Millisecond, Metrics: metrics, Egress: egress.Policy{AllowPrivate: true}})
+	require.NoError(t, err)
+	cbs.Send(srv.URL+"/cb", "shopA", status.Record{TaskID: "t-redirect", Status: status.Sent, Channel: "sms", UpdatedAt: time.Now()})
+	cbs.Close(context.Background()) // waits for the queued callback
+	require.EqualValues(t, 2, origin.Load(), "the 302 is a failed attempt, tried again")
+	require.EqualValues(t, 0, elsewhere.Load(), "the redirect's host got no POST")
+	require.Equal(t, 1.0, testutil.ToFloat64(metrics.Callbacks.WithLabelValues("failed")))
+	require.Equal(t, 0.0, testutil.ToFloat64(metrics.Callbacks.WithLabelValues("delivered")))
+}
+
+// A tenant without a callback key gets no callback, signed with nothing
+// or with someone else's key.
+func TestCallbackWithoutTenantKeyIsNotSent(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { calls.Add(1) }))
+	t.Cleanup(srv.Close)
+	keys, err := callbackkey.New(map[string]string{"shopA": "shopA-callback-secret-0001"}, "")
+	require.NoError(t, err)
+	metrics := dispatch.NewMetrics(prometheus.NewRegistry())
+	cbs, err := dispatch.NewCallbacks(dispatch.CallbackConfig{Keys: keys, Metrics: metrics, Egress: egress.Policy{AllowPrivate: true}})
+	require.NoError(t, err)
+	cbs.Send(srv.URL, "shopB", status.Record{TaskID: "t-nokey", Status: status.Sent, UpdatedAt: time.Now()})
+	cbs.Close(context.Background())
+	require.EqualValues(t, 0, calls.Load())
+	require.Equal(t, 1.0, testutil.ToFloat64(metrics.Callbacks.WithLabelValues("nokey")))
 }
 
 // A callback host that resolved to a public address when the API accepted
@@ -445,11 +508,11 @@ func TestCallbackToPrivateAddressAtDialTimeIsRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			core, logs := observer.New(zapcore.DebugLevel)
 			metrics := dispatch.NewMetrics(prometheus.NewRegistry())
-			cbs, err := dispatch.NewCallbacks(dispatch.CallbackConfig{Secret: "s", Backoff: 10 * time.Millisecond, Logger: zap.New(core),
+			cbs, err := dispatch.NewCallbacks(dispatch.CallbackConfig{Keys: testCallbackKeys(t), Backoff: 10 * time.Millisecond, Logger: zap.New(core),
 				Metrics: metrics, Egress: egress.Policy{AllowPrivate: tc.allow, Lookup: lookup}})
 			require.NoError(t, err)
 			before := calls.Load()
-			cbs.Send("http://user:hunter2@hooks.shop.example:"+port+"/cb", status.Record{TaskID: "t-" + tc.name, Status: status.Sent, Channel: "sms", UpdatedAt: time.Now()})
+			cbs.Send("http://user:hunter2@hooks.shop.example:"+port+"/cb", "", status.Record{TaskID: "t-" + tc.name, Status: status.Sent, Channel: "sms", UpdatedAt: time.Now()})
 			cbs.Close(context.Background()) // waits for the queued callback
 			if tc.delivered {
 				require.Equal(t, before+1, calls.Load())
@@ -522,4 +585,11 @@ func TestOpenBreakerRefusalsDoNotSpendRetries(t *testing.T) {
 	require.Zero(t, s.Depth("queue.mail.dlq"))
 	require.Equal(t, 3.0, testutil.ToFloat64(s.Metrics.Skipped.WithLabelValues("mail", "high", "breaker_open")))
 	require.Zero(t, testutil.ToFloat64(s.Metrics.Retried.WithLabelValues("mail", "high", "smtp", "transient")))
+}
+
+func testCallbackKeys(t *testing.T) callbackkey.Keys {
+	t.Helper()
+	keys, err := callbackkey.New(nil, "callback-master-secret-0123")
+	require.NoError(t, err)
+	return keys
 }

@@ -16,4 +16,9 @@
 // more. It never approximates: each rule key holds a
 // sorted-set log of its admitted requests, so its memory is bounded by the
 // largest limit of that rule (which is why Config caps limits).
+//
+// Failures limits failed X-API-Key checks per source address the same way
+// (a sliding log per address, recorded and judged in one script, before
+// the API answers), and never records a refused failure, so its log stays
+// at the limit under a flood.
 package ratelimit

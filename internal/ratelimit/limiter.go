@@ -124,6 +124,9 @@ func New(rdb redis.UniversalClient, prefix string) *Limiter {
 	return &Limiter{rdb: rdb, prefix: prefix}
 }
 
+// Prefix is what every key of the limiter starts with.
+func (l *Limiter) Prefix() string { return l.prefix }
+
 // Each key's hash tag is what it protects (a recipient, an IP, an API key, a
 // global limit), so that a Redis Cluster spreads the limits over its
 // shards; a rule and a cooldown with the same tag share a slot, so that

@@ -2,7 +2,8 @@
 // contract is api/openapi.yaml): request and verify one-time codes, send
 // templated messages and read their status, manage rate-limit
 // configurations, read queue and dead-letter statistics, and check
-// readiness.
+// readiness. VerifyCallback checks a status callback's signature and age
+// on the receiving side.
 //
 // Every method takes a context and makes exactly one HTTP request. A non-2xx
 // answer is returned as an *APIError carrying the status, the server's msg

@@ -63,6 +63,8 @@ type options struct {
 	// egress is the callbackUrl policy; the zero value refuses internal
 	// addresses, resolving names with the system resolver
 	egress egress.Policy
+	// batchMaxBytes is BATCH_MAX_BYTES; 0 = the default
+	batchMaxBytes int64
 }
 
 func defaultLimits() config.Limits {
@@ -150,7 +152,8 @@ func setup(t *testing.T, o options) *harness {
 			return h.broker.Mgmt.HeadTimestamps(ctx, h.broker.VHost)
 		},
 		Ready: func(context.Context) map[string]string { return map[string]string{"amqp": "ok", "redis": "ok"} },
-	}, Options{APIKeys: o.keys, Egress: o.egress, BodyLimit: 4096, Limits: o.limits, PublishTimeout: 3 * time.Second})
+	}, Options{APIKeys: o.keys, Egress: o.egress, BodyLimit: 4096, Limits: o.limits, PublishTimeout: 3 * time.Second,
+		BatchMaxBytes: o.batchMaxBytes})
 	require.NoError(t, err)
 	t.Cleanup(h.srv.Wait) // background rollbacks end before Redis closes
 	h.http = httptest.NewServer(h.srv.Handler())

@@ -78,6 +78,11 @@ func (s *Server) sendMessage(c *echo.Context) error {
 // recipients: the template and its variables, the delay, the mentions, the
 // callback's host.
 func (s *Server) checkContent(ctx context.Context, req *Message) *apiError {
+	// A code template sent as a message would carry a code the caller
+	// chose, past the code limits, looking like a real one.
+	if s.d.Templates.IsCode(req.TemplateCode) {
+		return badRequest("template %s carries a verification code: request codes with POST /api/verification-codes, which generates, limits and checks them", req.TemplateCode)
+	}
 	if err := s.d.Templates.Validate(req.TemplateCode, templateChannel(req.channel), req.Variables); err != nil {
 		return s.templateError(req.TemplateCode, req.channel, err)
 	}

@@ -94,3 +94,43 @@ func TestBatchMaxBytesIsTheSetting(t *testing.T) {
 		"variables": map[string]string{"title": "t", "content": strings.Repeat("c", 2000)}}, "X-API-Key", shopKey)
 	require.Equal(t, http.StatusAccepted, r.Status, "one envelope: the variables once, not 100 times: %s", r.Msg)
 }
+
+// A WeCom robot belongs to the tenants WECOM_ROBOTS lists with it: another
+// tenant's robot is 404, word for word the answer for one that does not
+// exist; a robot that lists none is every tenant's.
+func TestAnotherTenantsRobotIsNotFound(t *testing.T) {
+	h := setup(t, options{keys: tenantKeys(t), robots: map[string][]string{"shop-ops": {"shop"}, "all-hands": nil}})
+	robotMsg := func(robot string) map[string]any {
+		return noticeBody("WECOM_ROBOT", func(m map[string]any) { m["recipient"] = robot })
+	}
+	unknown := h.send(blogKey, robotMsg("no-such-robot"))
+	require.Equal(t, http.StatusNotFound, unknown.Status, unknown.Msg)
+	for _, tc := range []struct {
+		name, key, robot string
+		want             int
+	}{
+		{"blog to shop's robot", blogKey, "shop-ops", 404},
+		{"shop to its robot", shopKey, "shop-ops", 202},
+		{"blog to everyone's robot", blogKey, "all-hands", 202},
+		{"shop to everyone's robot", shopKey, "all-hands", 202},
+	} {
+		r := h.send(tc.key, robotMsg(tc.robot))
+		require.Equal(t, tc.want, r.Status, "%s: %s", tc.name, r.Msg)
+		if tc.want == 404 {
+			require.Equal(t, strings.ReplaceAll(unknown.Msg, "no-such-robot", tc.robot), r.Msg, "%s: the answer for an unknown robot", tc.name)
+		}
+	}
+	// @all too, and in a batch the robot is refused alone, with the 404 a
+	// single send gets.
+	r := h.send(blogKey, noticeBody("WECOM_ROBOT", func(m map[string]any) { m["recipient"], m["mentions"] = "shop-ops", []string{"@all"} }))
+	require.Equal(t, http.StatusNotFound, r.Status, r.Msg)
+	r = h.do("POST", "/api/messages/batch", noticeBody("WECOM_ROBOT", func(m map[string]any) { m["recipients"] = []string{"shop-ops", "all-hands"} }), "X-API-Key", blogKey)
+	require.Equal(t, http.StatusAccepted, r.Status, r.Msg)
+	var res BatchResult
+	r.data(t, &res)
+	require.Len(t, res.Accepted, 1)
+	require.Equal(t, "all-hands", res.Accepted[0].Recipient)
+	require.Len(t, res.Rejected, 1)
+	require.Equal(t, 404, res.Rejected[0].Code)
+	require.Equal(t, 4, h.depth(h.queue("wecom")+".normal"), "shop's one, everyone's two, and the batch's one")
+}

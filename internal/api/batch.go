@@ -141,6 +141,10 @@ func (s *Server) sendBatch(c *echo.Context) error {
 			continue
 		}
 		seen[norm] = true
+		if e := s.checkRobot(caller, req.channel, norm); e != nil {
+			reject(norm, e)
+			continue
+		}
 		a, e := s.admit(ctx, caller, req, norm, now)
 		if e != nil && e.Status == http.StatusServiceUnavailable {
 			// Redis is not answering: the next recipients would each wait

@@ -65,6 +65,9 @@ type options struct {
 	egress egress.Policy
 	// batchMaxBytes is BATCH_MAX_BYTES; 0 = the default
 	batchMaxBytes int64
+	// robots is WECOM_ROBOTS as the API knows it; nil = robot "ops" for
+	// every tenant
+	robots map[string][]string
 }
 
 func defaultLimits() config.Limits {
@@ -79,6 +82,9 @@ func setup(t *testing.T, o options) *harness {
 	}
 	if o.keys == nil {
 		o.keys = []apikey.Key{apikey.New("tests", testKey, apikey.All)}
+	}
+	if o.robots == nil {
+		o.robots = map[string][]string{"ops": nil}
 	}
 	h := &harness{t: t}
 	mcfg := topology.DefaultConfig()
@@ -153,7 +159,7 @@ func setup(t *testing.T, o options) *harness {
 		},
 		Ready: func(context.Context) map[string]string { return map[string]string{"amqp": "ok", "redis": "ok"} },
 	}, Options{APIKeys: o.keys, Egress: o.egress, BodyLimit: 4096, Limits: o.limits, PublishTimeout: 3 * time.Second,
-		BatchMaxBytes: o.batchMaxBytes})
+		BatchMaxBytes: o.batchMaxBytes, Robots: o.robots})
 	require.NoError(t, err)
 	t.Cleanup(h.srv.Wait) // background rollbacks end before Redis closes
 	h.http = httptest.NewServer(h.srv.Handler())

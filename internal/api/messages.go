@@ -55,6 +55,9 @@ func (s *Server) sendMessage(c *echo.Context) error {
 	if e := req.validate(s.d.Templates.HasLocale, s.opts.CallbackHTTP, now); e != nil {
 		return e
 	}
+	if e := s.checkRobot(Caller(c), req.channel, req.Recipient); e != nil {
+		return e
+	}
 	ctx := c.Request().Context()
 	if e := s.checkContent(ctx, &req.Message); e != nil {
 		return e
@@ -72,6 +75,19 @@ func (s *Server) sendMessage(c *echo.Context) error {
 	}
 	st, at := req.acceptedAs(now)
 	return reply(c, http.StatusAccepted, "message "+string(st), SendResult{TaskID: a.taskID, Status: string(st), ScheduledAt: at})
+}
+
+// checkRobot: a WeCom robot belongs to the tenants WECOM_ROBOTS lists with
+// it (none listed: every tenant). Another tenant's robot gets the answer of
+// one that does not exist, so robot names cannot be probed.
+func (s *Server) checkRobot(caller apikey.Key, channel, robot string) *apiError {
+	if channel != chWeComRobot {
+		return nil
+	}
+	if ts, ok := s.opts.Robots[robot]; ok && (len(ts) == 0 || slices.Contains(ts, caller.Tenant)) {
+		return nil
+	}
+	return notFound("no WeCom robot %q for this key's tenant (robots and their tenants are WECOM_ROBOTS)", robot)
 }
 
 // checkContent checks what the message says, once for all its

@@ -146,7 +146,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		},
 	}, Options{APIKeys: cfg.APIKeys, AuthDisabled: cfg.AuthDisabled, TrustedProxies: cfg.TrustedProxies, BodyLimit: cfg.BodyLimit,
 		Limits: cfg.Limits, CallbackHTTP: cfg.CallbackHTTP, Egress: egress.Policy{AllowPrivate: cfg.CallbackPrivate}, PublishTimeout: cfg.PublishTimeout, MessageMaxAge: cfg.MessageMaxAge,
-		BatchMaxBytes: cfg.BatchMaxBytes})
+		BatchMaxBytes: cfg.BatchMaxBytes, Robots: cfg.WeComRobots})
 	if err != nil {
 		return err
 	}

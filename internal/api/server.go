@@ -95,6 +95,9 @@ type Options struct {
 	// BatchMaxBytes bounds what one batch puts on the broker (its
 	// recipients' envelopes together, BATCH_MAX_BYTES); 0 means 8 MiB.
 	BatchMaxBytes int64
+	// Robots are the WeCom robots tenants may post to (WECOM_ROBOTS):
+	// name → its tenants, none = every tenant. A robot not here is 404.
+	Robots map[string][]string
 }
 
 // Server is the HTTP API.

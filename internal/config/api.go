@@ -60,6 +60,9 @@ type API struct {
 	CallbackPrivate bool
 	Templates       Templates
 	Delay           Delay
+	// WeComRobots are the robots tenants may post to: name → its tenants
+	// (none = every tenant). The API needs no webhook key.
+	WeComRobots map[string][]string
 }
 
 func loadCodeSecret(l *envconf.Loader) (string, bool) {
@@ -141,5 +144,6 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	c.CallbackPrivate = loadCallbackPrivate(l)
 	c.Templates = loadTemplates(l)
 	c.Delay = loadDelay(l)
+	c.WeComRobots = loadAPIRobots(l)
 	return c, l
 }

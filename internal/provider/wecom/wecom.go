@@ -114,7 +114,7 @@ func ParseRobotList(s string, keyRequired bool) ([]Robot, error) {
 		}
 		name, value, hasValue := strings.Cut(item, "=")
 		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
-		// A webhook key has no "@": what follows the last one is tenants.
+		// A webhook key has no "@": what follows the first one is tenants.
 		key, tenants, hasTenants := strings.Cut(value, "@")
 		key = strings.TrimSpace(key)
 		if name == "" || (keyRequired && (!hasValue || key == "")) || (hasValue && !hasTenants && key == "") {

@@ -2,7 +2,9 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -49,8 +51,42 @@ type BatchResult struct {
 }
 
 // batchBodyLimit: a batch carries up to 1000 recipients, more than
-// BODY_LIMIT's default allows for single requests.
+// BODY_LIMIT's default allows for single requests. It stays well above
+// what a batch of small variables needs, so that a body whose variables
+// would be copied too many times is answered by BATCH_MAX_BYTES, which
+// says why, rather than by the body limit.
 func (s *Server) batchBodyLimit() int64 { return max(s.opts.BodyLimit, 512<<10) }
+
+// DefaultBatchMaxBytes is BATCH_MAX_BYTES' default.
+const DefaultBatchMaxBytes = 8 << 20
+
+// batchBytes is what a batch would put on the broker, computed before
+// anything is written: a mail or SMS batch publishes one envelope per
+// recipient, each with its own copy of the variables (so a 130 KiB body
+// can become 128 MiB of messages), counted as the recipients times the
+// envelope of the longest one; a WeCom application batch is one envelope
+// listing every recipient. Recipients that will be refused count too: the
+// bound holds before they are known.
+func (s *Server) batchBytes(req *Message, tenant string, recipients []string, now time.Time) (int64, error) {
+	msg := s.message(req, tenant, now)
+	id := newTaskID() // as long as the real ids
+	msg.TaskID, msg.BatchID = id, id
+	if req.channel == chWeCom {
+		for _, r := range recipients {
+			msg.Recipients = append(msg.Recipients, envelope.Recipient{TaskID: id, Recipient: r})
+		}
+		msg.Recipient = ""
+		b, err := json.Marshal(msg)
+		return int64(len(b)), err
+	}
+	for _, r := range recipients {
+		if len(r) > len(msg.Recipient) {
+			msg.Recipient = r
+		}
+	}
+	b, err := json.Marshal(msg)
+	return int64(len(b)) * int64(len(recipients)), err
+}
 
 func (s *Server) sendBatch(c *echo.Context) error {
 	if e := checkContentType(c.Request()); e != nil {
@@ -76,6 +112,17 @@ func (s *Server) sendBatch(c *echo.Context) error {
 		return e
 	}
 	caller := Caller(c)
+	size, err := s.batchBytes(req, caller.Tenant, b.Recipients, now)
+	if err != nil {
+		return internal(err)
+	}
+	if size > s.opts.BatchMaxBytes {
+		// Before any recipient is admitted: nothing is counted, written or
+		// published.
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Msg: fmt.Sprintf(
+			"batch would put %d bytes on the broker (each of its %d recipients gets its own copy of the variables), over BATCH_MAX_BYTES (%d): send fewer recipients per batch or smaller variables",
+			size, len(b.Recipients), s.opts.BatchMaxBytes)}
+	}
 	out := BatchResult{BatchID: newTaskID(), Accepted: []BatchAccepted{}, Rejected: []BatchRejected{}}
 	var accepted []admitted
 	var first *apiError
@@ -97,6 +144,10 @@ func (s *Server) sendBatch(c *echo.Context) error {
 			continue
 		}
 		seen[norm] = true
+		if e := s.checkRobot(caller, req.channel, norm); e != nil {
+			reject(norm, e)
+			continue
+		}
 		a, e := s.admit(ctx, caller, req, norm, now)
 		if e != nil && e.Status == http.StatusServiceUnavailable {
 			// Redis is not answering: the next recipients would each wait

@@ -37,9 +37,9 @@ func TestWeComSendValidation(t *testing.T) {
 		{"mentions off robots", noticeBody("WECOM", func(m map[string]any) { m["recipient"] = "a"; m["mentions"] = []string{"b"} }), 400, "WECOM_ROBOT messages only"},
 		{"bad mention", noticeBody("WECOM_ROBOT", func(m map[string]any) { m["recipient"] = "ops"; m["mentions"] = []string{"a b"} }), 400, "mention"},
 		{"@all in markdown", noticeBody("WECOM_ROBOT", func(m map[string]any) { m["recipient"] = "ops"; m["mentions"] = []string{"@all"} }), 400, "@all only in text"},
-		{"no wecom version", noticeBody("WECOM", func(m map[string]any) {
+		{"a code template, never a message", noticeBody("WECOM", func(m map[string]any) {
 			m["recipient"], m["templateCode"], m["variables"] = "a", "verify_code", map[string]string{"code": "1", "ttlMinutes": "1"}
-		}), 400, "no wecom version"},
+		}), 400, "/api/verification-codes"},
 	} {
 		r := h.do("POST", "/api/messages/send", tc.body)
 		require.Equal(t, tc.want, r.Status, "%s: %s", tc.name, r.Msg)

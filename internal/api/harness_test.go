@@ -69,6 +69,11 @@ type options struct {
 	callbackKeys *callbackkey.Keys
 	// authFailures is AUTH_FAILURES_PER_MINUTE (0 = unlimited)
 	authFailures int
+	// batchMaxBytes is BATCH_MAX_BYTES; 0 = the default
+	batchMaxBytes int64
+	// robots is WECOM_ROBOTS as the API knows it; nil = robot "ops" for
+	// every tenant
+	robots map[string][]string
 }
 
 func defaultLimits() config.Limits {
@@ -88,6 +93,9 @@ func setup(t *testing.T, o options) *harness {
 		k, err := callbackkey.New(nil, "harness-callback-secret-0123")
 		require.NoError(t, err)
 		o.callbackKeys = &k
+	}
+	if o.robots == nil {
+		o.robots = map[string][]string{"ops": nil}
 	}
 	h := &harness{t: t}
 	mcfg := topology.DefaultConfig()
@@ -161,7 +169,8 @@ func setup(t *testing.T, o options) *harness {
 			return h.broker.Mgmt.HeadTimestamps(ctx, h.broker.VHost)
 		},
 		Ready: func(context.Context) map[string]string { return map[string]string{"amqp": "ok", "redis": "ok"} },
-	}, Options{APIKeys: o.keys, Egress: o.egress, CallbackKeys: *o.callbackKeys, AuthFailuresPerMinute: o.authFailures, BodyLimit: 4096, Limits: o.limits, PublishTimeout: 3 * time.Second})
+	}, Options{APIKeys: o.keys, Egress: o.egress, CallbackKeys: *o.callbackKeys, AuthFailuresPerMinute: o.authFailures, BodyLimit: 4096, Limits: o.limits, PublishTimeout: 3 * time.Second,
+		BatchMaxBytes: o.batchMaxBytes, Robots: o.robots})
 	require.NoError(t, err)
 	t.Cleanup(h.srv.Wait) // background rollbacks end before Redis closes
 	h.http = httptest.NewServer(h.srv.Handler())

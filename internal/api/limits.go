@@ -7,6 +7,7 @@ import (
 
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/verify"
 )
 
 func window(d time.Duration, limit int) []ratelimit.Window {
@@ -39,21 +40,34 @@ func (s *Server) commonRules(key apikey.Key, channel string) []ratelimit.Rule {
 
 func (s *Server) verifyRequest(key apikey.Key, r *VerificationCodeRequest) ratelimit.Request {
 	L := s.opts.Limits
-	// The recipient's limits and its cooldown share a tag: on a Redis
-	// Cluster one script checks them together, so that concurrent requests
-	// for one recipient cannot refuse each other in two slots.
-	recipient := r.Channel + ":" + r.Recipient
-	rules := []ratelimit.Rule{{Name: "per recipient", Key: "verify:recipient:" + recipient, Tag: recipient,
+	// Every per-recipient limit and the cooldown belong to the caller's
+	// tenant, as the code does (verify.Tag): another tenant's requests for
+	// the same recipient neither count against them nor reveal them. They
+	// share that tag, so on a Redis Cluster one script checks them together
+	// and concurrent requests for one recipient cannot refuse each other in
+	// two slots.
+	tag := verify.Tag(key.Tenant, r.Channel, r.Recipient)
+	rules := []ratelimit.Rule{{Name: "per recipient", Key: "verify:recipient:" + tag, Tag: tag,
 		Windows: append(window(time.Hour, L.PerRecipientHour), window(24*time.Hour, L.PerRecipientDay)...)}}
+	if n := L.PerRecipientDayAllTenants; n > 0 {
+		// The one limit tenants share, on purpose: a ceiling on what all of
+		// them together send one recipient. Its own tag (the recipient
+		// without the tenant): a slot of its own on a Redis Cluster.
+		all := r.Channel + ":" + r.Recipient
+		rules = append(rules, ratelimit.Rule{Name: "per recipient, all tenants", Key: "verify:recipient-all:" + all, Tag: all,
+			Windows: window(24*time.Hour, n)})
+	}
 	if ip, _ := clientKey(r.ClientIP); ip != "" {
-		rules = append(rules, ratelimit.Rule{Name: "per IP", Key: "verify:ip:" + ip, Windows: window(time.Minute, L.PerIPMinute)})
+		// clientIp is what the tenant says: counted per tenant, so that one
+		// tenant naming another's users' addresses cannot lock them out.
+		rules = append(rules, ratelimit.Rule{Name: "per IP", Key: "verify:ip:" + key.Tenant + ":" + ip, Windows: window(time.Minute, L.PerIPMinute)})
 	}
 	rules = append(rules, s.commonRules(key, r.Channel)...)
 	return ratelimit.Request{
 		Rules: nonEmpty(rules),
 		// The cooldown also makes two identical requests at the same moment
 		// create one code: the second finds the first's cooldown.
-		Cooldown: &ratelimit.Cooldown{Name: "resend cooldown", Key: "verify:cooldown:" + recipient + ":" + r.Purpose, Tag: recipient, For: L.ResendInterval},
+		Cooldown: &ratelimit.Cooldown{Name: "resend cooldown", Key: "verify:cooldown:" + tag + ":" + r.Purpose, Tag: tag, For: L.ResendInterval},
 	}
 }
 

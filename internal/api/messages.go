@@ -58,6 +58,9 @@ func (s *Server) sendMessage(c *echo.Context) error {
 	if e := s.checkCallbackKey(Caller(c), req.CallbackURL); e != nil {
 		return e
 	}
+	if e := s.checkRobot(Caller(c), req.channel, req.Recipient); e != nil {
+		return e
+	}
 	ctx := c.Request().Context()
 	if e := s.checkContent(ctx, &req.Message); e != nil {
 		return e
@@ -77,10 +80,28 @@ func (s *Server) sendMessage(c *echo.Context) error {
 	return reply(c, http.StatusAccepted, "message "+string(st), SendResult{TaskID: a.taskID, Status: string(st), ScheduledAt: at})
 }
 
+// checkRobot: a WeCom robot belongs to the tenants WECOM_ROBOTS lists with
+// it (none listed: every tenant). Another tenant's robot gets the answer of
+// one that does not exist, so robot names cannot be probed.
+func (s *Server) checkRobot(caller apikey.Key, channel, robot string) *apiError {
+	if channel != chWeComRobot {
+		return nil
+	}
+	if ts, ok := s.opts.Robots[robot]; ok && (len(ts) == 0 || slices.Contains(ts, caller.Tenant)) {
+		return nil
+	}
+	return notFound("no WeCom robot %q for this key's tenant (robots and their tenants are WECOM_ROBOTS)", robot)
+}
+
 // checkContent checks what the message says, once for all its
 // recipients: the template and its variables, the delay, the mentions, the
 // callback's host.
 func (s *Server) checkContent(ctx context.Context, req *Message) *apiError {
+	// A code template sent as a message would carry a code the caller
+	// chose, past the code limits, looking like a real one.
+	if s.d.Templates.IsCode(req.TemplateCode) {
+		return badRequest("template %s carries a verification code: request codes with POST /api/verification-codes, which generates, limits and checks them", req.TemplateCode)
+	}
 	if err := s.d.Templates.Validate(req.TemplateCode, templateChannel(req.channel), req.Variables); err != nil {
 		return s.templateError(req.TemplateCode, req.channel, err)
 	}

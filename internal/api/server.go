@@ -98,6 +98,12 @@ type Options struct {
 	// MessageMaxAge is a message's ttlSeconds when the request has none;
 	// 0 means 24 h.
 	MessageMaxAge time.Duration
+	// BatchMaxBytes bounds what one batch puts on the broker (its
+	// recipients' envelopes together, BATCH_MAX_BYTES); 0 means 8 MiB.
+	BatchMaxBytes int64
+	// Robots are the WeCom robots tenants may post to (WECOM_ROBOTS):
+	// name → its tenants, none = every tenant. A robot not here is 404.
+	Robots map[string][]string
 }
 
 // Server is the HTTP API.
@@ -139,6 +145,9 @@ func New(d Deps, opts Options) (*Server, error) {
 	}
 	if opts.MessageMaxAge == 0 {
 		opts.MessageMaxAge = 24 * time.Hour
+	}
+	if opts.BatchMaxBytes == 0 {
+		opts.BatchMaxBytes = DefaultBatchMaxBytes
 	}
 	s := &Server{d: d, opts: opts, log: d.Log, metrics: newMetrics(d.Registry), now: time.Now, scopes: map[[2]string]apikey.Scope{}}
 	var err error

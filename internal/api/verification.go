@@ -37,7 +37,7 @@ func (s *Server) requestCode(c *echo.Context) error {
 	ctx := c.Request().Context()
 	caller := Caller(c)
 	taskID := newTaskID()
-	iss, err := s.d.Codes.Prepare(req.Channel, req.Recipient, req.Purpose, taskID)
+	iss, err := s.d.Codes.Prepare(caller.Tenant, req.Channel, req.Recipient, req.Purpose, taskID)
 	if err != nil {
 		return internal(err)
 	}
@@ -108,7 +108,9 @@ func (s *Server) verifyCode(c *echo.Context) error {
 	if e := req.validate(); e != nil {
 		return e
 	}
-	res, err := s.d.Codes.Check(c.Request().Context(), req.Channel, req.Recipient, req.Purpose, req.Code)
+	// The caller's tenant picks the code: another tenant's code for the
+	// same recipient is neither seen nor counted against.
+	res, err := s.d.Codes.Check(c.Request().Context(), Caller(c).Tenant, req.Channel, req.Recipient, req.Purpose, req.Code)
 	if err != nil {
 		return unavailable(err, "verification is unavailable (Redis); try again")
 	}

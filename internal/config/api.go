@@ -15,16 +15,19 @@ import (
 
 // Limits are the API's frequency-control settings (0 = unlimited).
 type Limits struct {
-	ResendInterval     time.Duration
-	PerRecipientHour   int
-	PerRecipientDay    int
-	PerIPMinute        int
-	PerAPIKeyMinute    int
-	PerTenantMinute    int
-	EmailPerSecond     int
-	SMSPerSecond       int
-	WeComPerSecond     int
-	ConfigRefreshEvery time.Duration
+	ResendInterval   time.Duration
+	PerRecipientHour int
+	PerRecipientDay  int
+	// PerRecipientDayAllTenants caps the codes all tenants together send
+	// one recipient per day: the one limit tenants share (0 = off).
+	PerRecipientDayAllTenants int
+	PerIPMinute               int
+	PerAPIKeyMinute           int
+	PerTenantMinute           int
+	EmailPerSecond            int
+	SMSPerSecond              int
+	WeComPerSecond            int
+	ConfigRefreshEvery        time.Duration
 }
 
 // API configures cmd/api.
@@ -37,6 +40,7 @@ type API struct {
 	AuthDisabled    bool
 	TrustedProxies  []*net.IPNet
 	BodyLimit       int64
+	BatchMaxBytes   int64
 	CodeSecret      string
 	CodeSecretIsDev bool
 	CodeLength      int
@@ -64,6 +68,9 @@ type API struct {
 	AuthFailuresPerMinute int
 	Templates             Templates
 	Delay                 Delay
+	// WeComRobots are the robots tenants may post to: name → its tenants
+	// (none = every tenant). The API needs no webhook key.
+	WeComRobots map[string][]string
 }
 
 func loadCodeSecret(l *envconf.Loader) (string, bool) {
@@ -113,15 +120,19 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 		c.TrustedProxies = append(c.TrustedProxies, n)
 	}
 	c.BodyLimit = int64(l.Int("BODY_LIMIT", 64<<10, 1<<10, 16<<20, "largest request body in bytes"))
+	c.BatchMaxBytes = int64(l.Int("BATCH_MAX_BYTES", 8<<20, 64<<10, 1<<30,
+		"largest total a batch puts on the broker: its recipients' messages together, each with its own copy of the variables; over it, 413 and nothing is sent"))
 	c.CodeSecret, c.CodeSecretIsDev = loadCodeSecret(l)
 	c.CodeLength = l.Int("CODE_LENGTH", 6, 4, 10, "digits in a verification code")
 	c.CodeTTL = l.Duration("CODE_TTL", 10*time.Minute, 10*time.Second, 24*time.Hour, "how long a verification code is valid")
 	c.VerifyAttempts = l.Int("VERIFY_MAX_ATTEMPTS", 5, 1, 100, "wrong guesses before a code is burned")
 	c.Limits = Limits{
-		ResendInterval:     l.Duration("VERIFY_RESEND_INTERVAL", 60*time.Second, time.Second, 24*time.Hour, "cooldown between codes for one channel+recipient+purpose"),
-		PerRecipientHour:   l.Int("VERIFY_MAX_PER_HOUR", 5, 0, 1_000_000, "codes per recipient per sliding hour (0 = unlimited)"),
-		PerRecipientDay:    l.Int("VERIFY_MAX_PER_DAY", 10, 0, 1_000_000, "codes per recipient per sliding day (0 = unlimited)"),
-		PerIPMinute:        l.Int("VERIFY_MAX_PER_IP_PER_MINUTE", 20, 0, 1_000_000, "codes per end-user IP (clientIp) per sliding minute (0 = unlimited)"),
+		ResendInterval:   l.Duration("VERIFY_RESEND_INTERVAL", 60*time.Second, time.Second, 24*time.Hour, "cooldown between codes for one tenant+channel+recipient+purpose"),
+		PerRecipientHour: l.Int("VERIFY_MAX_PER_HOUR", 5, 0, 1_000_000, "codes per recipient per sliding hour, per tenant (0 = unlimited)"),
+		PerRecipientDay:  l.Int("VERIFY_MAX_PER_DAY", 10, 0, 1_000_000, "codes per recipient per sliding day, per tenant (0 = unlimited)"),
+		PerRecipientDayAllTenants: l.Int("VERIFY_MAX_PER_RECIPIENT_PER_DAY_ALL_TENANTS", 0, 0, 1_000_000,
+			"codes per recipient per sliding day, all tenants together: the one limit tenants share, so one tenant can use it up for the others (0 = off)"),
+		PerIPMinute:        l.Int("VERIFY_MAX_PER_IP_PER_MINUTE", 20, 0, 1_000_000, "codes per end-user IP (clientIp) per sliding minute, per tenant (0 = unlimited)"),
 		PerAPIKeyMinute:    l.Int("LIMIT_PER_API_KEY_PER_MINUTE", 6000, 0, 100_000_000, "requests (codes and messages) per API key per sliding minute (0 = unlimited)"),
 		PerTenantMinute:    l.Int("LIMIT_PER_TENANT_PER_MINUTE", 0, 0, 100_000_000, "requests (codes and messages) per tenant, across its keys, per sliding minute (0 = unlimited)"),
 		EmailPerSecond:     l.Int("LIMIT_EMAIL_PER_SECOND", 500, 0, 1_000_000, "global cap on accepted email per sliding second (0 = unlimited)"),
@@ -144,5 +155,6 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	c.AuthFailuresPerMinute = l.Int("AUTH_FAILURES_PER_MINUTE", 30, 0, 1_000_000, "failed X-API-Key checks per source address (echo's RealIP: TRUSTED_PROXIES decides whether X-Forwarded-For counts) per minute; beyond it every request from the address is 429 until the minute ends (0 = unlimited)")
 	c.Templates = loadTemplates(l)
 	c.Delay = loadDelay(l)
+	c.WeComRobots = loadAPIRobots(l)
 	return c, l
 }

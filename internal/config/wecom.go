@@ -10,6 +10,23 @@ import (
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
+// loadAPIRobots reads the consumer's WECOM_ROBOTS for the API, which only
+// checks who may post to a robot: the same value works, and the keys may be
+// left out (name=@tenant+tenant, or name for every tenant).
+func loadAPIRobots(l *envconf.Loader) map[string][]string {
+	s := l.Secret("WECOM_ROBOTS", "", "WeCom group robots tenants may post to (WECOM_ROBOT messages): the consumer's value, name=KEY or name=KEY@tenant+tenant, comma-separated; here the KEY may be left out (name=@tenant+tenant, or name for every tenant). Another tenant's robot, or one not listed, is 404")
+	list, err := wecom.ParseRobotList(s, false)
+	if err != nil {
+		l.Fail("WECOM_ROBOTS", "", "%v", err)
+		return nil
+	}
+	out := make(map[string][]string, len(list))
+	for _, r := range list {
+		out[r.Name] = r.Tenants
+	}
+	return out
+}
+
 // loadWeCom reads the WeCom settings; they are checked only when the
 // consumer consumes the wecom channel.
 func loadWeCom(l *envconf.Loader, channels []string) wecom.Config {
@@ -28,9 +45,9 @@ func loadWeCom(l *envconf.Loader, channels []string) wecom.Config {
 		}
 		c.AgentID = n
 	}
-	robots := l.Secret("WECOM_ROBOTS", "", "WeCom group robots for WECOM_ROBOT messages: name=KEY,name=KEY (the key of each robot's webhook URL)")
+	robots := l.Secret("WECOM_ROBOTS", "", "WeCom group robots for WECOM_ROBOT messages: name=KEY or name=KEY@tenant+tenant, comma-separated (KEY: the key of the robot's webhook URL; tenants listed: only they may post to it, else every tenant); the API needs the same names and tenants")
 	var err error
-	if c.Robots, err = wecom.ParseRobots(robots); err != nil {
+	if c.Robots, c.RobotTenants, err = wecom.ParseRobots(robots); err != nil {
 		l.Fail("WECOM_ROBOTS", "", "%v", err)
 	}
 	if slices.Contains(channels, topology.WeCom) {

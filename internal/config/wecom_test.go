@@ -44,3 +44,27 @@ func TestLoadWeCom(t *testing.T) {
 	require.Equal(t, "https://qyapi.weixin.qq.com", c.WeCom.APIBase)
 	require.Equal(t, map[string]string{"ops": "K1"}, c.WeCom.Robots)
 }
+
+// The API reads WECOM_ROBOTS for the names and tenants only (keys may be
+// left out), and the issue-21 limits.
+func TestLoadAPIRobotsAndTenantLimits(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{"API_KEYS": "shop/backend:k0123456789"}
+	c, l := LoadAPI(envconf.FromMap(base))
+	require.NoError(t, l.Err())
+	require.Empty(t, c.WeComRobots, "none set: every robot is 404")
+	require.Equal(t, 0, c.Limits.PerRecipientDayAllTenants, "off by default")
+	require.Equal(t, int64(8<<20), c.BatchMaxBytes)
+
+	c, l = LoadAPI(envconf.FromMap(with(maps.Clone(base), "WECOM_ROBOTS", "ops, alerts=@shop+blog, full=K1@shop",
+		"VERIFY_MAX_PER_RECIPIENT_PER_DAY_ALL_TENANTS", "20", "BATCH_MAX_BYTES", "1048576")))
+	require.NoError(t, l.Err())
+	require.Equal(t, map[string][]string{"ops": nil, "alerts": {"shop", "blog"}, "full": {"shop"}}, c.WeComRobots)
+	require.Equal(t, 20, c.Limits.PerRecipientDayAllTenants)
+	require.Equal(t, int64(1<<20), c.BatchMaxBytes)
+
+	for name, bad := range map[string]string{"WECOM_ROBOTS": "ops=@", "BATCH_MAX_BYTES": "10", "VERIFY_MAX_PER_RECIPIENT_PER_DAY_ALL_TENANTS": "-1"} {
+		_, l := LoadAPI(envconf.FromMap(with(maps.Clone(base), name, bad)))
+		require.ErrorContains(t, l.Err(), name)
+	}
+}

@@ -459,6 +459,10 @@ func (d *Dispatcher) send(ctx context.Context, j *job) error {
 			return fmt.Errorf("%w: %w", ErrTemplate, err)
 		}
 		vars["code"] = code
+	} else if d.cfg.Templates.IsCode(msg.Template) {
+		// The API refuses these; a message that got here anyway (an older
+		// API, a hand-made publish) would carry a code its sender chose.
+		return fmt.Errorf("%w: template %s carries a verification code and is sent only by POST /api/verification-codes", ErrTemplate, msg.Template)
 	}
 	if !j.sendingRecorded {
 		d.recordJob(ctx, j, d.sendingUpdate(j))

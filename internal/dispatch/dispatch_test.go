@@ -593,3 +593,18 @@ func testCallbackKeys(t *testing.T) callbackkey.Keys {
 	require.NoError(t, err)
 	return keys
 }
+
+// A notification with a code template (which the API refuses) is never
+// sent: it would carry a code its sender chose. Dead-lettered, permanent.
+func TestCodeTemplateAsANotificationIsDeadLettered(t *testing.T) {
+	s := setup(t, dispatchtest.Options{})
+	s.StartConsumer("c1", 2)
+	taskID := s.Notice(topology.Mail, "mallory@example.com", "fake", func(m *envelope.Message) {
+		m.Template, m.Variables = "verify_code", map[string]string{"code": "123456", "ttlMinutes": "10"}
+	})
+	rec := waitStatus(t, s, taskID, status.Failed)
+	require.Equal(t, status.ReasonPermanent, rec.Reason)
+	require.Contains(t, rec.LastError, "/api/verification-codes")
+	testenv.WaitFor(t, 5*time.Second, "message in queue.mail.dlq", func() bool { return s.Depth("queue.mail.dlq") == 1 })
+	require.Zero(t, s.MailsTo("mallory@example.com"))
+}

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/provider"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
@@ -25,7 +27,8 @@ var (
 // wecomMessage is what the provider is asked to send for msg (without the
 // rendered content).
 func wecomMessage(msg *envelope.Message) provider.WeCom {
-	m := provider.WeCom{Mentions: msg.Mentions, TaskID: msg.TaskID}
+	// A message from before tenants has none: it was the default tenant's.
+	m := provider.WeCom{Mentions: msg.Mentions, TaskID: msg.TaskID, Tenant: cmp.Or(msg.Tenant, apikey.DefaultTenant)}
 	switch {
 	case msg.Robot:
 		m.Robot = msg.Recipient

@@ -172,6 +172,24 @@ func TestWeComUnknownUserFailsWithTheReason(t *testing.T) {
 	require.Equal(t, status.ReasonPermanent, rec.Reason)
 }
 
+// A robot that belongs to other tenants refuses a message that got past
+// the API: dead-lettered as permanent, nothing posted; its own tenant's
+// message goes out.
+func TestRobotRefusesAnotherTenantsMessage(t *testing.T) {
+	s, srv := setupWeCom(t, dispatchtest.Options{})
+	s.StartConsumer("c1", 2)
+	theirs := s.WeCom("Not yours", []string{"shop-ops"}, func(m *envelope.Message) {
+		m.Robot, m.Mentions, m.Tenant = true, []string{"alice"}, "blog"
+	})[0]
+	rec := waitStatus(t, s, theirs, status.Failed)
+	require.Equal(t, status.ReasonPermanent, rec.Reason)
+	require.Contains(t, rec.LastError, "does not belong to tenant")
+	require.Empty(t, srv.RobotPosts())
+	ours := s.WeCom("Yours", []string{"shop-ops"}, func(m *envelope.Message) { m.Robot, m.Tenant = true, "shop" })[0]
+	waitStatus(t, s, ours, status.Sent)
+	require.Len(t, srv.RobotPosts(), 1)
+}
+
 func TestRobotMessageReachesTheRobotWithMentions(t *testing.T) {
 	s, srv := setupWeCom(t, dispatchtest.Options{})
 	s.StartConsumer("c1", 2)

@@ -93,10 +93,10 @@ func (s *system) start(name string, extra ...string) *proc {
 }
 
 // api starts the API and returns a client for it.
-func (s *system) api() (*proc, *client.Client) {
+func (s *system) api(extra ...string) (*proc, *client.Client) {
 	s.t.Helper()
 	addr := testenv.FreeAddr(s.t)
-	p := s.start("api", "HTTP_ADDR="+addr)
+	p := s.start("api", append([]string{"HTTP_ADDR=" + addr}, extra...)...)
 	s.apiURL = "http://" + addr
 	c, err := client.New("http://"+addr, apiKey)
 	require.NoError(s.t, err)

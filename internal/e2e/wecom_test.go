@@ -21,7 +21,7 @@ func TestWeComThroughTheAPI(t *testing.T) {
 	s := newSystem(t)
 	srv := wecomtest.New(t)
 	srv.Unknown["ghost"] = true
-	_, c := s.api()
+	_, c := s.api("WECOM_ROBOTS=ops") // the API knows the robot's name, not its key
 	s.consumer("c1", weComEnv(srv)...)
 	ctx := testenv.Context(t, 60*time.Second)
 	vars := map[string]string{"title": "Deploy", "content": "v2 is live"}

@@ -111,6 +111,7 @@ type WeCom struct {
 	Content  string
 	Mentions []string // robot: userids to mention, or @all
 	TaskID   string
+	Tenant   string // the sender's tenant: a robot refuses other tenants' posts
 }
 
 // WeComReceipt is what WeCom said when it accepted a message. Rejected

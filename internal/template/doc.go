@@ -12,6 +12,7 @@
 //
 //	<code>/template.yaml           variables: [code, ttlMinutes]
 //	                               channels: [email, sms]
+//	                               kind: code  (carries a verification code)
 //	<code>/<locale>/subject.txt    email subject (text/template; one line)
 //	<code>/<locale>/body.html      email HTML part (html/template: escapes)
 //	<code>/<locale>/body.txt       email text part (text/template)
@@ -22,7 +23,9 @@
 //
 // The API calls Validate to reject a request (400) before anything is
 // queued; the consumer calls RenderEmail or RenderSMS. Both see the same
-// rules, so a message the API accepted renders in the consumer.
+// rules, so a message the API accepted renders in the consumer. A template
+// of kind code (IsCode: verify_code, or kind: code in template.yaml) is
+// only ever sent as a verification code, never as a message.
 //
 // This package must never send, log or store what it renders: rendered text
 // carries verification codes. It never reads the network, and it never

@@ -110,6 +110,7 @@ type entry struct {
 	vars        []string
 	channels    []Channel
 	wecomFormat string                // text or markdown
+	kind        string                // KindCode or "" (a notice)
 	locales     map[string]*localized // by lower-cased locale
 	order       []string              // lower-cased locales, sorted: "any locale" is deterministic
 }
@@ -130,7 +131,20 @@ type meta struct {
 	// WeComFormat is the msgtype the wecom.txt file is written for:
 	// text (default) or markdown.
 	WeComFormat string `yaml:"wecomFormat"`
+	// Kind "code" marks a template that carries a verification code: it is
+	// sent only by POST /api/verification-codes, which generates, limits
+	// and checks the code, never as a message whose variables the caller
+	// chooses. Empty (the default) is a notification template.
+	Kind string `yaml:"kind"`
 }
+
+// KindCode is the kind of a template that carries a verification code.
+const KindCode = "code"
+
+// VerifyCode is the template verification codes are sent with. It is of
+// kind code whatever its template.yaml says, so that a TEMPLATES_DIR
+// override that forgets the marker cannot reopen it to messages.
+const VerifyCode = "verify_code"
 
 // Load parses the built-in templates and, if dir is not empty, the
 // templates in dir; a template in dir replaces the built-in one with the
@@ -207,7 +221,7 @@ func loadTemplate(fsys fs.FS, code string, where func(string) string) (*entry, e
 	if err := m.validate(); err != nil {
 		return nil, fmt.Errorf("templates: %s: %w", where(metaPath), err)
 	}
-	e := &entry{code: code, description: m.Description, vars: m.Variables, channels: m.Channels, wecomFormat: m.WeComFormat, locales: map[string]*localized{}}
+	e := &entry{code: code, description: m.Description, vars: m.Variables, channels: m.Channels, wecomFormat: m.WeComFormat, kind: m.Kind, locales: map[string]*localized{}}
 
 	items, err := fs.ReadDir(fsys, code)
 	if err != nil {
@@ -254,6 +268,9 @@ func (m *meta) validate() error {
 	}
 	if len(m.Channels) == 0 {
 		return errors.New("channels: list at least one of email, sms, wecom")
+	}
+	if m.Kind != "" && m.Kind != KindCode {
+		return fmt.Errorf("kind: %q is not code (or absent, for a notification template)", m.Kind)
 	}
 	switch m.WeComFormat {
 	case "":
@@ -389,6 +406,17 @@ func (s *Store) Channels(code string) ([]Channel, error) {
 		return nil, err
 	}
 	return slices.Clone(e.channels), nil
+}
+
+// IsCode reports whether template code carries a verification code
+// (VerifyCode, or kind: code in its template.yaml): such a template is for
+// POST /api/verification-codes only. An unknown code is not one.
+func (s *Store) IsCode(code string) bool {
+	if code == VerifyCode {
+		return true
+	}
+	e, ok := s.templates[code]
+	return ok && e.kind == KindCode
 }
 
 // WeComFormat returns the format (text or markdown) template code renders

@@ -320,6 +320,10 @@ func TestLoadRejectsBrokenTemplates(t *testing.T) {
 	}{
 		{"syntax error", with(func(f map[string]string) { f["greet/en/body.html"] = "<p>{{.name</p>" }),
 			[]string{filepath.Join("greet", "en", "body.html")}},
+		{"unknown kind", with(func(f map[string]string) {
+			f["greet/template.yaml"] = "variables: [name]\nchannels: [email, sms]\nkind: otp\n"
+		}),
+			[]string{"kind", "otp"}},
 		{"undeclared variable", with(func(f map[string]string) { f["greet/ja/sms.txt"] = "{{.undeclared}}" }),
 			[]string{filepath.Join("greet", "ja", "sms.txt"), "undeclared", "template.yaml"}},
 		{"missing file", with(func(f map[string]string) { delete(f, "greet/en/body.txt") }),
@@ -410,4 +414,23 @@ func TestRenderWeComUsesTheTemplatesFormat(t *testing.T) {
 	dir := setup(t, map[string]string{"bad_format/template.yaml": "variables: [a]\nchannels: [wecom]\nwecomFormat: html\n", "bad_format/en/wecom.txt": "{{.a}}"})
 	_, err = Load(dir, "en")
 	require.ErrorContains(t, err, "wecomFormat")
+}
+
+// A template of kind code is for verification codes only: verify_code
+// always (even overridden without the marker), and any marked kind: code.
+func TestIsCode(t *testing.T) {
+	t.Parallel()
+	files := goodTemplate("otp")
+	files["otp/template.yaml"] = "variables: [name]\nchannels: [email, sms]\nkind: code\n"
+	for k, v := range goodTemplate("verify_code") { // an override without the marker
+		files[k] = v
+	}
+	for k, v := range goodTemplate("greet") {
+		files[k] = v
+	}
+	s := load(t, setup(t, files), "en")
+	for code, want := range map[string]bool{"verify_code": true, "otp": true, "greet": false, "notice": false, "nope": false} {
+		require.Equal(t, want, s.IsCode(code), code)
+	}
+	require.Equal(t, KindCode, load(t, "", "en").templates[VerifyCode].kind, "the built-in says so itself")
 }

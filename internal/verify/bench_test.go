@@ -23,7 +23,7 @@ func BenchmarkGenerateAndDigest(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		_ = s.Digest("email", "user@example.com", "login", code)
+		_ = s.Digest("shop", "email", "user@example.com", "login", code)
 	}
 }
 

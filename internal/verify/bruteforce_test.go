@@ -36,25 +36,25 @@ func TestBruteForceBurnsTheCodeAtTheLimit(t *testing.T) {
 			s, r := setup(t, Config{CodeLength: tc.digits, MaxAttempts: tc.attempts})
 			ctx := context.Background()
 			const ch, rcpt, purpose = "sms", "+8613900001234", "login"
-			iss, err := s.Issue(ctx, ch, rcpt, purpose, "t")
+			iss, err := s.Issue(ctx, "shop", ch, rcpt, purpose, "t")
 			require.NoError(t, err)
 			for i, guess := range wrongCodes(iss.Code, tc.digits, tc.attempts) {
-				res, err := s.Check(ctx, ch, rcpt, purpose, guess)
+				res, err := s.Check(ctx, "shop", ch, rcpt, purpose, guess)
 				require.NoError(t, err)
 				left := tc.attempts - i - 1
 				require.Equal(t, Result{AttemptsLeft: left, Burned: left == 0}, res, "guess %d", i+1)
 			}
-			left, err := r.Client.HExists(ctx, s.key(ch, rcpt, purpose), "digest").Result()
+			left, err := r.Client.HExists(ctx, s.key("shop", ch, rcpt, purpose), "digest").Result()
 			require.NoError(t, err)
 			require.False(t, left, "the burned code's digest is deleted")
-			ttl, err := r.Client.PTTL(ctx, s.key(ch, rcpt, purpose)).Result()
+			ttl, err := r.Client.PTTL(ctx, s.key("shop", ch, rcpt, purpose)).Result()
 			require.NoError(t, err)
 			require.Greater(t, ttl, time.Duration(0), "the lock lasts as long as the code would have")
-			res, err := s.Check(ctx, ch, rcpt, purpose, iss.Code)
+			res, err := s.Check(ctx, "shop", ch, rcpt, purpose, iss.Code)
 			require.NoError(t, err)
 			require.Equal(t, Result{Locked: true}, res, "the right code after the limit fails too")
 			for _, guess := range wrongCodes(iss.Code, tc.digits, 3) {
-				res, err := s.Check(ctx, ch, rcpt, purpose, guess)
+				res, err := s.Check(ctx, "shop", ch, rcpt, purpose, guess)
 				require.NoError(t, err)
 				require.Equal(t, Result{Locked: true}, res, "nothing left to guess at, and the caller is told so")
 			}
@@ -72,13 +72,13 @@ func TestSweepSucceedsOnlyWithinTheLimit(t *testing.T) {
 	ctx := context.Background()
 	for pos := range 3 * attempts {
 		rcpt := "sweep" + strconv.Itoa(pos) + "@example.com"
-		iss, err := s.Issue(ctx, "email", rcpt, "login", "t")
+		iss, err := s.Issue(ctx, "shop", "email", rcpt, "login", "t")
 		require.NoError(t, err)
 		guesses := wrongCodes(iss.Code, 6, 3*attempts)
 		guesses = append(guesses[:pos:pos], append([]string{iss.Code}, guesses[pos:]...)...)
 		found := -1
 		for i, g := range guesses {
-			res, err := s.Check(ctx, "email", rcpt, "login", g)
+			res, err := s.Check(ctx, "shop", "email", rcpt, "login", g)
 			require.NoError(t, err)
 			if res.Valid {
 				require.Equal(t, -1, found, "a second success")
@@ -108,7 +108,7 @@ func TestConcurrentGuessesNeverExceedTheLimit(t *testing.T) {
 	won := 0
 	for round := range rounds {
 		rcpt := "+86139" + fmt.Sprintf("%08d", round)
-		iss, err := s.Issue(ctx, "sms", rcpt, "login", "t")
+		iss, err := s.Issue(ctx, "shop", "sms", rcpt, "login", "t")
 		require.NoError(t, err)
 		guesses := wrongCodes(iss.Code, 6, guessers-rights)
 		for range rights {
@@ -125,7 +125,7 @@ func TestConcurrentGuessesNeverExceedTheLimit(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				results[i], errs[i] = s.Check(ctx, "sms", rcpt, "login", g)
+				results[i], errs[i] = s.Check(ctx, "shop", "sms", rcpt, "login", g)
 			}()
 		}
 		close(start)
@@ -151,10 +151,10 @@ func TestConcurrentGuessesNeverExceedTheLimit(t *testing.T) {
 			require.Less(t, len(counted), attempts, "round %d: success after the code was burned", round)
 			won++
 		}
-		n, err := r.Client.HExists(ctx, s.key("sms", rcpt, "login"), "digest").Result()
+		n, err := r.Client.HExists(ctx, s.key("shop", "sms", rcpt, "login"), "digest").Result()
 		require.NoError(t, err)
 		require.False(t, n, "round %d: the code is consumed or burned", round)
-		res, err := s.Check(ctx, "sms", rcpt, "login", iss.Code)
+		res, err := s.Check(ctx, "shop", "sms", rcpt, "login", iss.Code)
 		require.NoError(t, err)
 		require.False(t, res.Valid, "round %d: the code works again afterwards", round)
 	}

@@ -64,13 +64,27 @@ func New(rdb redis.UniversalClient, keys *seal.Keys, cfg Config) (*Store, error)
 // TTL returns how long a code stays valid.
 func (s *Store) TTL() time.Duration { return s.cfg.TTL }
 
-func (s *Store) key(channel, recipient, purpose string) string {
-	return s.cfg.Prefix + "verify:" + channel + ":" + recipient + ":" + purpose
+// key is where the code of (tenant, channel, recipient, purpose) lives. The
+// tenant is part of it: each tenant's codes, attempts and burned state are
+// its own, so that no tenant can burn, replace or probe another's code.
+// The hash tag is Tag: on a Redis Cluster the code shares a slot with the
+// same tenant's per-recipient limits and cooldowns.
+func (s *Store) key(tenant, channel, recipient, purpose string) string {
+	return s.cfg.Prefix + "verify:{" + Tag(tenant, channel, recipient) + "}:" + purpose
 }
 
-// Digest is the keyed digest of a code in its context.
-func (s *Store) Digest(channel, recipient, purpose, code string) string {
-	return s.keys.Digest(channel, recipient, purpose, code)
+// Tag is what one tenant's keys for one recipient share (the code's key and
+// the limiter's per-recipient rules and cooldowns), so that they live in one
+// Redis Cluster slot. A tenant name holds no ":" (package apikey), so two
+// tenants never share a tag.
+func Tag(tenant, channel, recipient string) string {
+	return tenant + ":" + channel + ":" + recipient
+}
+
+// Digest is the keyed digest of a code in its context, the tenant included:
+// a code issued for one tenant never matches in another's.
+func (s *Store) Digest(tenant, channel, recipient, purpose, code string) string {
+	return s.keys.Digest(tenant, channel, recipient, purpose, code)
 }
 
 // Generate returns a uniformly random code of the configured length.
@@ -113,8 +127,8 @@ type Issued struct {
 }
 
 // Issue generates a code, stores its digest, and returns it.
-func (s *Store) Issue(ctx context.Context, channel, recipient, purpose, taskID string) (*Issued, error) {
-	iss, err := s.Prepare(channel, recipient, purpose, taskID)
+func (s *Store) Issue(ctx context.Context, tenant, channel, recipient, purpose, taskID string) (*Issued, error) {
+	iss, err := s.Prepare(tenant, channel, recipient, purpose, taskID)
 	if err != nil {
 		return nil, err
 	}
@@ -141,17 +155,17 @@ func (s *Store) Issue(ctx context.Context, channel, recipient, purpose, taskID s
 }
 
 // Prepare generates a code for IssueCommands; nothing is stored yet.
-func (s *Store) Prepare(channel, recipient, purpose, taskID string) (*Issued, error) {
+func (s *Store) Prepare(tenant, channel, recipient, purpose, taskID string) (*Issued, error) {
 	code, err := s.Generate()
 	if err != nil {
 		return nil, err
 	}
 	exp := time.Now().Add(s.cfg.TTL)
-	return &Issued{Code: code, Digest: s.Digest(channel, recipient, purpose, code), TaskID: taskID, ExpiresAt: exp, key: s.key(channel, recipient, purpose)}, nil
+	return &Issued{Code: code, Digest: s.Digest(tenant, channel, recipient, purpose, code), TaskID: taskID, ExpiresAt: exp, key: s.key(tenant, channel, recipient, purpose)}, nil
 }
 
 // IssueCommands are the writes that store iss, replacing the code for its
-// (channel, recipient, purpose) and reading the old one first so a failed
+// (tenant, channel, recipient, purpose) and reading the old one first so a failed
 // publish can put it back: the user may still hold it. They must run
 // atomically and in order, in a MULTI/EXEC (Issue) or inside a script
 // (ratelimit.Request.Then); IssueResult reads their replies.
@@ -264,10 +278,11 @@ end
 return f
 `)
 
-// Check verifies code. A correct code is consumed (single use); a wrong one
-// counts against the code's attempts.
-func (s *Store) Check(ctx context.Context, channel, recipient, purpose, code string) (Result, error) {
-	key := s.key(channel, recipient, purpose)
+// Check verifies code against tenant's code. A correct code is consumed
+// (single use); a wrong one counts against the code's attempts. Another
+// tenant's code for the same recipient is never read or touched.
+func (s *Store) Check(ctx context.Context, tenant, channel, recipient, purpose, code string) (Result, error) {
+	key := s.key(tenant, channel, recipient, purpose)
 	stored, err := s.rdb.HMGet(ctx, key, "digest", "failures", "burned").Result()
 	if err != nil {
 		return Result{}, fmt.Errorf("verify: read code: %w", err)
@@ -280,7 +295,7 @@ func (s *Store) Check(ctx context.Context, channel, recipient, purpose, code str
 		return Result{Valid: false, AttemptsLeft: 0}, nil
 	}
 	failures, _ := strconv.Atoi(fmt.Sprint(stored[1]))
-	if seal.Equal(s.Digest(channel, recipient, purpose, code), digest) {
+	if seal.Equal(s.Digest(tenant, channel, recipient, purpose, code), digest) {
 		ok, err := consumeScript.Run(ctx, s.rdb, []string{key}, digest).Int()
 		if err != nil {
 			return Result{}, fmt.Errorf("verify: consume code: %w", err)

@@ -42,7 +42,7 @@ func TestGenerate(t *testing.T) {
 func TestCorrectCodeWorksOnceAndIsNeverStoredInClear(t *testing.T) {
 	s, r := setup(t, Config{})
 	ctx := context.Background()
-	iss, err := s.Issue(ctx, "email", "a@example.com", "login", "task-1")
+	iss, err := s.Issue(ctx, "shop", "email", "a@example.com", "login", "task-1")
 	require.NoError(t, err)
 	require.WithinDuration(t, time.Now().Add(10*time.Minute), iss.ExpiresAt, 5*time.Second)
 
@@ -59,10 +59,10 @@ func TestCorrectCodeWorksOnceAndIsNeverStoredInClear(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, ttl, 9*time.Minute)
 
-	res, err := s.Check(ctx, "email", "a@example.com", "login", iss.Code)
+	res, err := s.Check(ctx, "shop", "email", "a@example.com", "login", iss.Code)
 	require.NoError(t, err)
 	require.Equal(t, Result{Valid: true, AttemptsLeft: 5}, res)
-	res, err = s.Check(ctx, "email", "a@example.com", "login", iss.Code)
+	res, err = s.Check(ctx, "shop", "email", "a@example.com", "login", iss.Code)
 	require.NoError(t, err)
 	require.False(t, res.Valid, "single use")
 }
@@ -70,18 +70,18 @@ func TestCorrectCodeWorksOnceAndIsNeverStoredInClear(t *testing.T) {
 func TestWrongAttemptsBurnTheCode(t *testing.T) {
 	s, _ := setup(t, Config{MaxAttempts: 3})
 	ctx := context.Background()
-	iss, err := s.Issue(ctx, "sms", "+8613900001234", "register", "t")
+	iss, err := s.Issue(ctx, "shop", "sms", "+8613900001234", "register", "t")
 	require.NoError(t, err)
 	wrong := "000000"
 	if iss.Code == wrong {
 		wrong = "111111"
 	}
 	for i, want := range []Result{{AttemptsLeft: 2}, {AttemptsLeft: 1}, {AttemptsLeft: 0, Burned: true}} {
-		res, err := s.Check(ctx, "sms", "+8613900001234", "register", wrong)
+		res, err := s.Check(ctx, "shop", "sms", "+8613900001234", "register", wrong)
 		require.NoError(t, err)
 		require.Equal(t, want, res, "attempt %d", i+1)
 	}
-	res, err := s.Check(ctx, "sms", "+8613900001234", "register", iss.Code)
+	res, err := s.Check(ctx, "shop", "sms", "+8613900001234", "register", iss.Code)
 	require.NoError(t, err)
 	require.False(t, res.Valid, "a burned code stays invalid even when right")
 }
@@ -89,28 +89,29 @@ func TestWrongAttemptsBurnTheCode(t *testing.T) {
 func TestCodesAreScopedAndReplaced(t *testing.T) {
 	s, _ := setup(t, Config{})
 	ctx := context.Background()
-	first, err := s.Issue(ctx, "email", "a@example.com", "login", "t1")
+	first, err := s.Issue(ctx, "shop", "email", "a@example.com", "login", "t1")
 	require.NoError(t, err)
-	second, err := s.Issue(ctx, "email", "a@example.com", "login", "t2")
+	second, err := s.Issue(ctx, "shop", "email", "a@example.com", "login", "t2")
 	require.NoError(t, err)
 	for _, tc := range []struct {
-		name                        string
-		channel, recipient, purpose string
-		code                        string
+		name                                string
+		tenant, channel, recipient, purpose string
+		code                                string
 	}{
-		{"old code replaced", "email", "a@example.com", "login", first.Code},
-		{"other purpose", "email", "a@example.com", "register", second.Code},
-		{"other recipient", "email", "b@example.com", "login", second.Code},
-		{"other channel", "sms", "a@example.com", "login", second.Code},
+		{"old code replaced", "shop", "email", "a@example.com", "login", first.Code},
+		{"other purpose", "shop", "email", "a@example.com", "register", second.Code},
+		{"other recipient", "shop", "email", "b@example.com", "login", second.Code},
+		{"other channel", "shop", "sms", "a@example.com", "login", second.Code},
+		{"other tenant", "blog", "email", "a@example.com", "login", second.Code},
 	} {
 		if tc.code == second.Code && tc.name == "old code replaced" {
 			continue // 1 in 10^6: the two codes happen to be equal
 		}
-		res, err := s.Check(ctx, tc.channel, tc.recipient, tc.purpose, tc.code)
+		res, err := s.Check(ctx, tc.tenant, tc.channel, tc.recipient, tc.purpose, tc.code)
 		require.NoError(t, err)
 		require.False(t, res.Valid, tc.name)
 	}
-	res, err := s.Check(ctx, "email", "a@example.com", "login", second.Code)
+	res, err := s.Check(ctx, "shop", "email", "a@example.com", "login", second.Code)
 	require.NoError(t, err)
 	require.True(t, res.Valid)
 }
@@ -119,30 +120,30 @@ func TestRollbackRestoresThePreviousCode(t *testing.T) {
 	s, r := setup(t, Config{})
 	ctx := context.Background()
 	// Nothing before: rollback leaves nothing behind.
-	iss, err := s.Issue(ctx, "email", "a@example.com", "login", "t1")
+	iss, err := s.Issue(ctx, "shop", "email", "a@example.com", "login", "t1")
 	require.NoError(t, err)
 	require.NoError(t, s.Rollback(ctx, iss))
-	n, err := r.Client.Exists(ctx, s.key("email", "a@example.com", "login")).Result()
+	n, err := r.Client.Exists(ctx, s.key("shop", "email", "a@example.com", "login")).Result()
 	require.NoError(t, err)
 	require.Zero(t, n)
 
 	// A previous code: rollback puts it back, with its own expiry.
-	prev, err := s.Issue(ctx, "email", "a@example.com", "login", "t2")
+	prev, err := s.Issue(ctx, "shop", "email", "a@example.com", "login", "t2")
 	require.NoError(t, err)
-	iss, err = s.Issue(ctx, "email", "a@example.com", "login", "t3")
+	iss, err = s.Issue(ctx, "shop", "email", "a@example.com", "login", "t3")
 	require.NoError(t, err)
 	require.NoError(t, s.Rollback(ctx, iss))
-	res, err := s.Check(ctx, "email", "a@example.com", "login", prev.Code)
+	res, err := s.Check(ctx, "shop", "email", "a@example.com", "login", prev.Code)
 	require.NoError(t, err)
 	require.True(t, res.Valid, "the code the user already holds works again")
 
 	// A newer code replaced ours: rollback must not touch it.
-	ours, err := s.Issue(ctx, "email", "a@example.com", "login", "t4")
+	ours, err := s.Issue(ctx, "shop", "email", "a@example.com", "login", "t4")
 	require.NoError(t, err)
-	newer, err := s.Issue(ctx, "email", "a@example.com", "login", "t5")
+	newer, err := s.Issue(ctx, "shop", "email", "a@example.com", "login", "t5")
 	require.NoError(t, err)
 	require.NoError(t, s.Rollback(ctx, ours))
-	res, err = s.Check(ctx, "email", "a@example.com", "login", newer.Code)
+	res, err = s.Check(ctx, "shop", "email", "a@example.com", "login", newer.Code)
 	require.NoError(t, err)
 	require.True(t, res.Valid)
 }
@@ -150,7 +151,7 @@ func TestRollbackRestoresThePreviousCode(t *testing.T) {
 func TestConcurrentCorrectChecksConsumeOnce(t *testing.T) {
 	s, _ := setup(t, Config{})
 	ctx := context.Background()
-	iss, err := s.Issue(ctx, "email", "a@example.com", "login", "t")
+	iss, err := s.Issue(ctx, "shop", "email", "a@example.com", "login", "t")
 	require.NoError(t, err)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -159,7 +160,7 @@ func TestConcurrentCorrectChecksConsumeOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := s.Check(ctx, "email", "a@example.com", "login", iss.Code)
+			res, err := s.Check(ctx, "shop", "email", "a@example.com", "login", iss.Code)
 			require.NoError(t, err)
 			if res.Valid {
 				mu.Lock()
@@ -197,4 +198,32 @@ func TestGenerateIsUniform(t *testing.T) {
 			require.InDelta(t, 10_000, n, 600, "digit %d at position %d", d, pos)
 		}
 	}
+}
+
+// Another tenant's wrong guesses and new code for the same recipient and
+// purpose leave a tenant's code alone: its attempts, and its validity.
+func TestAnotherTenantCannotBurnOrReplaceACode(t *testing.T) {
+	s, _ := setup(t, Config{MaxAttempts: 5})
+	ctx := context.Background()
+	ours, err := s.Issue(ctx, "shop", "sms", "+8613900001234", "login", "t1")
+	require.NoError(t, err)
+	wrong := "000000"
+	if ours.Code == wrong {
+		wrong = "111111"
+	}
+	for range 5 {
+		res, err := s.Check(ctx, "blog", "sms", "+8613900001234", "login", wrong)
+		require.NoError(t, err)
+		require.Equal(t, Result{}, res, "blog has no code: nothing to count, nothing learnt")
+	}
+	theirs, err := s.Issue(ctx, "blog", "sms", "+8613900001234", "login", "t2")
+	require.NoError(t, err)
+	if theirs.Code != ours.Code { // 1 in 10^6 they are equal
+		res, err := s.Check(ctx, "blog", "sms", "+8613900001234", "login", ours.Code)
+		require.NoError(t, err)
+		require.False(t, res.Valid, "shop's code is not valid for blog")
+	}
+	res, err := s.Check(ctx, "shop", "sms", "+8613900001234", "login", ours.Code)
+	require.NoError(t, err)
+	require.Equal(t, Result{Valid: true, AttemptsLeft: 5}, res, "untouched by blog")
 }

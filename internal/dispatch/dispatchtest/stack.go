@@ -386,7 +386,8 @@ func (s *Stack) weCom(rdb redis.UniversalClient) provider.WeComSender {
 		func(ctx context.Context) (string, time.Duration, error) { return c.FetchToken(ctx) })
 	require.NoError(t, err)
 	c, err = wecom.New(wecom.Config{CorpID: wecomtest.CorpID, CorpSecret: wecomtest.CorpSecret, AgentID: wecomtest.AgentID, APIBase: s.opts.WeComBase,
-		Robots: map[string]string{"ops": wecomtest.RobotKey}}, src)
+		Robots:       map[string]string{"ops": wecomtest.RobotKey, "shop-ops": wecomtest.RobotKey},
+		RobotTenants: map[string][]string{"shop-ops": {"shop"}}}, src)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/provider"
 )
 
@@ -44,6 +43,10 @@ type Config struct {
 	AgentID    int64
 	APIBase    string            // default DefaultAPIBase; any http(s) base, so a test server can stand in
 	Robots     map[string]string // robot name → webhook key
+	// RobotTenants are the tenants each robot belongs to (WECOM_ROBOTS'
+	// @tenant+tenant); a robot absent here or with none listed belongs to
+	// every tenant. A post from another tenant is refused, permanently.
+	RobotTenants map[string][]string
 	// DuplicateCheckInterval is WeCom's duplicate_check_interval: the same
 	// request within it is delivered once (it absorbs a crash-window resend).
 	DuplicateCheckInterval time.Duration
@@ -81,17 +84,80 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// ParseRobots reads WECOM_ROBOTS: name=KEY,name=KEY.
-func ParseRobots(s string) (map[string]string, error) {
-	pairs, err := envconf.Pairs(s, ",", "robot", "name=KEY")
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]string, len(pairs))
-	for _, p := range pairs {
-		out[p.Key] = p.Value
+// Robot is one WECOM_ROBOTS entry: name=KEY[@tenant+tenant].
+type Robot struct {
+	Name string
+	// Key is the robot's webhook key; "" where it is not needed (the API
+	// only checks who may post).
+	Key string
+	// Tenants may post to the robot; none listed means every tenant.
+	Tenants []string
+}
+
+// Allows reports whether tenant may post to the robot.
+func (r Robot) Allows(tenant string) bool {
+	return len(r.Tenants) == 0 || slices.Contains(r.Tenants, tenant)
+}
+
+// ParseRobotList reads WECOM_ROBOTS: name=KEY or name=KEY@tenant+tenant,
+// comma-separated. A robot with tenants listed belongs to them alone;
+// without, to every tenant. When keyRequired is false (the API, which
+// never posts) the key may be left out: name=@tenant+tenant, or name for
+// every tenant; a full entry is accepted too, so one value serves both.
+func ParseRobotList(s string, keyRequired bool) ([]Robot, error) {
+	var out []Robot
+	seen := map[string]bool{}
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		name, value, hasValue := strings.Cut(item, "=")
+		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+		// A webhook key has no "@": what follows the first one is tenants.
+		key, tenants, hasTenants := strings.Cut(value, "@")
+		key = strings.TrimSpace(key)
+		if name == "" || (keyRequired && (!hasValue || key == "")) || (hasValue && !hasTenants && key == "") {
+			// Never echo the item: it holds a key.
+			return nil, fmt.Errorf("robot %q: want name=KEY or name=KEY@tenant+tenant", name)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("robot %q mapped twice", name)
+		}
+		seen[name] = true
+		r := Robot{Name: name, Key: key}
+		if hasTenants {
+			for t := range strings.SplitSeq(tenants, "+") {
+				t = strings.TrimSpace(t)
+				if t == "" || strings.ContainsAny(t, ":/") {
+					return nil, fmt.Errorf("robot %q: tenant %q: want tenant names (an API key name's part before /) joined by +", name, t)
+				}
+				r.Tenants = append(r.Tenants, t)
+			}
+		}
+		out = append(out, r)
 	}
 	return out, nil
+}
+
+// ParseRobots reads WECOM_ROBOTS for the consumer: every robot's webhook
+// key, and the tenants of those that list some.
+func ParseRobots(s string) (keys map[string]string, tenants map[string][]string, err error) {
+	list, err := ParseRobotList(s, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	keys = make(map[string]string, len(list))
+	for _, r := range list {
+		keys[r.Name] = r.Key
+		if len(r.Tenants) > 0 {
+			if tenants == nil {
+				tenants = map[string][]string{}
+			}
+			tenants[r.Name] = r.Tenants
+		}
+	}
+	return keys, tenants, nil
 }
 
 // Tokens hands out the application's access token. Invalidate drops bad
@@ -262,6 +328,12 @@ func (c *Client) sendRobot(ctx context.Context, m provider.WeCom) (provider.WeCo
 	key, ok := c.cfg.Robots[m.Robot]
 	if !ok {
 		return provider.WeComReceipt{}, &provider.Error{Provider: RobotName, Class: provider.Permanent, Code: "unknown_robot", Message: "no robot " + strconv.Quote(m.Robot) + " in WECOM_ROBOTS"}
+	}
+	// The API refuses another tenant's robot (404); this holds even for a
+	// message that got past it (an older API, a hand-made publish).
+	if ts := c.cfg.RobotTenants[m.Robot]; len(ts) > 0 && !slices.Contains(ts, m.Tenant) {
+		return provider.WeComReceipt{}, &provider.Error{Provider: RobotName, Class: provider.Permanent, Code: "robot_not_allowed",
+			Message: "robot " + strconv.Quote(m.Robot) + " does not belong to tenant " + strconv.Quote(m.Tenant) + " (WECOM_ROBOTS)"}
 	}
 	content := map[string]any{"content": m.Content}
 	if len(m.Mentions) > 0 {

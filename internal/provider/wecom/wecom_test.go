@@ -134,6 +134,29 @@ func TestRobotPostCarriesMentions(t *testing.T) {
 	}
 }
 
+// A robot that lists its tenants refuses another tenant's post before
+// anything reaches WeCom: a permanent error, to be dead-lettered.
+func TestRobotRefusesAnotherTenant(t *testing.T) {
+	t.Parallel()
+	srv := wecomtest.New(t)
+	c, err := wecom.New(wecom.Config{APIBase: srv.URL, Robots: map[string]string{"shop-ops": wecomtest.RobotKey, "open": wecomtest.RobotKey},
+		RobotTenants: map[string][]string{"shop-ops": {"shop"}}}, nil)
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = c.SendWeCom(ctx, provider.WeCom{Robot: "shop-ops", Format: "text", Content: "x", Mentions: []string{"@all"}, Tenant: "blog"})
+	var pe *provider.Error
+	require.True(t, errors.As(err, &pe), "%v", err)
+	require.Equal(t, provider.Permanent, pe.Class)
+	require.Equal(t, "robot_not_allowed", pe.Code)
+	require.Empty(t, srv.RobotPosts(), "nothing posted")
+	for _, m := range []provider.WeCom{{Robot: "shop-ops", Tenant: "shop"}, {Robot: "open", Tenant: "blog"}} {
+		m.Format, m.Content = "text", "x"
+		_, err = c.SendWeCom(ctx, m)
+		require.NoError(t, err, m.Robot)
+	}
+	require.Len(t, srv.RobotPosts(), 2)
+}
+
 func TestThrottlingIsThrottled(t *testing.T) {
 	srv, c, _ := setup(t)
 	srv.Throttle(45009, 45033)
@@ -205,9 +228,29 @@ func TestConfigValidate(t *testing.T) {
 		}
 		require.ErrorContains(t, err, tc.want, tc.name)
 	}
-	r, err := wecom.ParseRobots("ops=K1, alerts=K2")
+	r, tenants, err := wecom.ParseRobots("ops=K1, alerts=K2@shop+blog")
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{"ops": "K1", "alerts": "K2"}, r)
-	_, err = wecom.ParseRobots("ops")
-	require.Error(t, err)
+	require.Equal(t, map[string][]string{"alerts": {"shop", "blog"}}, tenants, "ops lists none: every tenant's")
+	for _, bad := range []string{"ops", "ops=", "ops=@shop", "ops=K1@", "ops=K1@shop+", "ops=K1@a/b", "ops=K1,ops=K2", "=K1"} {
+		_, _, err = wecom.ParseRobots(bad)
+		require.Error(t, err, bad)
+		require.NotContains(t, err.Error(), "K1", "an error never shows a key")
+	}
+}
+
+// The API reads the same WECOM_ROBOTS but needs no keys.
+func TestParseRobotListWithoutKeys(t *testing.T) {
+	t.Parallel()
+	list, err := wecom.ParseRobotList("ops, alerts=@shop+blog, full=K1@shop, open=K2", false)
+	require.NoError(t, err)
+	require.Equal(t, []wecom.Robot{{Name: "ops"}, {Name: "alerts", Tenants: []string{"shop", "blog"}},
+		{Name: "full", Key: "K1", Tenants: []string{"shop"}}, {Name: "open", Key: "K2"}}, list)
+	require.True(t, list[0].Allows("anyone"))
+	require.True(t, list[1].Allows("blog"))
+	require.False(t, list[1].Allows("ops"))
+	for _, bad := range []string{"ops=", "alerts=@", "a=b,a=c"} {
+		_, err := wecom.ParseRobotList(bad, false)
+		require.Error(t, err, bad)
+	}
 }

@@ -288,3 +288,26 @@ func TestTenantLimitKeepsOneRoundTrip(t *testing.T) {
 	keys := h.keysMatching("*tenant:shop*")
 	require.NotEmpty(t, keys, "the tenant's window is counted")
 }
+
+// API_KEYS=shopA:k1,shopB:k2 is two tenants, not two keys of one default
+// tenant: a bare name is a tenant of its own, so neither reads the other's
+// messages (issue 21: least privilege by default).
+func TestBareKeyNamesAreTenantsOfTheirOwn(t *testing.T) {
+	const a, b = "shopA-key-0123456789", "shopB-key-0123456789"
+	var keys []apikey.Key
+	for i, e := range []string{"shopA:" + a, "shopB:" + b} {
+		k, err := apikey.Parse(e, i+1)
+		require.NoError(t, err)
+		keys = append(keys, k)
+	}
+	h := setup(t, options{keys: keys})
+	r := h.send(a, notice("a@example.com"))
+	require.Equal(t, http.StatusAccepted, r.Status, r.Msg)
+	var res SendResult
+	r.data(t, &res)
+	require.Equal(t, 200, h.do("GET", "/api/messages/"+res.TaskID, nil, "X-API-Key", a).Status)
+	require.Equal(t, 404, h.do("GET", "/api/messages/"+res.TaskID, nil, "X-API-Key", b).Status)
+	rec, err := h.srv.d.Status.Get(context.Background(), res.TaskID)
+	require.NoError(t, err)
+	require.Equal(t, "shopA", rec.Tenant)
+}

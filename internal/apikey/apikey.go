@@ -90,16 +90,18 @@ func ParseScopes(s string) (Scopes, error) {
 	return out, nil
 }
 
-// DefaultTenant owns every key whose name has no "/".
+// DefaultTenant owns records written before tenants existed, and the
+// anonymous caller of API_AUTH=disabled.
 const DefaultTenant = "default"
 
 // TenantOf is the tenant of a key name: the part before the first "/"
-// ("shop/backend" is tenant "shop"), else DefaultTenant.
+// ("shop/backend" is tenant "shop"), else the whole name. A name without
+// "/" is a tenant of its own, so that API_KEYS=shopA:k1,shopB:k2 makes two
+// tenants that cannot read each other's messages: putting keys together
+// must be written ("shop/web", "shop/batch"), never the default.
 func TenantOf(name string) string {
-	if t, _, ok := strings.Cut(name, "/"); ok {
-		return t
-	}
-	return DefaultTenant
+	t, _, _ := strings.Cut(name, "/")
+	return t
 }
 
 // Key is one configured key. Only its digest is kept.

@@ -115,7 +115,7 @@ func TestScopes(t *testing.T) {
 	require.False(t, Scopes(Read).Allows(Admin))
 	_, err = ParseScopes("")
 	require.Error(t, err)
-	require.Equal(t, "default", TenantOf("backend"))
+	require.Equal(t, "backend", TenantOf("backend"))
 	require.Equal(t, "shop", TenantOf("shop/backend"))
 }
 

@@ -145,7 +145,8 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 			return out
 		},
 	}, Options{APIKeys: cfg.APIKeys, AuthDisabled: cfg.AuthDisabled, TrustedProxies: cfg.TrustedProxies, BodyLimit: cfg.BodyLimit,
-		Limits: cfg.Limits, CallbackHTTP: cfg.CallbackHTTP, Egress: egress.Policy{AllowPrivate: cfg.CallbackPrivate}, PublishTimeout: cfg.PublishTimeout, MessageMaxAge: cfg.MessageMaxAge})
+		Limits: cfg.Limits, CallbackHTTP: cfg.CallbackHTTP, Egress: egress.Policy{AllowPrivate: cfg.CallbackPrivate}, PublishTimeout: cfg.PublishTimeout, MessageMaxAge: cfg.MessageMaxAge,
+		IdempotencyTTL: cfg.IdempotencyTTL})
 	if err != nil {
 		return err
 	}

@@ -92,6 +92,9 @@ type Options struct {
 	// MessageMaxAge is a message's ttlSeconds when the request has none;
 	// 0 means 24 h.
 	MessageMaxAge time.Duration
+	// IdempotencyTTL is how long an Idempotency-Key's answer is kept; 0
+	// means 24 h.
+	IdempotencyTTL time.Duration
 }
 
 // Server is the HTTP API.
@@ -131,6 +134,9 @@ func New(d Deps, opts Options) (*Server, error) {
 	}
 	if opts.MessageMaxAge == 0 {
 		opts.MessageMaxAge = 24 * time.Hour
+	}
+	if opts.IdempotencyTTL == 0 {
+		opts.IdempotencyTTL = 24 * time.Hour
 	}
 	s := &Server{d: d, opts: opts, log: d.Log, metrics: newMetrics(d.Registry), now: time.Now, scopes: map[[2]string]apikey.Scope{}}
 	var err error

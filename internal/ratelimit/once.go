@@ -185,3 +185,7 @@ func (l *Limiter) Release(ctx context.Context, key, ids string) error {
 	}
 	return nil
 }
+
+// OnceKey is the full Redis key of the entry with key k (Once.Key), for
+// Release after a Take that failed without a Reservation.
+func (l *Limiter) OnceKey(k string) string { return l.onceKey(k) }

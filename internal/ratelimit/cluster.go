@@ -149,12 +149,18 @@ func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req R
 			onceErr = fmt.Errorf("unexpected reply %v to the idempotency entry", onceReply)
 		}
 	}
-	// undoOnce gives the entry up again when the request is not admitted.
+	// undoOnce gives the entry up again when the request is not admitted:
+	// it forgets one this request created (its HSET added the fields), as
+	// a refusal on one node writes nothing, and releases one it took over.
 	undoOnce := func() error {
 		if req.Once == nil || onceErr != nil {
 			return nil
 		}
-		return l.Release(context.WithoutCancel(ctx), res.OnceKey, req.Once.IDs)
+		how := "release"
+		if replies, _ := onceReply[1].([]any); len(replies) > 0 && replies[0] != int64(0) {
+			how = "forget"
+		}
+		return l.release(context.WithoutCancel(ctx), res.OnceKey, req.Once.IDs, how)
 	}
 	// A second run after NOSCRIPT re-adds the same member and sets the same
 	// cooldown value, so a group that had already run counts once.

@@ -163,10 +163,16 @@ func (l *Limiter) Finish(ctx context.Context, res *Reservation, ttl time.Duratio
 
 // releaseScript gives up a pending entry held under ids (ARGV[1]), keeping
 // its digest and ids for the next request. KEYS: the entry, its lease.
+// With ARGV[2] == 'forget' it deletes the entry instead: one that the
+// request created and that nothing was published under.
 var releaseScript = redis.NewScript(`
 if redis.call('HGET', KEYS[1], 'state') == 'pending' and redis.call('HGET', KEYS[1], 'ids') == ARGV[1] then
-  redis.call('HSET', KEYS[1], 'state', 'released')
-  redis.call('DEL', KEYS[2])
+  if ARGV[2] == 'forget' then
+    redis.call('DEL', KEYS[1], KEYS[2])
+  else
+    redis.call('HSET', KEYS[1], 'state', 'released')
+    redis.call('DEL', KEYS[2])
+  end
 end
 return 0
 `)
@@ -180,7 +186,11 @@ func (l *Limiter) Release(ctx context.Context, key, ids string) error {
 	if key == "" {
 		return nil
 	}
-	if err := releaseScript.Run(ctx, l.rdb, []string{key, key + onceLeaseSuffix}, ids).Err(); err != nil {
+	return l.release(ctx, key, ids, "release")
+}
+
+func (l *Limiter) release(ctx context.Context, key, ids, how string) error {
+	if err := releaseScript.Run(ctx, l.rdb, []string{key, key + onceLeaseSuffix}, ids, how).Err(); err != nil {
 		return fmt.Errorf("ratelimit: release idempotency entry: %w", err)
 	}
 	return nil

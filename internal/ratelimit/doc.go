@@ -13,4 +13,10 @@
 // request's cooldown included). It never approximates: each rule key holds a
 // sorted-set log of its admitted requests, so its memory is bounded by the
 // largest limit of that rule (which is why Config caps limits).
+//
+// The same script also keeps the API's Idempotency-Key entries (Once): a
+// request finds its key's entry, or reserves it, in the Take it runs
+// anyway. It must never let two requests hold one entry, never reserve an
+// entry for a refused request, and never forget the ids a released entry
+// was published under.
 package ratelimit

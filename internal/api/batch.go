@@ -126,7 +126,7 @@ admission:
 			// Nothing of this attempt is admitted yet: the entry is
 			// reserved with the first admission.
 			if oe := onceOf(e); oe != nil {
-				if id, ok := in.takeOver(oe, batchID); ok && !takeover {
+				if id, ok := s.takeOver(in, oe, batchID); ok && !takeover {
 					batchID, takeover = id, true
 					goto admission
 				}

@@ -119,8 +119,10 @@ func onceOf(err error) *ratelimit.OnceError {
 // takeOver reports the ids to publish under when oe is a released entry of
 // this very request (same digest) held under other ids: the request that
 // released it may have published them.
-func (in *idem) takeOver(oe *ratelimit.OnceError, ids string) (string, bool) {
+func (s *Server) takeOver(in *idem, oe *ratelimit.OnceError, ids string) (string, bool) {
 	if oe.State == ratelimit.OnceReleased && oe.Digest == in.digest && oe.IDs != ids && oe.IDs != "" {
+		s.metrics.idempotent.WithLabelValues("retried").Inc()
+		s.log.Info("idempotent retry: publishing under the failed attempt's ids", zap.String("ids", oe.IDs))
 		return oe.IDs, true
 	}
 	return "", false

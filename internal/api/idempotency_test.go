@@ -196,6 +196,7 @@ func TestIdempotentRetryAfterAmbiguous503PublishesTheSameTask(t *testing.T) {
 	r.data(t, &br)
 	require.ElementsMatch(t, first, []string{br.Accepted[0].TaskID, br.Accepted[1].TaskID})
 	require.ElementsMatch(t, first, h.taskIDs("queue.mail.normal"))
+	require.Equal(t, 2, h.logs.FilterMessageSnippet("publishing under the failed attempt's ids").Len(), "the send's and the batch's retries")
 	// The failed attempt withdrew its tasks' claims; the retry took the
 	// marks back, or a consumer would ack its copies unsent.
 	for _, id := range first {

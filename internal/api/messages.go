@@ -65,7 +65,7 @@ func (s *Server) sendMessage(c *echo.Context) error {
 	a, e := s.admitAs(ctx, caller, &req.Message, req.Recipient, now, taskID, in.once(taskID, s.lease(1)))
 	if e != nil && in != nil {
 		if oe := onceOf(e); oe != nil {
-			id, ok := in.takeOver(oe, taskID)
+			id, ok := s.takeOver(in, oe, taskID)
 			if !ok {
 				return s.onceAnswer(c, in, oe)
 			}

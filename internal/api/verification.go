@@ -72,7 +72,7 @@ again:
 	lr.Once = in.once(taskID, s.lease(1))
 	res, err := s.d.Limiter.Take(ctx, lr)
 	if oe := onceOf(err); oe != nil {
-		if id, ok := in.takeOver(oe, taskID); ok {
+		if id, ok := s.takeOver(in, oe, taskID); ok {
 			taskID = id
 			goto again
 		}

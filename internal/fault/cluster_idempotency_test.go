@@ -154,7 +154,9 @@ func TestClusterNodeKilledIdempotentRetries(t *testing.T) {
 	cnt := s.settle(l)
 	line := cnt.line(s.name, kv("notices", total), kv("clients", clients), kv("killedNode", node), kv("killedAt", killedAt.Round(100*time.Millisecond)),
 		kv("newLeader", leaderNode(t, s, bulk)), kv("retriedNotices", r.retried.Load()), kv("retried503s", r.n503.Load()),
-		kv("retried409s", r.n409.Load()), kv("retriedNoAnswer", r.nerr.Load()), kv("crashWindowResends", cnt.Duplicates))
+		kv("retried409s", r.n409.Load()), kv("retriedNoAnswer", r.nerr.Load()), kv("crashWindowResends", cnt.Duplicates),
+		kv("retriesUnderSameTaskId", s.countLogs("api", "publishing under the failed attempt's ids")),
+		kv("claimSkippedCopies", s.countLogs("consumer", "already sent; acking the duplicate delivery")))
 	t.Log(line)
 	fmt.Println(line)
 	if cnt.Lost > 0 {

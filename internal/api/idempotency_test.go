@@ -196,7 +196,17 @@ func TestIdempotentRetryAfterAmbiguous503PublishesTheSameTask(t *testing.T) {
 	r.data(t, &br)
 	require.ElementsMatch(t, first, []string{br.Accepted[0].TaskID, br.Accepted[1].TaskID})
 	require.ElementsMatch(t, first, h.taskIDs("queue.mail.normal"))
-	require.Equal(t, 2, h.logs.FilterMessageSnippet("publishing under the failed attempt's ids").Len(), "the send's and the batch's retries")
+	// A code: the same taskId (under a new code: see the README).
+	fail.Store(true)
+	r = h.do("POST", "/api/verification-codes", codeRequest("c@example.com", "login"), idemHeader, "amb-code")
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, r.Msg)
+	fail.Store(false)
+	r = h.do("POST", "/api/verification-codes", codeRequest("c@example.com", "login"), idemHeader, "amb-code")
+	require.Equal(t, http.StatusAccepted, r.Status, "the failed attempt left no cooldown: %s", r.Msg)
+	var vc VerificationCode
+	r.data(t, &vc)
+	require.Equal(t, []string{vc.TaskID, vc.TaskID}, h.taskIDs("queue.mail"))
+	require.Equal(t, 3, h.logs.FilterMessageSnippet("publishing under the failed attempt's ids").Len(), "the send's, the batch's and the code's retries")
 	// The failed attempt withdrew its tasks' claims; the retry took the
 	// marks back, or a consumer would ack its copies unsent.
 	for _, id := range first {

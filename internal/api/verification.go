@@ -40,6 +40,7 @@ func (s *Server) requestCode(c *echo.Context) error {
 	taskID := newTaskID()
 	// A retry of a failed attempt with the same Idempotency-Key comes back
 	// here once, under that attempt's task id (see takeOver).
+	tookOver := false
 again:
 	iss, err := s.d.Codes.Prepare(req.Channel, req.Recipient, req.Purpose, taskID)
 	if err != nil {
@@ -72,8 +73,8 @@ again:
 	lr.Once = in.once(taskID, s.lease(1))
 	res, err := s.d.Limiter.Take(ctx, lr)
 	if oe := onceOf(err); oe != nil {
-		if id, ok := s.takeOver(in, oe, taskID); ok {
-			taskID = id
+		if id, ok := s.takeOver(in, oe, taskID); ok && !tookOver {
+			taskID, tookOver = id, true
 			goto again
 		}
 		return s.onceAnswer(c, in, oe)

@@ -140,7 +140,10 @@ func (s *Server) onceAnswer(c *echo.Context, in *idem, oe *ratelimit.OnceError) 
 		return c.Blob(oe.Code, echo.MIMEApplicationJSON, oe.Answer)
 	}
 	s.metrics.idempotent.WithLabelValues("conflict").Inc()
-	return &apiError{Status: http.StatusConflict, RetryAfter: max(oe.RetryAfter, time.Second), Msg: fmt.Sprintf(
+	// The lease only bounds how long the first request may take (it ends
+	// in milliseconds as a rule): ask for a retry in a second, not at the
+	// lease's end.
+	return &apiError{Status: http.StatusConflict, RetryAfter: time.Second, Msg: fmt.Sprintf(
 		"a request with %s %q is still being handled; retry after it ends to get its answer", HeaderIdempotencyKey, truncate(in.header, 64))}
 }
 

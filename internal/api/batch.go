@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/status"
 )
 
@@ -93,7 +94,8 @@ func (s *Server) sendBatch(c *echo.Context) error {
 		return e
 	}
 	var b BatchRequest
-	if e := decodeJSON(c.Request().Body, s.batchBodyLimit(), &b); e != nil {
+	in, e := s.decodeBody(c, s.batchBodyLimit(), &b)
+	if e != nil {
 		return e
 	}
 	now := s.now()
@@ -123,9 +125,30 @@ func (s *Server) sendBatch(c *echo.Context) error {
 			"batch would put %d bytes on the broker (each of its %d recipients gets its own copy of the variables), over BATCH_MAX_BYTES (%d): send fewer recipients per batch or smaller variables",
 			size, len(b.Recipients), s.opts.BatchMaxBytes)}
 	}
-	out := BatchResult{BatchID: newTaskID(), Accepted: []BatchAccepted{}, Rejected: []BatchRejected{}}
-	var accepted []admitted
-	var first *apiError
+	var (
+		batchID  = newTaskID()
+		out      BatchResult
+		accepted []admitted
+		first    *apiError
+		// held is the admission that reserved the Idempotency-Key's
+		// entry: the first admitted one carries it, so a refused
+		// recipient reserves nothing, and a batch that admits none keeps
+		// no entry.
+		held     *ratelimit.Reservation
+		takeover bool
+	)
+	// With a key, task ids derive from the batch id, so that a retry of a
+	// failed attempt (whose entry kept its batchId) publishes the very
+	// tasks that attempt may have published.
+	taskID := func(recipient string) string {
+		if in == nil {
+			return newTaskID()
+		}
+		return derivedTaskID(batchID, recipient)
+	}
+admission:
+	out = BatchResult{BatchID: batchID, Accepted: []BatchAccepted{}, Rejected: []BatchRejected{}}
+	accepted, first = nil, nil
 	reject := func(r string, e *apiError) {
 		out.Rejected = append(out.Rejected, BatchRejected{Recipient: r, Code: e.Status, Msg: e.Msg})
 		if first == nil {
@@ -148,16 +171,35 @@ func (s *Server) sendBatch(c *echo.Context) error {
 			reject(norm, e)
 			continue
 		}
-		a, e := s.admit(ctx, caller, req, norm, now)
+		var once *ratelimit.Once
+		if held == nil {
+			once = in.once(batchID, s.lease(len(b.Recipients)))
+		}
+		a, e := s.admitAs(ctx, caller, req, norm, now, taskID(norm), once)
+		if e != nil && once != nil {
+			// Nothing of this attempt is admitted yet: the entry is
+			// reserved with the first admission.
+			if oe := onceOf(e); oe != nil {
+				if id, ok := s.takeOver(in, oe, batchID); ok && !takeover {
+					batchID, takeover = id, true
+					goto admission
+				}
+				return s.onceAnswer(c, in, oe)
+			}
+		}
 		if e != nil && e.Status == http.StatusServiceUnavailable {
 			// Redis is not answering: the next recipients would each wait
 			// for it too. Nothing of this batch is kept.
 			s.rollbackBatch(ctx, "", accepted, nil)
+			s.releaseBatch(ctx, held, batchID)
 			return e
 		}
 		if e != nil {
 			reject(norm, e)
 			continue
+		}
+		if once != nil {
+			held = a.res
 		}
 		accepted = append(accepted, a)
 	}
@@ -171,15 +213,48 @@ func (s *Server) sendBatch(c *echo.Context) error {
 	}
 	if err := s.d.Status.CreateBatch(ctx, out.BatchID, ids); err != nil {
 		s.rollbackBatch(ctx, "", accepted, nil)
+		s.releaseBatch(ctx, held, batchID)
 		return unavailable(err, "status is unavailable (Redis); nothing was kept, try again")
+	}
+	if takeover && s.d.Claims != nil {
+		// The failed attempt withdrew what it had published; this attempt
+		// publishes the same tasks, which must not meet those marks.
+		if err := s.d.Claims.Unwithdraw(ctx, s.batchClaimKeys(req.channel, batchID, accepted)); err != nil {
+			s.rollbackBatch(ctx, out.BatchID, accepted, nil)
+			s.releaseBatch(ctx, held, batchID)
+			return unavailable(err, "claims are unavailable (Redis); nothing was sent, retry with the same %s", HeaderIdempotencyKey)
+		}
 	}
 	if published, err := s.publishBatch(ctx, req, caller.Tenant, out.BatchID, accepted, now); err != nil {
 		s.rollbackBatch(ctx, out.BatchID, accepted, published)
+		s.releaseBatch(ctx, held, batchID)
 		return publishFailure(err)
 	}
 	st, at := req.acceptedAs(now)
 	out.Status, out.ScheduledAt = string(st), at
-	return reply(c, http.StatusAccepted, "batch "+string(st), out)
+	return s.answer(c, in, held, http.StatusAccepted, "batch "+string(st), out)
+}
+
+// releaseBatch releases the Idempotency-Key entry a failed batch held
+// (none when held is nil), keeping its batchId for the retry.
+func (s *Server) releaseBatch(ctx context.Context, held *ratelimit.Reservation, batchID string) {
+	if held != nil && held.OnceKey != "" {
+		s.rollback(ctx, undo{once: held.OnceKey, onceIDs: batchID})
+	}
+}
+
+// batchClaimKeys are the claim keys of a batch's messages: one for a WeCom
+// application batch, one per task otherwise (as publishBatch sends them).
+func (s *Server) batchClaimKeys(channel, batchID string, accepted []admitted) []string {
+	ch := topologyChannel(channel)
+	if channel == chWeCom {
+		return s.claimKeys(ch, batchID)
+	}
+	var keys []string
+	for _, a := range accepted {
+		keys = append(keys, s.claimKeys(ch, a.taskID)...)
+	}
+	return keys
 }
 
 // publishBatch publishes a batch and waits for the confirms. A WeCom

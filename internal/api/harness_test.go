@@ -74,6 +74,8 @@ type options struct {
 	// robots is WECOM_ROBOTS as the API knows it; nil = robot "ops" for
 	// every tenant
 	robots map[string][]string
+	// publisher wraps the broker's publisher (a slow or failing publish)
+	publisher func(Publisher) Publisher
 }
 
 func defaultLimits() config.Limits {
@@ -130,8 +132,12 @@ func setup(t *testing.T, o options) *harness {
 	h.session = s
 	_, err = s.Conn(testenv.Context(t, 10*time.Second))
 	require.NoError(t, err)
-	pub, err := broker.NewPublisher(broker.PublisherConfig{Session: s})
+	bp, err := broker.NewPublisher(broker.PublisherConfig{Session: s})
 	require.NoError(t, err)
+	var pub Publisher = bp
+	if o.publisher != nil {
+		pub = o.publisher(bp)
+	}
 	reg := prometheus.NewRegistry()
 	planner, err := delay.NewPlanner(m.Delay, 20*time.Millisecond, 2*time.Millisecond)
 	require.NoError(t, err)
@@ -155,7 +161,7 @@ func setup(t *testing.T, o options) *harness {
 	core, logs := observer.New(zapcore.DebugLevel)
 	h.logs = logs
 	h.srv, err = New(Deps{
-		Log: zap.New(core), Model: m, Publisher: pub, Delayed: delay.NewPublisher(pub, planner, m.Delay, nil),
+		Log: zap.New(core), Model: m, Publisher: pub, Delayed: delay.NewPublisher(bp, planner, m.Delay, nil),
 		Limiter: ratelimit.New(h.redis.Client, h.redis.Prefix), RateLimits: rl, Codes: codes, Keys: h.keys, Status: st, Redis: h.redis.Client, Templates: tpl,
 		Registry: reg, Claims: claims, DLQ: CachedDLQStats(s, m, st, 0),
 		Inspect: func(ctx context.Context, names []string) ([]broker.QueueState, error) {

@@ -48,7 +48,8 @@ func (s *Server) sendMessage(c *echo.Context) error {
 		return e
 	}
 	var req SendRequest
-	if e := decodeJSON(c.Request().Body, s.opts.BodyLimit, &req); e != nil {
+	in, e := s.decodeBody(c, s.opts.BodyLimit, &req)
+	if e != nil {
 		return e
 	}
 	now := s.now()
@@ -66,18 +67,35 @@ func (s *Server) sendMessage(c *echo.Context) error {
 		return e
 	}
 	caller := Caller(c)
-	a, e := s.admit(ctx, caller, &req.Message, req.Recipient, now)
+	taskID := newTaskID()
+	a, e := s.admitAs(ctx, caller, &req.Message, req.Recipient, now, taskID, in.once(taskID, s.lease(1)))
+	if e != nil && in != nil {
+		if oe := onceOf(e); oe != nil {
+			id, ok := s.takeOver(in, oe, taskID)
+			if !ok {
+				return s.onceAnswer(c, in, oe)
+			}
+			// A failed attempt of this request may have published its task:
+			// publish under the same id, so that the claim sends it once.
+			taskID = id
+			if a, e = s.admitAs(ctx, caller, &req.Message, req.Recipient, now, taskID, in.once(taskID, s.lease(1))); e != nil {
+				if oe := onceOf(e); oe != nil {
+					return s.onceAnswer(c, in, oe)
+				}
+			}
+		}
+	}
 	if e != nil {
 		return e
 	}
 	msg := s.message(&req.Message, caller.Tenant, now)
 	msg.TaskID, msg.Recipient = a.taskID, a.recipient
 	if err := s.publish(ctx, req.channel, msg, req.delay); err != nil {
-		s.rollback(ctx, undo{reservation: a.res, taskID: a.taskID})
+		s.rollback(ctx, undo{reservation: a.res, taskID: a.taskID, once: a.res.OnceKey, onceIDs: a.taskID})
 		return publishFailure(err)
 	}
 	st, at := req.acceptedAs(now)
-	return reply(c, http.StatusAccepted, "message "+string(st), SendResult{TaskID: a.taskID, Status: string(st), ScheduledAt: at})
+	return s.answer(c, in, a.res, http.StatusAccepted, "message "+string(st), SendResult{TaskID: a.taskID, Status: string(st), ScheduledAt: at})
 }
 
 // checkRobot: a WeCom robot belongs to the tenants WECOM_ROBOTS lists with
@@ -142,7 +160,14 @@ type admitted struct {
 // admitted, stores its status record in the same round trip: what every
 // send does before it publishes.
 func (s *Server) admit(ctx context.Context, caller apikey.Key, req *Message, recipient string, now time.Time) (admitted, *apiError) {
-	taskID := newTaskID()
+	return s.admitAs(ctx, caller, req, recipient, now, newTaskID(), nil)
+}
+
+// admitAs is admit under a given task id and, for a request with an
+// Idempotency-Key, its entry (once): when another request holds the key,
+// the *apiError wraps the *ratelimit.OnceError (see onceOf) and nothing
+// was written.
+func (s *Server) admitAs(ctx context.Context, caller apikey.Key, req *Message, recipient string, now time.Time, taskID string, once *ratelimit.Once) (admitted, *apiError) {
 	rec := status.Record{TaskID: taskID, Status: status.Queued, Channel: req.channel, Recipient: logging.Mask(recipient),
 		Kind: string(envelope.Notification), Template: req.TemplateCode, Tenant: caller.Tenant, CreatedAt: now, UpdatedAt: now,
 		Priority: string(req.level)}
@@ -153,10 +178,18 @@ func (s *Server) admit(ctx context.Context, caller apikey.Key, req *Message, rec
 	}
 	lr := rlRequest(s.commonRules(caller, req.channel))
 	lr.Then = insert
+	lr.Once = once
 	res, err := s.d.Limiter.Take(ctx, lr)
 	if err != nil {
+		if errors.Is(err, ratelimit.ErrOnce) {
+			return admitted{}, &apiError{Status: http.StatusConflict, Msg: "idempotency key in use", cause: err}
+		}
 		if !errors.Is(err, ratelimit.ErrLimited) {
-			s.rollbackLater(ctx, undo{taskID: taskID}) // the script is not a transaction
+			u := undo{taskID: taskID} // the script is not a transaction
+			if once != nil {
+				u.once, u.onceIDs = s.d.Limiter.OnceKey(once.Key), once.IDs
+			}
+			s.rollbackLater(ctx, u)
 		}
 		return admitted{}, limited(err)
 	}

@@ -9,6 +9,7 @@ type metrics struct {
 	publish    *prometheus.CounterVec
 	codes      *prometheus.CounterVec
 	checks     *prometheus.CounterVec
+	idempotent *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -20,7 +21,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		publish:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_publish_total", Help: "Publishes to RabbitMQ by result (confirmed, nacked, returned, timeout, unavailable, blocked, overflow)."}, []string{"result"}),
 		codes:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_verification_codes_issued_total", Help: "Verification codes issued and confirmed by the broker, by channel."}, []string{"channel"}),
 		checks:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_verification_checks_total", Help: "Verification checks by result (valid, invalid, burned, locked: a check of a code burned earlier)."}, []string{"result"}),
+		idempotent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_idempotent_requests_total", Help: "Requests with an Idempotency-Key by outcome (stored: first answer kept; replayed: answered again; conflict: 409 while the first is handled; retried: a retry after a failure, under its ids)."}, []string{"outcome"}),
 	}
-	reg.MustRegister(m.requests, m.latency, m.rejections, m.publish, m.codes, m.checks)
+	reg.MustRegister(m.requests, m.latency, m.rejections, m.publish, m.codes, m.checks, m.idempotent)
 	return m
 }

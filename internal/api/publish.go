@@ -121,6 +121,9 @@ type undo struct {
 	reservation *ratelimit.Reservation
 	code        *verify.Issued
 	taskID      string // status record to delete
+	// once is the Idempotency-Key entry the request held under onceIDs: it
+	// is released, never deleted, so that a retry publishes the same ids.
+	once, onceIDs string
 }
 
 // rollbackLater is rollback in the background, for a request whose
@@ -149,6 +152,9 @@ func (s *Server) rollback(ctx context.Context, u undo) {
 	}
 	if u.reservation != nil {
 		steps = append(steps, func(ctx context.Context) error { return s.d.Limiter.Rollback(ctx, u.reservation) })
+	}
+	if u.once != "" {
+		steps = append(steps, func(ctx context.Context) error { return s.d.Limiter.Release(ctx, u.once, u.onceIDs) })
 	}
 	var errs []error
 	for _, step := range steps {

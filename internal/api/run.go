@@ -156,7 +156,8 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		},
 	}, Options{APIKeys: cfg.APIKeys, AuthDisabled: cfg.AuthDisabled, TrustedProxies: cfg.TrustedProxies, BodyLimit: cfg.BodyLimit,
 		Limits: cfg.Limits, CallbackHTTP: cfg.CallbackHTTP, Egress: egress.Policy{AllowPrivate: cfg.CallbackPrivate}, CallbackKeys: cfg.CallbackKeys, AuthFailuresPerMinute: cfg.AuthFailuresPerMinute, PublishTimeout: cfg.PublishTimeout, MessageMaxAge: cfg.MessageMaxAge,
-		BatchMaxBytes: cfg.BatchMaxBytes, Robots: cfg.WeComRobots})
+		BatchMaxBytes: cfg.BatchMaxBytes, Robots: cfg.WeComRobots,
+		IdempotencyTTL: cfg.IdempotencyTTL})
 	if err != nil {
 		return err
 	}

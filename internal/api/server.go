@@ -104,6 +104,9 @@ type Options struct {
 	// Robots are the WeCom robots tenants may post to (WECOM_ROBOTS):
 	// name → its tenants, none = every tenant. A robot not here is 404.
 	Robots map[string][]string
+	// IdempotencyTTL is how long an Idempotency-Key's answer is kept; 0
+	// means 24 h.
+	IdempotencyTTL time.Duration
 }
 
 // Server is the HTTP API.
@@ -148,6 +151,9 @@ func New(d Deps, opts Options) (*Server, error) {
 	}
 	if opts.BatchMaxBytes == 0 {
 		opts.BatchMaxBytes = DefaultBatchMaxBytes
+	}
+	if opts.IdempotencyTTL == 0 {
+		opts.IdempotencyTTL = 24 * time.Hour
 	}
 	s := &Server{d: d, opts: opts, log: d.Log, metrics: newMetrics(d.Registry), now: time.Now, scopes: map[[2]string]apikey.Scope{}}
 	var err error

@@ -28,7 +28,8 @@ func (s *Server) requestCode(c *echo.Context) error {
 		return e
 	}
 	var req VerificationCodeRequest
-	if e := decodeJSON(c.Request().Body, s.opts.BodyLimit, &req); e != nil {
+	in, e := s.decodeBody(c, s.opts.BodyLimit, &req)
+	if e != nil {
 		return e
 	}
 	if e := req.validate(s.d.Templates.HasLocale); e != nil {
@@ -37,6 +38,10 @@ func (s *Server) requestCode(c *echo.Context) error {
 	ctx := c.Request().Context()
 	caller := Caller(c)
 	taskID := newTaskID()
+	// A retry of a failed attempt with the same Idempotency-Key comes back
+	// here once, under that attempt's task id (see takeOver).
+	tookOver := false
+again:
 	iss, err := s.d.Codes.Prepare(caller.Tenant, req.Channel, req.Recipient, req.Purpose, taskID)
 	if err != nil {
 		return internal(err)
@@ -65,27 +70,35 @@ func (s *Server) requestCode(c *echo.Context) error {
 	}
 	lr := s.verifyRequest(caller, &req)
 	lr.Then = append(issue, insert...)
+	lr.Once = in.once(taskID, s.lease(1))
 	res, err := s.d.Limiter.Take(ctx, lr)
+	if oe := onceOf(err); oe != nil {
+		if id, ok := s.takeOver(in, oe, taskID); ok && !tookOver {
+			taskID, tookOver = id, true
+			goto again
+		}
+		return s.onceAnswer(c, in, oe)
+	}
 	if err != nil {
 		if !errors.Is(err, ratelimit.ErrLimited) {
 			// The script may have failed part-way (it is not a
 			// transaction): undo what could have landed; each undo is a
 			// no-op on what is not there or no longer ours.
-			s.rollbackLater(ctx, undo{code: iss, taskID: taskID})
+			s.rollbackLater(ctx, undo{code: iss, taskID: taskID, once: onceKey(s, lr.Once), onceIDs: taskID})
 		}
 		return limited(err)
 	}
 	if err := s.d.Codes.IssueResult(iss, res.Replies[:len(issue)]); err != nil {
-		s.rollback(ctx, undo{reservation: res, code: iss, taskID: taskID})
+		s.rollback(ctx, undo{reservation: res, code: iss, taskID: taskID, once: res.OnceKey, onceIDs: taskID})
 		return unavailable(err, "could not store the code (Redis); nothing was sent, try again")
 	}
 	// No level on the message: high, where codes always go.
 	if err := s.publish(ctx, req.Channel, msg, 0); err != nil {
-		s.rollback(ctx, undo{reservation: res, code: iss, taskID: taskID})
+		s.rollback(ctx, undo{reservation: res, code: iss, taskID: taskID, once: res.OnceKey, onceIDs: taskID})
 		return publishFailure(err)
 	}
 	s.metrics.codes.WithLabelValues(req.Channel).Inc()
-	return reply(c, http.StatusAccepted, "verification code queued", VerificationCode{
+	return s.answer(c, in, res, http.StatusAccepted, "verification code queued", VerificationCode{
 		TaskID: taskID, Status: string(status.Queued),
 		ExpiresAt: iss.ExpiresAt.UTC().Truncate(time.Second), ResendAfter: now.Add(s.opts.Limits.ResendInterval).UTC().Truncate(time.Second),
 	})

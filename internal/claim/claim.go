@@ -343,3 +343,27 @@ func (c *Claimer) Withdraw(ctx context.Context, keys []string) error {
 	}
 	return nil
 }
+
+// unwithdrawLua deletes KEYS[1] only if Withdraw wrote it.
+const unwithdrawLua = `
+if redis.call('GET', KEYS[1]) == 'withdrawn' then return redis.call('DEL', KEYS[1]) end
+return 0
+`
+
+// Unwithdraw undoes Withdraw for keys that no consumer has acted on since,
+// before the same tasks are published again (a retry with the same
+// Idempotency-Key): a withdrawn key would make a consumer ack the new copy
+// unsent. A key a consumer holds or marked sent is left alone. Each copy
+// then meets the claim, so the task is sent once.
+func (c *Claimer) Unwithdraw(ctx context.Context, keys []string) error {
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range keys {
+			p.Eval(ctx, unwithdrawLua, []string{k})
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("claim: unwithdraw: %w", err)
+	}
+	return nil
+}

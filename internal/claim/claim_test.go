@@ -335,3 +335,18 @@ func TestAcquireRejectsEmpty(t *testing.T) {
 	_, err = c.Acquire(e.ctx, c.TaskKey("email", "t"), "")
 	require.Error(t, err)
 }
+
+// Unwithdraw takes back only Withdraw's marks: a withdrawn task can be
+// claimed again, one a consumer sent stays sent.
+func TestUnwithdrawTakesBackOnlyWithdrawals(t *testing.T) {
+	e := setup(t)
+	c := e.claimer(t, time.Second)
+	withdrawn, sent := c.TaskKey("mail", "t-withdrawn"), c.TaskKey("mail", "t-sent")
+	cl := e.claimed(t, c, sent, "c1")
+	require.NoError(t, cl.MarkSent(e.ctx))
+	require.NoError(t, c.Withdraw(e.ctx, []string{withdrawn, sent}))
+	require.Equal(t, claim.AlreadySent, e.acquire(t, c, withdrawn, "c1").Outcome)
+	require.NoError(t, c.Unwithdraw(e.ctx, []string{withdrawn, sent}))
+	require.Equal(t, claim.Claimed, e.acquire(t, c, withdrawn, "c1").Outcome)
+	require.Equal(t, claim.AlreadySent, e.acquire(t, c, sent, "c2").Outcome)
+}

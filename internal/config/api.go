@@ -50,6 +50,7 @@ type API struct {
 	StatusTTL       time.Duration
 	PublishTimeout  time.Duration
 	MessageMaxAge   time.Duration
+	IdempotencyTTL  time.Duration
 	RedisTimeout    time.Duration
 	PublishChannels int
 	PublishLanes    int
@@ -143,6 +144,7 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	c.StatusTTL = l.Duration("STATUS_TTL", 7*24*time.Hour, time.Minute, 365*24*time.Hour, "how long message status records are kept")
 	c.PublishTimeout = l.Duration("PUBLISH_TIMEOUT", 3*time.Second, 10*time.Millisecond, time.Minute, "longest wait for a broker confirm before answering 503")
 	c.MessageMaxAge = l.Duration("MESSAGE_MAX_AGE", 24*time.Hour, time.Second, 30*24*time.Hour, "default ttlSeconds of POST /api/messages/send: a message not sent this long after it was due is dead-lettered as expired")
+	c.IdempotencyTTL = l.Duration("IDEMPOTENCY_TTL", 24*time.Hour, time.Minute, 30*24*time.Hour, "how long the answer to a request with an Idempotency-Key is kept and given again to the same key (send, batch, verification-codes)")
 	c.RedisTimeout = l.Duration("REDIS_TIMEOUT", 500*time.Millisecond, 10*time.Millisecond, 30*time.Second, "longest wait for each Redis call of a request (connect, read, write, free pooled connection), never retried, so a dead Redis is a quick 503; overrides REDIS_URL timeouts")
 	c.PublishChannels = l.Int("PUBLISH_CHANNELS", 32, 1, 2000, "confirm channels for batched publishes (delays), one batch in flight each")
 	c.PublishLanes = l.Int("PUBLISH_LANES", 4, 1, 64, "shared confirm channels for single publishes")

@@ -79,7 +79,24 @@ func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req R
 	groups := groupBySlot(keys, args, len(ruleIdx), res.CooldownKey)
 	replies := make([][]any, len(groups))
 	errs := make([]error, len(groups))
+	// The Once entry has a slot of its own: its script (no rules, its
+	// reservation as the writes) runs in the same pipeline as the groups.
+	var (
+		onceCmd   *redis.Cmd
+		onceReply []any
+		onceErr   error
+	)
 	err := rdb.Pipelined(ctx, cc, func(p redis.Pipeliner) (func() error, error) {
+		if o := req.Once; o != nil {
+			oargs := []any{o.Digest, o.IDs, res.ID, int64(0), 0}
+			then := o.reserve(res.OnceKey, res.ID)
+			oargs = append(oargs, len(then))
+			for _, c := range then {
+				oargs = append(oargs, len(c))
+				oargs = append(oargs, c...)
+			}
+			onceCmd = takeOnceScript.EvalSha(ctx, p, []string{res.OnceKey, res.OnceKey + onceLeaseSuffix}, oargs...)
+		}
 		cmds := make([]*redis.Cmd, len(groups))
 		for i, g := range groups {
 			cd := any(int64(0))
@@ -94,6 +111,12 @@ func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req R
 			for i, c := range cmds {
 				replies[i], errs[i] = c.Slice()
 			}
+			if onceCmd != nil {
+				onceReply, onceErr = onceCmd.Slice()
+				if onceErr != nil && rdb.IsNoScript(onceErr) {
+					return onceErr
+				}
+			}
 			for _, e := range errs {
 				if e != nil && rdb.IsNoScript(e) {
 					return e // rdb.Pipelined loads the script and runs them all again
@@ -101,9 +124,43 @@ func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req R
 			}
 			return nil
 		}, nil
-	}, func(ctx context.Context) error { return takeScript.Load(ctx, cc).Err() })
+	}, func(ctx context.Context) error {
+		if req.Once != nil {
+			if err := takeOnceScript.Load(ctx, cc).Err(); err != nil {
+				return err
+			}
+		}
+		return takeScript.Load(ctx, cc).Err()
+	})
 	if err != nil && !rdb.IsNoScript(err) {
 		return nil, fmt.Errorf("ratelimit: take: %w", err)
+	}
+	if req.Once != nil {
+		// Another request holds the key: undo what the groups reserved
+		// and answer with its entry. A reply that is neither an entry nor
+		// an admission is a failure, which undoes the groups too.
+		if oe := priorEntry(onceReply); oe != nil && onceErr == nil {
+			if rerr := l.rollbackSpread(context.WithoutCancel(ctx), cc, res); rerr != nil {
+				return nil, fmt.Errorf("ratelimit: take: %w", rerr)
+			}
+			return nil, oe
+		}
+		if onceErr == nil && (len(onceReply) != 2 || onceReply[0] != int64(0)) {
+			onceErr = fmt.Errorf("unexpected reply %v to the idempotency entry", onceReply)
+		}
+	}
+	// undoOnce gives the entry up again when the request is not admitted:
+	// it forgets one this request created (its HSET added the fields), as
+	// a refusal on one node writes nothing, and releases one it took over.
+	undoOnce := func() error {
+		if req.Once == nil || onceErr != nil {
+			return nil
+		}
+		how := "release"
+		if replies, _ := onceReply[1].([]any); len(replies) > 0 && replies[0] != int64(0) {
+			how = "forget"
+		}
+		return l.release(context.WithoutCancel(ctx), res.OnceKey, req.Once.IDs, how)
 	}
 	// The second run after NOSCRIPT runs every group again, also those
 	// whose script had run and reserved: the script finds its own
@@ -131,10 +188,13 @@ func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req R
 			refused = out
 		}
 	}
+	if onceErr != nil {
+		failed = append(failed, onceErr)
+	}
 	if refused != nil || len(failed) > 0 {
 		// Undo whatever the admitting groups reserved; a refusing group
 		// reserved nothing, and rollback of an absent member is a no-op.
-		rerr := l.rollbackSpread(context.WithoutCancel(ctx), cc, res)
+		rerr := errors.Join(l.rollbackSpread(context.WithoutCancel(ctx), cc, res), undoOnce())
 		if len(failed) > 0 {
 			return nil, fmt.Errorf("ratelimit: take: %w", errors.Join(append(failed, rerr)...))
 		}
@@ -148,7 +208,7 @@ func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req R
 	res.Replies, err = thenBySlot(ctx, cc, req.Then)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("ratelimit: take: writes of the admitted request: %w", err),
-			l.rollbackSpread(context.WithoutCancel(ctx), cc, res))
+			l.rollbackSpread(context.WithoutCancel(ctx), cc, res), undoOnce())
 	}
 	return res, nil
 }

@@ -21,4 +21,10 @@
 // (a sliding log per address, recorded and judged in one script, before
 // the API answers), and never records a refused failure, so its log stays
 // at the limit under a flood.
+//
+// The take script also keeps the API's Idempotency-Key entries (Once): a
+// request finds its key's entry, or reserves it, in the Take it runs
+// anyway. It must never let two requests hold one entry, never reserve an
+// entry for a refused request, and never forget the ids a released entry
+// was published under.
 package ratelimit

@@ -56,6 +56,10 @@ type Request struct {
 	// checks admitted the request, each slot's commands in one MULTI, and a
 	// failure undoes the reservation.
 	Then []rdb.Command
+	// Once, when set, makes the request idempotent under a caller's key:
+	// the same script first looks the key up and, if an earlier request
+	// holds it, returns an *OnceError and does nothing else (see once.go).
+	Once *Once
 }
 
 // Reservation is what Take recorded, with enough to undo it from any replica.
@@ -64,6 +68,7 @@ type Reservation struct {
 	Keys        []string // full Redis keys of the logs holding ID
 	CooldownKey string   // full Redis key of the cooldown, "" when none was set
 	Replies     []any    // one per Request.Then command, in order
+	OnceKey     string   // full Redis key of the Once entry, "" when none
 }
 
 // LimitError says which limit denied a request and when to retry.
@@ -181,7 +186,9 @@ func ceilMS(d time.Duration) int64 {
 // answered 429 "resend cooldown: wait 1m0s"). Then commands run again: the
 // cluster sends none, and a retry on one Redis is one only when go-redis
 // retries are on (rdb.FailFast turns them off).
-var takeScript = redis.NewScript(`
+var takeScript = redis.NewScript(takeLua)
+
+const takeLua = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local id = ARGV[1]
@@ -243,7 +250,7 @@ for c = 1, ncmds do
   a = a + 1 + n
 end
 return {0, replies}
-`)
+`
 
 // rollbackScript removes one reservation. KEYS: the logs, then the cooldown
 // key when ARGV[2] == '1'. ARGV[1]: the reservation id.
@@ -317,28 +324,48 @@ func (l *Limiter) Take(ctx context.Context, req Request) (*Reservation, error) {
 		keys = append(keys, res.CooldownKey)
 		args[1] = ceilMS(cd.For)
 	}
-	if len(keys) == 0 && len(req.Then) == 0 {
+	if req.Once != nil {
+		if err := req.Once.check(); err != nil {
+			return nil, err
+		}
+		res.OnceKey = l.onceKey(req.Once.Key)
+	}
+	if len(keys) == 0 && len(req.Then) == 0 && req.Once == nil {
 		return res, nil
 	}
 	if cc, ok := rdb.AsCluster(l.rdb); ok {
 		return l.takeSpread(ctx, cc, req, res, keys, args, ruleIdx, winIdx)
 	}
-	args = append(args, len(req.Then))
-	for _, c := range req.Then {
+	script, then := takeScript, req.Then
+	if o := req.Once; o != nil {
+		// The once script reads its two arguments and the entry's two keys
+		// (last in KEYS) before the take script proper, and reserves the
+		// entry with the request's other writes, only if it is admitted.
+		script = takeOnceScript
+		keys = append(keys, res.OnceKey, res.OnceKey+onceLeaseSuffix)
+		args = append([]any{o.Digest, o.IDs}, args...)
+		then = append(append([]rdb.Command(nil), req.Then...), o.reserve(res.OnceKey, res.ID)...)
+	}
+	args = append(args, len(then))
+	for _, c := range then {
 		args = append(args, len(c))
 		args = append(args, c...)
 	}
 
-	raw, err := takeScript.Run(ctx, l.rdb, keys, args...).Slice()
+	raw, err := script.Run(ctx, l.rdb, keys, args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("ratelimit: take: %w", err)
 	}
 	if len(raw) == 2 && raw[0] == int64(0) {
 		res.Replies, _ = raw[1].([]any)
-		if len(res.Replies) != len(req.Then) {
-			return nil, fmt.Errorf("ratelimit: take: %d replies for %d commands", len(res.Replies), len(req.Then))
+		if len(res.Replies) != len(then) {
+			return nil, fmt.Errorf("ratelimit: take: %d replies for %d commands", len(res.Replies), len(then))
 		}
+		res.Replies = res.Replies[:len(req.Then)]
 		return res, nil
+	}
+	if oe := priorEntry(raw); oe != nil {
+		return nil, oe
 	}
 	out, err := refusal(raw)
 	if err != nil {

@@ -488,6 +488,19 @@ func BenchmarkTake(b *testing.B) {
 			}
 		}
 	})
+	// The same with an Idempotency-Key entry (ratelimit.Once): still one
+	// script and one round trip; what it adds is the entry's lookup and
+	// writes inside the script.
+	b.Run("serial, once", func(b *testing.B) {
+		for b.Loop() {
+			i := int(next.Add(1))
+			req := request(i)
+			req.Once = &ratelimit.Once{Key: fmt.Sprintf("bench:%d", i), Digest: "d", IDs: "id", Lease: time.Minute, TTL: time.Minute}
+			if _, err := lim.Take(ctx, req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("parallel", func(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {

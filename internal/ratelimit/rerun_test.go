@@ -161,3 +161,38 @@ func TestNoScriptOnOneSlotDoesNotRefuse(t *testing.T) {
 	le := e.deny(t, req(recipient))
 	require.True(t, le.Cooldown, "the second request meets the first's cooldown")
 }
+
+// A Take with an idempotency entry run twice is still admitted: the second
+// run finds the entry pending under its own reservation, not another
+// request's, so it must not answer "in progress" to itself (a 409 for the
+// first request with a key, on a cluster after NOSCRIPT).
+func TestTakeWithOnceRunTwiceIsAdmitted(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		req  ratelimit.Request
+	}{
+		{"only the entry", ratelimit.Request{}},
+		{"the entry and a cooldown", ratelimit.Request{Cooldown: &ratelimit.Cooldown{Name: "resend cooldown", Key: "email:o@x", Tag: "email:o@x", For: time.Minute}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			h := &resend{}
+			addHook(e.r.Client, h)
+			req := tc.req
+			req.Once = &ratelimit.Once{Key: "tenant:key-" + tc.name, Digest: "d1", IDs: "task-1", Lease: time.Minute, TTL: time.Hour}
+			res, err := e.lim.Take(e.ctx, req)
+			require.NoError(t, err, "the first request with a key refused by its own entry")
+			require.Positive(t, h.n.Load(), "the hook ran the script twice")
+			// Another request with the same key now meets the entry.
+			again := req
+			again.Cooldown = nil
+			_, err = e.lim.Take(e.ctx, again)
+			var oe *ratelimit.OnceError
+			require.ErrorAs(t, err, &oe)
+			require.Equal(t, ratelimit.OncePending, oe.State)
+			require.NotEmpty(t, res.OnceKey)
+		})
+	}
+}

@@ -113,8 +113,9 @@ func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
 // RequestVerificationCode generates a code and queues its delivery
 // (POST /api/verification-codes). A too-early resend or a per-recipient or
 // per-IP limit is an *APIError for which IsRateLimited is true.
-func (c *Client) RequestVerificationCode(ctx context.Context, req VerificationCodeRequest) (*VerificationCode, error) {
-	return call[VerificationCode](ctx, c, http.MethodPost, "/api/verification-codes", req)
+// With WithIdempotencyKey it is safe to retry (see CallOption).
+func (c *Client) RequestVerificationCode(ctx context.Context, req VerificationCodeRequest, opts ...CallOption) (*VerificationCode, error) {
+	return call[VerificationCode](withCallOptions(ctx, opts), c, http.MethodPost, "/api/verification-codes", req)
 }
 
 // VerifyCode checks a code (POST /api/verification-codes/verify). A wrong
@@ -139,8 +140,9 @@ func (c *Client) VerifyCode(ctx context.Context, req VerifyRequest) (*VerifyResu
 }
 
 // SendMessage queues a templated message, or schedules it when DelaySeconds
-// or SendAt is set (POST /api/messages/send).
-func (c *Client) SendMessage(ctx context.Context, req SendRequest) (*SendResult, error) {
+// or SendAt is set (POST /api/messages/send). With WithIdempotencyKey it
+// is safe to retry (see CallOption).
+func (c *Client) SendMessage(ctx context.Context, req SendRequest, opts ...CallOption) (*SendResult, error) {
 	if req.DelaySeconds != nil && req.SendAt != nil {
 		// Caught before the round trip: the server would answer 400 anyway.
 		return nil, errors.New("msgpulse: send message: DelaySeconds and SendAt are mutually exclusive")
@@ -148,17 +150,18 @@ func (c *Client) SendMessage(ctx context.Context, req SendRequest) (*SendResult,
 	if req.Variables == nil {
 		req.Variables = map[string]string{} // the contract requires the object
 	}
-	return call[SendResult](ctx, c, http.MethodPost, "/api/messages/send", req)
+	return call[SendResult](withCallOptions(ctx, opts), c, http.MethodPost, "/api/messages/send", req)
 }
 
 // SendBatch sends one templated message to many recipients (POST
 // /api/messages/batch). Rejected recipients are in the result; an error
-// means none was accepted (or nothing was kept).
-func (c *Client) SendBatch(ctx context.Context, req BatchRequest) (*BatchResult, error) {
+// means none was accepted (or nothing was kept). With WithIdempotencyKey
+// it is safe to retry (see CallOption).
+func (c *Client) SendBatch(ctx context.Context, req BatchRequest, opts ...CallOption) (*BatchResult, error) {
 	if req.DelaySeconds != nil && req.SendAt != nil {
 		return nil, errors.New("msgpulse: send batch: DelaySeconds and SendAt are mutually exclusive")
 	}
-	return call[BatchResult](ctx, c, http.MethodPost, "/api/messages/batch", req)
+	return call[BatchResult](withCallOptions(ctx, opts), c, http.MethodPost, "/api/messages/batch", req)
 }
 
 // GetBatch counts a batch's recipients by status (GET /api/batches/{batchId}).
@@ -335,6 +338,9 @@ func (c *Client) do(ctx context.Context, method, path string, auth bool, in any)
 	}
 	if auth {
 		req.Header.Set("X-API-Key", c.apiKey)
+	}
+	if co, ok := ctx.Value(callOptionsKey{}).(*callOptions); ok && co.idempotencyKey != "" {
+		req.Header.Set(HeaderIdempotencyKey, co.idempotencyKey)
 	}
 
 	resp, err := c.hc.Do(req)

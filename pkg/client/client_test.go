@@ -749,3 +749,21 @@ func TestSendRequestLevelOrPriorityNotBoth(t *testing.T) {
 	_, err = json.Marshal(BatchRequest{Priority: ptr(1), Level: LevelLow})
 	require.Error(t, err)
 }
+
+func TestWithIdempotencyKeySetsTheHeaderOnlyWhenGiven(t *testing.T) {
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Header.Get(HeaderIdempotencyKey))
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"code":202,"msg":"ok","data":{"taskId":"t1","status":"queued"}}`))
+	}))
+	t.Cleanup(srv.Close)
+	c := newTestClient(t, srv.URL)
+	ctx := context.Background()
+	req := SendRequest{MessageType: "email", Recipient: "a@example.com", TemplateCode: "welcome"}
+	_, err := c.SendMessage(ctx, req, WithIdempotencyKey("order-42"))
+	require.NoError(t, err)
+	_, err = c.SendMessage(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, []string{"order-42", ""}, got)
+}

@@ -8,6 +8,7 @@
 #   rabbitmq.sh start          start the three nodes and wait until they form one cluster
 #   rabbitmq.sh stop           stop them (SIGKILL what does not stop), remove the data
 #   rabbitmq.sh kill N         SIGKILL node N (1..3), as a crash would
+#   rabbitmq.sh revive N       start node N again on its data (after kill), wait until it runs
 #   rabbitmq.sh pid N          print node N's OS pid
 #   rabbitmq.sh ctl N ARGS...  rabbitmqctl against node N
 set -euo pipefail
@@ -91,6 +92,19 @@ CONF
 
 pid_of() { cat "$DIR/node$1/pid" 2>/dev/null || true; }
 
+# revive restarts a killed node on its data, so that it rejoins the
+# cluster: a scenario that kills a node gives the next one three again.
+revive() {
+  local n=$1 p; p=$(pid_of "$n")
+  if [[ -n $p ]] && kill -0 "$p" 2>/dev/null; then return 0; fi
+  ( node_env "$n"; exec setsid "$BIN/rabbitmq-server" >>"$DIR/node$n/log/stdout" 2>&1 ) &
+  local deadline=$((SECONDS + 120))
+  until ctl "$n" await_startup --timeout 5 >/dev/null 2>&1; do
+    if ((SECONDS > deadline)); then echo "rabbitmq.sh: node mpc$n did not start again; see $DIR/node$n/log" >&2; exit 1; fi
+    sleep 1
+  done
+}
+
 stop() {
   local pids=()
   for n in "${NODES[@]}"; do
@@ -113,7 +127,8 @@ case ${1:-} in
   start) start ;;
   stop) stop ;;
   kill) p=$(pid_of "$2"); [[ -n $p ]] && kill -KILL "$p" ;;
+  revive) revive "$2" ;;
   pid) pid_of "$2" ;;
   ctl) shift; n=$1; shift; ctl "$n" "$@" ;;
-  *) echo "usage: $0 start|stop|kill N|pid N|ctl N ARGS..." >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|kill N|revive N|pid N|ctl N ARGS..." >&2; exit 2 ;;
 esac

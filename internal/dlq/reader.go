@@ -35,6 +35,12 @@ type reader struct {
 	// tags are kept, never bodies, so memory is bounded by the count.
 	tags  []uint64
 	acked map[uint64]bool
+	// fps are the fingerprints of the deliveries held, and removed those
+	// of the acked ones, for the removed set (Tool.forget) once closed
+	// says the acks took effect.
+	fps     map[uint64]string
+	removed []string
+	closed  bool
 }
 
 // openReader opens a channel and checks the queue with a passive declare,
@@ -53,7 +59,7 @@ func openReader(conn *amqp.Connection, queue string) (*reader, error) {
 		}
 		return nil, fmt.Errorf("queue %s: %w", queue, err)
 	}
-	return &reader{ch: ch, queue: queue, depth: q.Messages, acked: map[uint64]bool{}}, nil
+	return &reader{ch: ch, queue: queue, depth: q.Messages, acked: map[uint64]bool{}, fps: map[uint64]string{}}, nil
 }
 
 // next takes the next message, or reports false when the queue is empty.
@@ -66,6 +72,7 @@ func (r *reader) next() (*amqp.Delivery, bool, error) {
 		return nil, false, nil
 	}
 	r.tags = append(r.tags, d.DeliveryTag)
+	r.fps[d.DeliveryTag] = Fingerprint(&d)
 	return &d, true, nil
 }
 
@@ -75,6 +82,7 @@ func (r *reader) ack(tag uint64) error {
 		return fmt.Errorf("ack in %s: %w", r.queue, err)
 	}
 	r.acked[tag] = true
+	r.removed = append(r.removed, r.fps[tag])
 	return nil
 }
 
@@ -107,6 +115,8 @@ func (r *reader) release() error {
 	}
 	if err := r.ch.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) {
 		errs = append(errs, fmt.Errorf("close channel of %s: %w", r.queue, err))
+	} else if err == nil {
+		r.closed = true
 	}
 	return errors.Join(errs...)
 }

@@ -239,6 +239,9 @@ func (t *Tool) Replay(ctx context.Context, queue string, o Options) (*ReplayRepo
 	if r != nil {
 		rep.Read, rep.Depth = r.read(), r.depth
 	}
+	// What was acked is gone from the DLQ but not from its log: record it
+	// so that list, show and stats leave it out.
+	t.forget(ctx, queue, r)
 	if ctx.Err() != nil {
 		rep.Interrupted = true
 		if errors.Is(err, ctx.Err()) {

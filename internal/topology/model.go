@@ -434,7 +434,7 @@ func (m *Model) applyQuorum(v version, groupSize int) {
 		"quorum queues: the high queues (queue.{ch}) keep overflow drop-head, so their dead-lettering stays at-most-once (at-least-once dead-lettering needs reject-publish, which would refuse new messages instead of dropping the oldest); the normal and low queues refuse publishes when full and dead-letter at-least-once.",
 		"quorum queues: delay queues use at-least-once dead-lettering (x-dead-letter-strategy, with reject-publish), so no delay hop can lose a message.")
 	if v.less(4, 0) {
-		m.Notes = append(m.Notes, "quorum queues: RabbitMQ 4.0 and later give every quorum queue a default delivery limit of 20, after which a message is dropped or dead-lettered; before 4.0 (this broker) there is none, so a DLQ that is read over and over keeps its messages (see docs/cluster.md).")
+		m.Notes = append(m.Notes, "quorum queues: RabbitMQ 4.0 and later give every quorum queue a default delivery limit of 20, after which a message is dropped or dead-lettered; before 4.0 (this broker) there is none. Either way the DLQ tool reads each DLQ's classic log queue, never the DLQ, so reading spends no attempt (see docs/cluster.md).")
 	}
 	for i := range m.Queues {
 		q := &m.Queues[i]

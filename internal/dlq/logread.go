@@ -71,7 +71,10 @@ type logView struct {
 // removed are in the removed set (Redis) and left out. If the DLQ still
 // holds fewer than remain, the difference went without the set knowing,
 // and the oldest are taken to be the ones gone (a DLQ is FIFO): visit
-// sees them with present=false.
+// sees them with present=false. The correction is by count only: a dead
+// letter gone behind the tool's back and one the log never had (hand-
+// published into the DLQ, or past the log's retention) cancel out, and
+// the gone one is listed instead of the other until the latter is handled.
 //
 // It reads the log twice: once for fingerprints only (memory bounded by
 // the count, not the bodies), to find what is gone, then to visit.

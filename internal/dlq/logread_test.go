@@ -1,8 +1,11 @@
 package dlq
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/url"
 	"slices"
 	"testing"
 	"time"
@@ -117,4 +120,65 @@ func TestFingerprint(t *testing.T) {
 	other := d
 	other.Body = []byte(`{"a":2}`)
 	require.NotEqual(t, Fingerprint(&d), Fingerprint(&other))
+}
+
+// setDeliveryLimit puts a policy on the test's vhost giving every DLQ (and
+// nothing else) delivery-limit n, and waits until the mail DLQ shows it.
+func setDeliveryLimit(t *testing.T, e *env, n int) {
+	t.Helper()
+	mu, err := url.Parse(testenv.ManagementURL)
+	require.NoError(t, err)
+	pw, _ := mu.User.Password()
+	do := func(method, path string, body []byte) *http.Response {
+		req, err := http.NewRequest(method, mu.Scheme+"://"+mu.Host+"/api"+path, bytes.NewReader(body))
+		require.NoError(t, err)
+		req.SetBasicAuth(mu.User.Username(), pw)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		return resp
+	}
+	body, err := json.Marshal(map[string]any{"pattern": `^queue\..*\.dlq$`, "apply-to": "queues", "priority": 10,
+		"definition": map[string]any{"delivery-limit": n}})
+	require.NoError(t, err)
+	vh := url.PathEscape(e.Broker.VHost)
+	resp := do(http.MethodPut, "/policies/"+vh+"/dlq-delivery-limit", body)
+	_ = resp.Body.Close()
+	require.Less(t, resp.StatusCode, 300)
+	testenv.WaitFor(t, 20*time.Second, "the policy on "+e.mail.DeadLetterQueue, func() bool {
+		resp := do(http.MethodGet, "/queues/"+vh+"/"+url.PathEscape(e.mail.DeadLetterQueue), nil)
+		defer func() { _ = resp.Body.Close() }()
+		var q struct {
+			Policy string `json:"policy"`
+		}
+		return json.NewDecoder(resp.Body).Decode(&q) == nil && q.Policy == "dlq-delivery-limit"
+	})
+}
+
+// On a quorum DLQ, replay and purge put back what they pass over as fresh
+// copies instead of giving it back, so selecting one message again and
+// again does not wear out the others: with delivery-limit 2, the dead
+// letters in front survive 6 runs that pass over them, and are listed
+// still.
+func TestPassingOverSpendsNothingOnQuorum(t *testing.T) {
+	t.Parallel()
+	e := setup(t, func(c *topology.Config) { c.QueueType = topology.Quorum })
+	setDeliveryLimit(t, e, 2)
+	ids, _, c := rejected(t, e, 3)
+	c.Stop() // the replayed one stays in queue.mail
+	dlq := e.mail.DeadLetterQueue
+	for i := range 6 {
+		r := e.run(t, "purge", "--channel", "mail", "--id", "nope-"+testenv.ID(), "--yes")
+		require.NotEqual(t, ExitUsage, r.code, r.stderr)
+		require.Equal(t, 3, e.Depth(dlq), "run %d: nothing was removed", i+1)
+	}
+	r := e.run(t, "replay", "--channel", "mail", "--id", ids[2])
+	require.Equal(t, ExitOK, r.code, r.stderr)
+	require.Equal(t, 2, e.Depth(dlq))
+	r = e.run(t, "list", "--channel", "mail", "--json")
+	require.Equal(t, ExitOK, r.code, r.stderr)
+	got := entries(t, r.stdout)
+	require.Len(t, got, 2)
+	require.Contains(t, got, ids[0])
+	require.Contains(t, got, ids[1])
 }

@@ -103,6 +103,11 @@ func (t *Tool) Export(ctx context.Context, queue string, o Options, w io.Writer)
 func (t *Tool) Purge(ctx context.Context, queue string, o Options, export string) (*PurgeReport, error) {
 	sel := t.selector(o)
 	rep := &PurgeReport{Queue: queue, Export: export, IDs: []string{}}
+	passer, closePass, err := t.passer(ctx, queue, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w; nothing was deleted", err)
+	}
+	defer closePass()
 	var (
 		file   *os.File
 		buf    *bufio.Writer
@@ -147,10 +152,10 @@ func (t *Tool) Purge(ctx context.Context, queue string, o Options, export string
 		}
 		return nil
 	}
-	r, err := scan(ctx, t.conn, queue, t.cfg.ScanMax, done, func(_ *reader, del *amqp.Delivery) (bool, error) {
+	r, err := scan(ctx, t.conn, queue, t.cfg.ScanMax, done, func(r *reader, del *amqp.Delivery) (bool, error) {
 		in := t.x.inspect(ctx, queue, del)
 		if !sel.match(&in.Entry, taskID(in)) {
-			return false, nil
+			return false, passer(r, del)
 		}
 		if out != nil {
 			if err := writeExport(out, queue, now, in, del); err != nil {

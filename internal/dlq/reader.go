@@ -86,6 +86,17 @@ func (r *reader) ack(tag uint64) error {
 	return nil
 }
 
+// moved acks a held message whose copy was put back in the queue
+// (passer): gone from the delivery, not from the queue, so not recorded
+// as removed.
+func (r *reader) moved(tag uint64) error {
+	if err := r.ch.Ack(tag, false); err != nil {
+		return fmt.Errorf("ack in %s: %w", r.queue, err)
+	}
+	r.acked[tag] = true
+	return nil
+}
+
 // held is how many deliveries are taken and not acked.
 func (r *reader) held() int { return len(r.tags) - len(r.acked) }
 

@@ -164,7 +164,7 @@ func (c *cli) main(ctx context.Context, args []string) int {
 	if worn, wornMax := d.Worn(); worn > 0 {
 		c.warn(fmt.Sprintf("%d message(s) read have been delivered %d+ times (x-delivery-count up to %d). On quorum queues RabbitMQ 4 "+
 			"drops a message past the queue's delivery-limit (default 20) since DLQs have no dead-letter exchange: replay them, or "+
-			"purge --export them; a replay or purge of others passes over them and counts one more each (docs/oncall.md).", worn, DeliveryCountWarn, wornMax))
+			"purge --export them, and read DLQs only with dlq or the console (the management UI's Get messages gives back too; docs/oncall.md).", worn, DeliveryCountWarn, wornMax))
 	}
 	if err != nil {
 		fmt.Fprintf(c.stderr, "dlq %s: %v\n", o.cmd, err)

@@ -36,11 +36,13 @@
 //     from the depth but cannot be listed; replay and purge still reach them.
 //
 // Replay and purge read the DLQ with basic.get on one channel, holding
-// every delivery unacknowledged, and give back what they did not act on.
-// That still costs a quorum DLQ one delivery attempt for each message they
-// pass over, so select by reason rather than replaying one id at a time.
-// They stop at the depth they saw when they started, so a queue that grows
-// while they read cannot keep them reading for ever.
+// every delivery unacknowledged. What they do not act on they give back
+// on a classic DLQ; on a quorum DLQ, where a give-back would count, they
+// put back a confirmed fresh copy and ack the original (passer), so
+// replaying one id at a time does not wear out the others. They stop at
+// the depth they saw when they started, so a queue that grows while they
+// read (or the copies they put back) cannot keep them reading for ever.
+// A replay's dry run is a read and goes to the log.
 //
 // It must never lose a message: it acks a dead letter only after the
 // broker confirmed its republished copy (replay) or after the copy was

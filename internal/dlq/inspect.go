@@ -87,7 +87,8 @@ type inspector struct {
 // return before RabbitMQ 4.3) and drops a message past the queue's
 // delivery-limit (default 20 from 4.0) when, like msgpulse's DLQs, the
 // queue has no dead-letter exchange. Reads go to the DLQ's log and never
-// count; replay and purge still pass over what they do not select.
+// count, and replay and purge put back fresh copies of what they pass over;
+// a high count comes from other tools or from runs that failed midway.
 const DeliveryCountWarn = 10
 
 func newInspector(m *topology.Model, st *status.Store, timeout time.Duration, warn func(string)) *inspector {

@@ -68,7 +68,8 @@ type logView struct {
 // basic.get and given back, like the DLQ was read before the log existed.
 //
 // The log holds every dead letter of its retention; those replay and purge
-// removed are in the removed set (Redis) and left out. If the DLQ still
+// removed are in the removed set (Redis): left out, and their copies
+// deleted from the log as they are met. If the DLQ still
 // holds fewer than remain, the difference went without the set knowing,
 // and the oldest are taken to be the ones gone (a DLQ is FIFO): visit
 // sees them with present=false. The correction is by count only: a dead
@@ -103,7 +104,7 @@ func (t *Tool) readLog(ctx context.Context, dlq string, visit func(d *amqp.Deliv
 	// older one look gone).
 	var fps []string
 	depthRead := false
-	_, err := scan(ctx, t.conn, lq.Name, 0, nil, func(_ *reader, d *amqp.Delivery) (bool, error) {
+	_, err := scan(ctx, t.conn, lq.Name, 0, nil, func(r *reader, d *amqp.Delivery) (bool, error) {
 		if !depthRead {
 			depth, err := t.depth(dlq)
 			if err != nil {
@@ -114,8 +115,11 @@ func (t *Tool) readLog(ctx context.Context, dlq string, visit func(d *amqp.Deliv
 		v.Read++
 		f := Fingerprint(d)
 		if removed[f] {
+			// The dead letter is gone from the DLQ for good, so its copy
+			// can go too: the log then stays about the DLQ's size however
+			// much was replayed, and reads stay cheap.
 			v.Removed++
-			return false, nil
+			return false, r.ack(d.DeliveryTag)
 		}
 		fps = append(fps, f)
 		return false, nil

@@ -104,7 +104,9 @@ func (t *Tool) readLog(ctx context.Context, dlq string, visit func(d *amqp.Deliv
 	// older one look gone).
 	var fps []string
 	depthRead := false
-	_, err := scan(ctx, t.conn, lq.Name, 0, nil, func(r *reader, d *amqp.Delivery) (bool, error) {
+	// The log is classic: no waiting for returns after each read (which a
+	// concurrent reader, holding part of it, would stretch to the timeout).
+	_, err := scanWith(ctx, t.conn, lq.Name, 0, true, nil, func(r *reader, d *amqp.Delivery) (bool, error) {
 		if !depthRead {
 			depth, err := t.depth(dlq)
 			if err != nil {
@@ -144,7 +146,7 @@ func (t *Tool) readLog(ctx context.Context, dlq string, visit func(d *amqp.Deliv
 	for _, f := range fps[v.Gone:] {
 		present[f]++
 	}
-	_, err = scan(ctx, t.conn, lq.Name, v.Read, nil, func(_ *reader, d *amqp.Delivery) (bool, error) {
+	_, err = scanWith(ctx, t.conn, lq.Name, v.Read, true, nil, func(_ *reader, d *amqp.Delivery) (bool, error) {
 		f := Fingerprint(d)
 		if removed[f] {
 			return false, nil

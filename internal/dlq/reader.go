@@ -41,6 +41,9 @@ type reader struct {
 	fps     map[uint64]string
 	removed []string
 	closed  bool
+	// noSettle: the queue is classic (a DLQ's log), which has given
+	// everything back by the time it answers, so release need not wait.
+	noSettle bool
 }
 
 // openReader opens a channel and checks the queue with a passive declare,
@@ -121,7 +124,7 @@ func (r *reader) release() error {
 			errs = append(errs, fmt.Errorf("give back %d messages to %s: %w (closing the channel gives them back)", r.held(), r.queue, err))
 		}
 	}
-	if last != 0 && len(errs) == 0 {
+	if last != 0 && len(errs) == 0 && !r.noSettle {
 		r.settle(r.depth - len(r.acked))
 	}
 	if err := r.ch.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) {
@@ -163,10 +166,16 @@ func (r *reader) settle(want int) {
 // read. scan always releases what is still held, also on error or when
 // ctx ends (then it returns ctx's error).
 func scan(ctx context.Context, conn *amqp.Connection, queue string, scanMax int, done func(r *reader) error, visit func(r *reader, d *amqp.Delivery) (stop bool, err error)) (r *reader, err error) {
+	return scanWith(ctx, conn, queue, scanMax, false, done, visit)
+}
+
+// scanWith is scan; noSettle skips the wait for returns (classic queues).
+func scanWith(ctx context.Context, conn *amqp.Connection, queue string, scanMax int, noSettle bool, done func(r *reader) error, visit func(r *reader, d *amqp.Delivery) (stop bool, err error)) (r *reader, err error) {
 	r, err = openReader(conn, queue)
 	if err != nil {
 		return nil, err
 	}
+	r.noSettle = noSettle
 	defer func() {
 		if rerr := r.release(); rerr != nil {
 			err = errors.Join(err, rerr)

@@ -87,6 +87,15 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	}
 	defer pub.Close()
 
+	// Admission's depth readings: one goroutine per level queue, owned by
+	// bg like the session they read through.
+	gauge, err := broker.NewGauge(broker.GaugeConfig{Session: session, Queues: AdmitQueues(model), Interval: cfg.AdmitInterval, Logger: log.Named("admission")})
+	if err != nil {
+		return err
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); gauge.Run(bg) }()
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	planner, err := delay.NewPlanner(model.Delay, cfg.Delay.Margin, cfg.Delay.Tolerance)
@@ -132,6 +141,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		DLQ:     CachedDLQStats(session, model, statuses, 5*time.Second),
 		Inspect: inspect,
 		Ages:    queueAges(mc, vhost),
+		Gauge:   gauge,
 		Ready: func(ctx context.Context) map[string]string {
 			out := map[string]string{"amqp": "ok", "redis": "ok"}
 			if _, ok := session.Current(); !ok {
@@ -145,7 +155,8 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 			return out
 		},
 	}, Options{APIKeys: cfg.APIKeys, AuthDisabled: cfg.AuthDisabled, TrustedProxies: cfg.TrustedProxies, BodyLimit: cfg.BodyLimit,
-		Limits: cfg.Limits, CallbackHTTP: cfg.CallbackHTTP, Egress: egress.Policy{AllowPrivate: cfg.CallbackPrivate}, PublishTimeout: cfg.PublishTimeout, MessageMaxAge: cfg.MessageMaxAge})
+		Limits: cfg.Limits, CallbackHTTP: cfg.CallbackHTTP, Egress: egress.Policy{AllowPrivate: cfg.CallbackPrivate}, PublishTimeout: cfg.PublishTimeout, MessageMaxAge: cfg.MessageMaxAge,
+		AdmitFill: cfg.AdmitFill})
 	if err != nil {
 		return err
 	}

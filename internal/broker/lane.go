@@ -242,9 +242,9 @@ func (p *Publisher) publishShared(ctx context.Context, conn *amqp.Connection, ex
 		if l.ch.IsClosed() {
 			// The channel closed under us (the connection was lost, or the
 			// broker closed it), not by retire, which waits for this
-			// publish: the message was sent and may have been kept.
+			// publish: see lostConfirm for what was kept.
 			p.retire(l)
-			return fmt.Errorf("%w: %w", ErrUnavailable, ErrConfirmLost)
+			return l.lostConfirm()
 		}
 		// This message's own nack. The lane takes no new publish (see
 		// Publish: RabbitMQ 3.10 keeps nacking on a channel after a quorum

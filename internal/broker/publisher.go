@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -110,6 +111,33 @@ type pubChannel struct {
 	conn    *amqp.Connection
 	ch      *amqp.Channel
 	returns chan amqp.Return
+	// closes gets the broker's reason when it closes the channel, before
+	// the library nacks what was outstanding on it (see lostConfirm).
+	closes chan *amqp.Error
+	reason atomic.Pointer[amqp.Error] // what closes delivered, once read
+}
+
+// lostConfirm is the error of a publish whose confirm never came because
+// its channel closed. Whether the message was kept depends on why it
+// closed. The broker closes a channel with 404 NOT_FOUND when a publish
+// names an exchange that does not exist, on a connection that stays up:
+// that publish was not routed, and the broker discards what follows it on
+// the channel (a publish routed before the exchange was deleted, still
+// unconfirmed, is the one exception this does not tell apart). Any other
+// close (the connection was lost, a node went down) may have come after
+// the broker queued the message: ErrConfirmLost.
+func (pc *pubChannel) lostConfirm() error {
+	select {
+	case e, ok := <-pc.closes:
+		if ok && e != nil {
+			pc.reason.Store(e)
+		}
+	default:
+	}
+	if e := pc.reason.Load(); e != nil && e.Code == amqp.NotFound && !pc.conn.IsClosed() {
+		return fmt.Errorf("%w: the broker closed the channel: %w", ErrUnavailable, e)
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, ErrConfirmLost)
 }
 
 // Publisher publishes with publisher confirms and mandatory routing. It is
@@ -227,7 +255,8 @@ func open(conn *amqp.Connection, returnsBuf int) (*pubChannel, error) {
 		return nil, fmt.Errorf("%w: confirm mode: %w", ErrUnavailable, err)
 	}
 	returns := ch.NotifyReturn(make(chan amqp.Return, returnsBuf))
-	return &pubChannel{conn: conn, ch: ch, returns: returns}, nil
+	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
+	return &pubChannel{conn: conn, ch: ch, returns: returns, closes: closes}, nil
 }
 
 // closeQuietly closes the channel and drains its returns until the library
@@ -326,7 +355,7 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 	if !dc.Acked() {
 		if pc.ch.IsClosed() {
 			p.discard(pc)
-			return fmt.Errorf("%w: %w", ErrUnavailable, ErrConfirmLost)
+			return pc.lostConfirm()
 		}
 		// Never publish on a channel that got a nack again: after a quorum
 		// queue's leader dies, RabbitMQ 3.10 keeps nacking on that channel
@@ -426,7 +455,7 @@ func (p *Publisher) awaitBatch(ctx context.Context, pc *pubChannel, msgs []Outgo
 			errs[i] = &ReturnError{Exchange: m.Exchange, RoutingKey: m.RoutingKey, Code: r.ReplyCode, Text: r.ReplyText}
 		}
 		if errs[i] != nil && errors.Is(errs[i], ErrNacked) && pc.ch.IsClosed() {
-			errs[i] = fmt.Errorf("%w: %w", ErrUnavailable, ErrConfirmLost)
+			errs[i] = pc.lostConfirm()
 		}
 	}
 	nacked := false

@@ -17,7 +17,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "msgpulse_http_request_duration_seconds", Help: "HTTP request latency by route.",
 			Buckets: []float64{0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1, 2.5, 5}}, []string{"route"}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_ratelimit_rejections_total", Help: "Requests refused by frequency control, by the limit hit."}, []string{"limit"}),
-		publish:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_publish_total", Help: "Publishes to RabbitMQ by result (confirmed, nacked, returned, timeout, unavailable, blocked, overflow)."}, []string{"result"}),
+		publish:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_publish_total", Help: "Publishes to RabbitMQ by result (confirmed; full: a level queue refused it; admission: refused by the API before publishing, the queue nearly full; nacked, returned, timeout, lost: the connection closed before the confirm, missing: no exchange, unavailable, blocked, overflow)."}, []string{"result"}),
 		codes:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_verification_codes_issued_total", Help: "Verification codes issued and confirmed by the broker, by channel."}, []string{"channel"}),
 		checks:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_verification_checks_total", Help: "Verification checks by result (valid, invalid, burned, locked: a check of a code burned earlier)."}, []string{"result"}),
 	}

@@ -30,7 +30,7 @@ func newTaskID() string {
 
 // LevelFullError is a publish refused because the level's queue is full:
 // by the broker (reject-publish), or by the API's admission before it,
-// when the queue is close to its bound (Admitted set).
+// when the queue is close to its bound (Admission set).
 type LevelFullError struct {
 	Level topology.LevelTopology
 	// Admission, when not nil, is the API's refusal: the queue held about
@@ -93,7 +93,7 @@ func admissions(m *topology.Model, fills map[string]float64) map[string]admissio
 		}
 		for _, lt := range ct.Levels {
 			if lt.MaxLength > 0 {
-				out[lt.Queue] = admission{limit: int(fill * float64(lt.MaxLength)), fill: fill, env: AdmitFillEnv(ct.Name)}
+				out[lt.Queue] = admission{limit: max(1, int(fill*float64(lt.MaxLength))), fill: fill, env: AdmitFillEnv(ct.Name)}
 			}
 		}
 	}
@@ -143,7 +143,7 @@ func (s *Server) publish(ctx context.Context, apiChannel string, m *envelope.Mes
 
 func (s *Server) publishNow(ctx context.Context, ct topology.ChannelTopology, lt topology.LevelTopology, msg amqp.Publishing) error {
 	var ticket broker.Ticket
-	if a, ok := s.admitLimits[lt.Queue]; ok {
+	if a, ok := s.admits[lt.Queue]; ok {
 		t, depth, admitted := s.d.Gauge.Admit(lt.Queue, a.limit)
 		if !admitted {
 			return &LevelFullError{Level: lt, Admission: &AdmissionRefusal{Depth: depth, Limit: a.limit, Fill: a.fill, EnvFill: a.env}, Err: errAdmission}

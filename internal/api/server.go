@@ -104,16 +104,16 @@ type Options struct {
 
 // Server is the HTTP API.
 type Server struct {
-	d           Deps
-	opts        Options
-	log         *zap.Logger
-	e           *echo.Echo
-	metrics     *metrics
-	now         func() time.Time
-	keys        *apikey.Set
-	scopes      map[[2]string]apikey.Scope // method, path → the scope the route needs
-	cleanup     sync.WaitGroup             // rollbacks that outlive their request (see Wait)
-	admitLimits map[string]admission       // level queue → its admission limit, with Deps.Gauge
+	d       Deps
+	opts    Options
+	log     *zap.Logger
+	e       *echo.Echo
+	metrics *metrics
+	now     func() time.Time
+	keys    *apikey.Set
+	scopes  map[[2]string]apikey.Scope // method, path → the scope the route needs
+	cleanup sync.WaitGroup             // rollbacks that outlive their request (see Wait)
+	admits  map[string]admission       // level queue → its admission limit, with Deps.Gauge
 }
 
 // Wait blocks until the rollbacks started in the background have ended;
@@ -143,7 +143,7 @@ func New(d Deps, opts Options) (*Server, error) {
 	}
 	s := &Server{d: d, opts: opts, log: d.Log, metrics: newMetrics(d.Registry), now: time.Now, scopes: map[[2]string]apikey.Scope{}}
 	if d.Gauge != nil {
-		s.admitLimits = admissions(d.Model, opts.AdmitFill)
+		s.admits = admissions(d.Model, opts.AdmitFill)
 	}
 	var err error
 	if s.keys, err = apikey.NewSet(opts.APIKeys); err != nil {

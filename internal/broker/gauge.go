@@ -179,11 +179,15 @@ func (g *Gauge) watch(ctx context.Context, q *queueGauge) {
 	}()
 	var conn *amqp.Connection
 	seen, failing := int64(-1), false
+	var tried time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if failing && time.Since(tried) < g.cfg.IdleInterval {
+			continue // a missing queue: no channel churn every Interval
 		}
 		admits := q.admits.Load()
 		if r := q.reading.Load(); admits == seen && r != nil && time.Since(r.at) < g.cfg.IdleInterval {
@@ -208,6 +212,7 @@ func (g *Gauge) watch(ctx context.Context, q *queueGauge) {
 		}
 		base := q.confirmed.Load()
 		sent := time.Now()
+		tried = sent
 		st, err := ch.QueueDeclarePassive(q.name, true, false, false, false, nil)
 		if err != nil {
 			if !failing {

@@ -103,13 +103,15 @@ func admissions(m *topology.Model, fills map[string]float64) map[string]admissio
 // AdmitFillEnv is the variable setting a channel's admission fill.
 func AdmitFillEnv(channel string) string { return topology.EnvPrefix(channel) + "_QUEUE_ADMIT_FILL" }
 
-// AdmitQueues lists the queues admission watches: every level queue of
-// the model.
+// AdmitQueues lists the queues admission watches: every bounded level
+// queue of the model.
 func AdmitQueues(m *topology.Model) []string {
 	var out []string
 	for _, ct := range m.Channels {
 		for _, lt := range ct.Levels {
-			out = append(out, lt.Queue)
+			if lt.MaxLength > 0 {
+				out = append(out, lt.Queue)
+			}
 		}
 	}
 	return out

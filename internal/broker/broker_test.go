@@ -12,6 +12,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
@@ -559,4 +560,37 @@ func TestNackFailsOnlyItsOwnMessageOnSharedLanes(t *testing.T) {
 		require.Equal(t, confirmed, e.depth(t, "open")-before, tc.name)
 	}
 	require.Equal(t, 1, e.depth(t, "full"))
+}
+
+// A quiet destination costs one channel; a busy one opens more, up to
+// Lanes.
+func TestLanesOpenAsADestinationNeedsThem(t *testing.T) {
+	e := setup(t)
+	e.queue(t, "quiet", nil)
+	e.queue(t, "busy", nil)
+	ctx := testenv.Context(t, 30*time.Second)
+	for i := range 20 {
+		require.NoError(t, e.pub.Publish(ctx, "x", "quiet", amqp.Publishing{MessageId: fmt.Sprintf("q-%d", i)}))
+	}
+	var wg sync.WaitGroup
+	for i := range 500 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			assert.NoError(t, e.pub.Publish(ctx, "x", "busy", amqp.Publishing{MessageId: fmt.Sprintf("b-%d", i)}))
+		}()
+	}
+	wg.Wait()
+	open := func(key string) int {
+		n := 0
+		for _, s := range e.pub.pool("x", key).slots {
+			if s.l != nil {
+				n++
+			}
+		}
+		return n
+	}
+	require.Equal(t, 1, open("quiet"), "one publish at a time needs one lane")
+	require.Greater(t, open("busy"), 1, "500 at once spread over more lanes")
+	require.LessOrEqual(t, open("busy"), e.pub.cfg.Lanes)
 }

@@ -79,16 +79,27 @@ type laneSlot struct {
 // holds the channel under flow control) delays only its own publishes. So
 // a code's level queue, whose routing key the topology model gives, never
 // shares a channel with the normal or low queue of the same channel.
+//
+// A destination starts on one lane and opens another (up to Lanes) each
+// time more than laneGrowAt publishes per open lane are in flight on it:
+// a quiet destination (a delay tier, the low queue) costs one channel,
+// and a busy one spreads over as many as before lanes were per
+// destination.
 type lanePool struct {
-	slots []*laneSlot
-	next  atomic.Uint32
+	slots    []*laneSlot
+	next     atomic.Uint32
+	active   atomic.Int32 // slots in use, from the first
+	inflight atomic.Int64 // publishes holding a window slot on any lane of the pool
 }
+
+const laneGrowAt = 8
 
 func newLanePool(n int) *lanePool {
 	lp := &lanePool{slots: make([]*laneSlot, n)}
 	for i := range lp.slots {
 		lp.slots[i] = &laneSlot{lock: make(chan struct{}, 1)}
 	}
+	lp.active.Store(1)
 	return lp
 }
 
@@ -124,10 +135,19 @@ func (p *Publisher) take(ctx context.Context, conn *amqp.Connection, lp *lanePoo
 		// to the last done.
 		l.inflight.Add(1)
 		if !l.retired.Load() {
+			if n := lp.active.Load(); lp.inflight.Add(1) > int64(n)*laneGrowAt && int(n) < len(lp.slots) {
+				lp.active.CompareAndSwap(n, n+1)
+			}
 			return l, nil
 		}
 		p.done(l)
 	}
+}
+
+// finish is done for a publish that take returned.
+func (p *Publisher) finish(lp *lanePool, l *lane) {
+	lp.inflight.Add(-1)
+	p.done(l)
 }
 
 // done frees a window slot of l; the last one out of a retired lane closes
@@ -140,7 +160,7 @@ func (p *Publisher) done(l *lane) {
 }
 
 func (p *Publisher) pickLane(ctx context.Context, conn *amqp.Connection, lp *lanePool) (*lane, error) {
-	s := lp.slots[lp.next.Add(1)%uint32(len(lp.slots))] //nolint:gosec // len is at most 64
+	s := lp.slots[lp.next.Add(1)%uint32(lp.active.Load())] //nolint:gosec // active is 1..64
 	select {
 	case s.lock <- struct{}{}:
 	case <-ctx.Done():
@@ -206,7 +226,8 @@ func (l *lane) close() {
 
 // publishShared is Publish on a lane of (exchange, key).
 func (p *Publisher) publishShared(ctx context.Context, conn *amqp.Connection, exchange, key string, msg amqp.Publishing) error {
-	l, err := p.take(ctx, conn, p.pool(exchange, key))
+	lp := p.pool(exchange, key)
+	l, err := p.take(ctx, conn, lp)
 	if err != nil {
 		return err
 	}
@@ -215,7 +236,7 @@ func (p *Publisher) publishShared(ctx context.Context, conn *amqp.Connection, ex
 		// Nothing was sent (the channel or connection is closed): the
 		// message was not kept.
 		p.retire(l)
-		p.done(l)
+		p.finish(lp, l)
 		return fmt.Errorf("%w: publish: %w", ErrUnavailable, err)
 	}
 	select {
@@ -230,11 +251,11 @@ func (p *Publisher) publishShared(ctx context.Context, conn *amqp.Connection, ex
 		go func() {
 			<-dc.Done()
 			l.takeReturn(msg.MessageId)
-			p.done(l)
+			p.finish(lp, l)
 		}()
 		return fmt.Errorf("%w: %w", ErrConfirmTimeout, ctx.Err())
 	}
-	defer p.done(l)
+	defer p.finish(lp, l)
 	if r, returned := l.takeReturn(msg.MessageId); returned {
 		return &ReturnError{Exchange: exchange, RoutingKey: key, Code: r.ReplyCode, Text: r.ReplyText}
 	}

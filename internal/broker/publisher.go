@@ -67,9 +67,10 @@ type PublisherConfig struct {
 	// ConfirmTimeout bounds a publish when the caller's context has no
 	// earlier deadline. Default 5s.
 	ConfirmTimeout time.Duration
-	// Lanes is how many shared confirm channels carry single publishes that
-	// have a MessageId, per destination (exchange and routing key: each
-	// queue of the topology model has its own, see lanePool); each holds up
+	// Lanes is how many shared confirm channels at most carry single
+	// publishes that have a MessageId, per destination (exchange and
+	// routing key: each queue of the topology model has its own, opened as
+	// its traffic needs them, see lanePool); each holds up
 	// to Window unconfirmed messages (see lane). Batches, and messages
 	// without an id, use the Channels pool. Defaults 4 and 256; Lanes -1
 	// turns sharing off.

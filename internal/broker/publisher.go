@@ -256,6 +256,8 @@ func open(conn *amqp.Connection, returnsBuf int) (*pubChannel, error) {
 		return nil, fmt.Errorf("%w: confirm mode: %w", ErrUnavailable, err)
 	}
 	returns := ch.NotifyReturn(make(chan amqp.Return, returnsBuf))
+	// A channel closes once, so one slot holds its reason: the library never
+	// waits on it, read or not.
 	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
 	return &pubChannel{conn: conn, ch: ch, returns: returns, closes: closes}, nil
 }

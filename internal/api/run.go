@@ -97,6 +97,15 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	}
 	defer pub.Close()
 
+	// Admission's depth readings: one goroutine per level queue, owned by
+	// bg like the session they read through.
+	gauge, err := broker.NewGauge(broker.GaugeConfig{Session: session, Queues: AdmitQueues(model), Interval: cfg.AdmitInterval, Logger: log.Named("admission")})
+	if err != nil {
+		return err
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); gauge.Run(bg) }()
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	planner, err := delay.NewPlanner(model.Delay, cfg.Delay.Margin, cfg.Delay.Tolerance)
@@ -142,6 +151,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		DLQ:     CachedDLQStats(session, model, statuses, 5*time.Second),
 		Inspect: inspect,
 		Ages:    queueAges(mc, vhost),
+		Gauge:   gauge,
 		Ready: func(ctx context.Context) map[string]string {
 			out := map[string]string{"amqp": "ok", "redis": "ok"}
 			if _, ok := session.Current(); !ok {
@@ -157,7 +167,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	}, Options{APIKeys: cfg.APIKeys, AuthDisabled: cfg.AuthDisabled, TrustedProxies: cfg.TrustedProxies, BodyLimit: cfg.BodyLimit,
 		Limits: cfg.Limits, CallbackHTTP: cfg.CallbackHTTP, Egress: egress.Policy{AllowPrivate: cfg.CallbackPrivate}, CallbackKeys: cfg.CallbackKeys, AuthFailuresPerMinute: cfg.AuthFailuresPerMinute, PublishTimeout: cfg.PublishTimeout, MessageMaxAge: cfg.MessageMaxAge,
 		BatchMaxBytes: cfg.BatchMaxBytes, Robots: cfg.WeComRobots,
-		IdempotencyTTL: cfg.IdempotencyTTL})
+		IdempotencyTTL: cfg.IdempotencyTTL, AdmitFill: cfg.AdmitFill})
 	if err != nil {
 		return err
 	}

@@ -73,6 +73,10 @@ type Deps struct {
 	// the broker reports it (management API); nil or failing: no ages.
 	Ages func(ctx context.Context) (map[string]time.Time, error)
 	DLQ  DLQStats
+	// Gauge estimates the level queues' depths for admission (see
+	// Options.AdmitFill); nil admits everything and leaves a full queue
+	// to its overflow rule.
+	Gauge *broker.Gauge
 	// Ready reports each dependency's health ("ok" or the error text).
 	Ready    func(ctx context.Context) map[string]string
 	Registry *prometheus.Registry
@@ -95,6 +99,10 @@ type Options struct {
 	// per sliding minute before 429 (0 = unlimited).
 	AuthFailuresPerMinute int
 	PublishTimeout        time.Duration
+	// AdmitFill is, per channel of the topology model, the fill of a level
+	// queue from which a publish to it is refused with 503 (admission);
+	// a channel missing here gets config.DefaultAdmitFill.
+	AdmitFill map[string]float64
 	// MessageMaxAge is a message's ttlSeconds when the request has none;
 	// 0 means 24 h.
 	MessageMaxAge time.Duration
@@ -122,6 +130,7 @@ type Server struct {
 	authFailures *ratelimit.Failures
 	scopes       map[[2]string]apikey.Scope // method, path → the scope the route needs
 	cleanup      sync.WaitGroup             // rollbacks that outlive their request (see Wait)
+	admits       map[string]admission       // level queue → its admission limit, with Deps.Gauge
 }
 
 // Wait blocks until the rollbacks started in the background have ended;
@@ -156,6 +165,9 @@ func New(d Deps, opts Options) (*Server, error) {
 		opts.IdempotencyTTL = 24 * time.Hour
 	}
 	s := &Server{d: d, opts: opts, log: d.Log, metrics: newMetrics(d.Registry), now: time.Now, scopes: map[[2]string]apikey.Scope{}}
+	if d.Gauge != nil {
+		s.admits = admissions(d.Model, opts.AdmitFill)
+	}
 	var err error
 	if s.keys, err = apikey.NewSet(opts.APIKeys); err != nil {
 		return nil, fmt.Errorf("api: %w", err)

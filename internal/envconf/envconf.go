@@ -128,6 +128,25 @@ func (l *Loader) Int(name string, def, lo, hi int, help string) int {
 	return n
 }
 
+// Float reads a decimal number in [lo, hi].
+func (l *Loader) Float(name string, def, lo, hi float64, help string) float64 {
+	l.doc(Var{Name: name, Default: strconv.FormatFloat(def, 'g', -1, 64), Help: help})
+	s, set := l.raw(name, "")
+	if !set {
+		return def
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		l.Fail(name, s, "not a number")
+		return def
+	}
+	if f < lo || f > hi {
+		l.Fail(name, s, "must be between %g and %g", lo, hi)
+		return def
+	}
+	return f
+}
+
 // Duration reads a Go duration (e.g. 60s, 5m, 1h30m) in [lo, hi].
 func (l *Loader) Duration(name string, def, lo, hi time.Duration, help string) time.Duration {
 	l.doc(Var{Name: name, Default: FormatDuration(def), Help: help})

@@ -93,7 +93,7 @@ func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader
 	c.Relay = l.Enum("RELAY", "on", []string{"on", "off"}, "run the delay relay in this process (exact delay mode)") == "on"
 	c.RelayConcurrency = l.Int("RELAY_CONCURRENCY", 16, 1, 10_000, "relay steps processed at once")
 	host, _ := os.Hostname()
-	c.ConsumerID = l.String("CONSUMER_ID", fmt.Sprintf("%s-%d", host, os.Getpid()), "this consumer's name in idempotency claims and logs")
+	c.ConsumerID = l.Computed("CONSUMER_ID", fmt.Sprintf("%s-%d", host, os.Getpid()), "hostname-pid", "this consumer's name in idempotency claims and logs")
 	c.CodeSecret, c.CodeSecretIsDev = loadCodeSecret(l)
 	c.CallbackSecret = l.Secret("CALLBACK_SECRET", "", "HMAC-SHA256 key for callback signatures (X-Msgpulse-Signature); empty = CODE_SECRET")
 	if c.CallbackSecret == "" {

@@ -14,6 +14,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/delay"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/topology"
 	"github.com/msgpulse/msgpulse/internal/verify"
 )
@@ -57,6 +58,8 @@ func (s *Server) publish(ctx context.Context, apiChannel string, m *envelope.Mes
 	if err != nil {
 		return err
 	}
+	ctx, span := telemetry.StartPublish(ctx, ct.Exchange, lt.RoutingKey, &msg)
+	defer span.End()
 	ctx, cancel := context.WithTimeout(ctx, s.opts.PublishTimeout)
 	defer cancel()
 	if after > 0 {
@@ -70,6 +73,9 @@ func (s *Server) publish(ctx context.Context, apiChannel string, m *envelope.Mes
 		}
 	}
 	s.metrics.publish.WithLabelValues(publishResult(err)).Inc()
+	if err != nil {
+		span.Fail(publishResult(err))
+	}
 	return err
 }
 

@@ -12,12 +12,14 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider/mail"
 	"github.com/msgpulse/msgpulse/internal/provider/sms"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
 // Consumer configures cmd/consumer.
 type Consumer struct {
 	Common
+	Telemetry    telemetry.Config
 	Model        topology.Config
 	Channels     []string
 	PprofAddr    string
@@ -58,6 +60,7 @@ type Consumer struct {
 func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader) {
 	l := envconf.New(lookup)
 	c := Consumer{Common: loadCommon(l), Model: loadTopology(l)}
+	c.Telemetry = loadTelemetry(l, "msgpulse-consumer")
 	c.RedisTimeout = l.Duration("REDIS_TIMEOUT", time.Second, 10*time.Millisecond, 30*time.Second, "longest wait for each Redis call (connect, read, write, free pooled connection), never retried: a worker notices a dead Redis within it and pauses; overrides REDIS_URL timeouts")
 	c.PprofAddr = l.String("PPROF_ADDR", "", "address of a net/http/pprof server for profiling under load (empty = off; keep it on localhost or a private network)")
 	c.Channels = l.List("CHANNELS", "mail,sms", "main queues to consume: any of "+strings.Join(topology.Channels, ", "))

@@ -16,11 +16,13 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 )
 
 // CallbackConfig configures status callbacks (seed 000).
@@ -86,9 +88,10 @@ type Callback struct {
 }
 
 type callbackJob struct {
-	url  string
-	body []byte
-	task string
+	url    string
+	body   []byte
+	task   string
+	parent trace.SpanContext // the outcome's span, for the POST's (zero when tracing is off)
 }
 
 // Callbacks POSTs final statuses, signed, with a few retries. They are best
@@ -122,8 +125,9 @@ func NewCallbacks(cfg CallbackConfig) (*Callbacks, error) {
 }
 
 // Send queues a callback for rec. It never blocks the pipeline: when the
-// queue is full the callback is dropped and counted.
-func (c *Callbacks) Send(url string, rec status.Record) {
+// queue is full the callback is dropped and counted. ctx's span, if any,
+// is the parent of the POST's.
+func (c *Callbacks) Send(ctx context.Context, url string, rec status.Record) {
 	body, err := json.Marshal(Callback{Event: "message.status", TaskID: rec.TaskID, Status: string(rec.Status), Channel: rec.Channel,
 		Recipient: rec.Recipient, Attempts: rec.Attempts, Provider: rec.Provider, SentAt: rec.SentAt, LastError: rec.LastError,
 		ErrorClass: rec.ErrorClass, Reason: rec.Reason, UpdatedAt: rec.UpdatedAt})
@@ -136,7 +140,7 @@ func (c *Callbacks) Send(url string, rec status.Record) {
 		return
 	}
 	select {
-	case c.jobs <- callbackJob{url: url, body: body, task: rec.TaskID}:
+	case c.jobs <- callbackJob{url: url, body: body, task: rec.TaskID, parent: telemetry.Parent(ctx)}:
 	default:
 		c.cfg.Metrics.Callbacks.WithLabelValues("dropped").Inc()
 		c.cfg.Logger.Warn("callback queue full; dropping callback", zap.String("task_id", rec.TaskID))
@@ -201,9 +205,16 @@ func (c *Callbacks) post(j callbackJob) (retry bool, err error) {
 	req.Header.Set("X-Msgpulse-Event", "message.status")
 	req.Header.Set("X-Msgpulse-Timestamp", strconv.FormatInt(ts, 10))
 	req.Header.Set("X-Msgpulse-Signature", Sign(c.cfg.Secret, ts, j.body))
+	_, span := telemetry.StartCallback(j.parent, req)
+	defer span.End()
 	resp, err := c.client.Do(req) //nolint:gosec // callback URLs come from authenticated callers; the dialer refuses internal addresses
 	if err != nil {
+		span.Fail("unreachable")
 		return !errors.Is(err, egress.ErrBlocked), err
+	}
+	span.SetInt("http.response.status_code", resp.StatusCode)
+	if resp.StatusCode >= 300 {
+		span.Fail("answered " + strconv.Itoa(resp.StatusCode))
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()

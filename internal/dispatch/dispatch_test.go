@@ -400,7 +400,7 @@ func TestCallbackIsSignedAndDelivered(t *testing.T) {
 	cbs, err := dispatch.NewCallbacks(dispatch.CallbackConfig{Secret: secret, Backoff: 50 * time.Millisecond, Egress: egress.Policy{AllowPrivate: true}})
 	require.NoError(t, err)
 	t.Cleanup(func() { cbs.Close(context.Background()) })
-	cbs.Send(srv.URL, status.Record{TaskID: "t1", Status: status.Sent, Channel: "email", Recipient: "a***e@example.com", Attempts: 1, UpdatedAt: time.Now()})
+	cbs.Send(context.Background(), srv.URL, status.Record{TaskID: "t1", Status: status.Sent, Channel: "email", Recipient: "a***e@example.com", Attempts: 1, UpdatedAt: time.Now()})
 	select {
 	case cb := <-got:
 		require.Equal(t, "message.status", cb.Event)
@@ -449,7 +449,7 @@ func TestCallbackToPrivateAddressAtDialTimeIsRefused(t *testing.T) {
 				Metrics: metrics, Egress: egress.Policy{AllowPrivate: tc.allow, Lookup: lookup}})
 			require.NoError(t, err)
 			before := calls.Load()
-			cbs.Send("http://user:hunter2@hooks.shop.example:"+port+"/cb", status.Record{TaskID: "t-" + tc.name, Status: status.Sent, Channel: "sms", UpdatedAt: time.Now()})
+			cbs.Send(context.Background(), "http://user:hunter2@hooks.shop.example:"+port+"/cb", status.Record{TaskID: "t-" + tc.name, Status: status.Sent, Channel: "sms", UpdatedAt: time.Now()})
 			cbs.Close(context.Background()) // waits for the queued callback
 			if tc.delivered {
 				require.Equal(t, before+1, calls.Load())

@@ -33,6 +33,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/timeline"
 	"github.com/msgpulse/msgpulse/internal/token"
@@ -98,6 +99,12 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	if cfg.CallbackPrivate {
 		log.Warn("CALLBACK_ALLOW_PRIVATE=true: callbacks may reach loopback, link-local and private addresses; use this for local development only")
 	}
+	// Tracing first, so that its flush runs last, after every span ended.
+	stopTracing, err := telemetry.Setup(ctx, cfg.Telemetry, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	model, err := topology.Build(cfg.Model, "")
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/logging"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
@@ -123,6 +124,7 @@ func (s *Server) admit(ctx context.Context, caller apikey.Key, req *Message, rec
 		Kind: string(envelope.Notification), Template: req.TemplateCode, Tenant: caller.Tenant, CreatedAt: now, UpdatedAt: now,
 		Priority: string(req.level)}
 	rec.Status, rec.ScheduledAt = req.acceptedAs(now)
+	rec.TraceID = telemetry.TraceID(ctx)
 	insert, err := s.d.Status.InsertCommands(rec)
 	if err != nil {
 		return admitted{}, internal(err)

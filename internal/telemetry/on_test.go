@@ -9,8 +9,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/zap"
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	"github.com/msgpulse/msgpulse/internal/telemetry/otlptest"

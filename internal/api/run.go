@@ -100,7 +100,9 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	delayed := delay.NewPublisher(pub, planner, model.Delay, delay.NewMetrics(reg))
+	delayMetrics := delay.NewMetrics(reg)
+	delayMetrics.Zero(model.Delay) // alerts read the overflow counters from the start
+	delayed := delay.NewPublisher(pub, planner, model.Delay, delayMetrics)
 
 	rateLimits, err := ratelimit.NewConfigStore(redisClient, cfg.RedisPrefix, log.Named("ratelimit"), ratelimit.StoreConfig{RefreshEvery: cfg.Limits.ConfigRefreshEvery})
 	if err != nil {
@@ -156,6 +158,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	reg.MustRegister(srv.QueueCollector())
 	con, err := console.New(console.Config{Secret: cfg.CodeSecret, DLQ: config.DLQ{Common: cfg.Common, Model: cfg.Model,
 		ConfirmTimeout: cfg.PublishTimeout, ScanMax: dlq.DefaultScanMax, StatusTimeout: cfg.RedisTimeout}}, console.Deps{
 		Log: log, Model: model, Status: statuses, Conn: session.Conn, Inspect: inspect, Timeline: timeline.NewReader(redisClient, cfg.RedisPrefix),

@@ -171,6 +171,6 @@ func (s *Server) rollback(ctx context.Context, u undo) {
 	if err := errors.Join(errs...); err != nil {
 		// What is left expires by itself (the code with CODE_TTL, the
 		// counts with their windows); say so loudly.
-		s.log.Error("rollback after a failed publish was incomplete; leftovers expire on their own", zap.String("task_id", u.taskID), zap.Error(err))
+		s.log.Error("rollback after a failed publish was incomplete; leftovers expire on their own", zap.String("task_id", u.taskID), telemetry.LogField(ctx), zap.Error(err))
 	}
 }

@@ -143,7 +143,7 @@ func (c *Callbacks) Send(ctx context.Context, url string, rec status.Record) {
 	case c.jobs <- callbackJob{url: url, body: body, task: rec.TaskID, parent: telemetry.Parent(ctx)}:
 	default:
 		c.cfg.Metrics.Callbacks.WithLabelValues("dropped").Inc()
-		c.cfg.Logger.Warn("callback queue full; dropping callback", zap.String("task_id", rec.TaskID))
+		c.cfg.Logger.Warn("callback queue full; dropping callback", zap.String("task_id", rec.TaskID), telemetry.LogField(ctx))
 	}
 }
 
@@ -184,12 +184,12 @@ func (c *Callbacks) deliver(j callbackJob) {
 	}
 	if errors.Is(last, egress.ErrBlocked) {
 		c.cfg.Metrics.Callbacks.WithLabelValues("refused").Inc()
-		c.cfg.Logger.Warn("callback refused: its host is not a public address", zap.String("task_id", j.task),
+		c.cfg.Logger.Warn("callback refused: its host is not a public address", zap.String("task_id", j.task), telemetry.ParentField(j.parent),
 			zap.String("url", envconf.Redact(j.url)), zap.String("error", envconf.Redact(last.Error())))
 		return
 	}
 	c.cfg.Metrics.Callbacks.WithLabelValues("failed").Inc()
-	c.cfg.Logger.Warn("callback failed", zap.String("task_id", j.task), zap.String("error", envconf.Redact(last.Error())))
+	c.cfg.Logger.Warn("callback failed", zap.String("task_id", j.task), telemetry.ParentField(j.parent), zap.String("error", envconf.Redact(last.Error())))
 }
 
 func (c *Callbacks) post(j callbackJob) (retry bool, err error) {

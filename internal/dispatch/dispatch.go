@@ -213,7 +213,7 @@ func (d *Dispatcher) LevelHandler(channel string, level topology.Level) broker.H
 // OnPanic records a handler panic; the consumer then rejects the delivery.
 func (d *Dispatcher) OnPanic(channel string) func(*amqp.Delivery, any) {
 	return func(del *amqp.Delivery, recovered any) {
-		d.log.Error("panic while processing; dead-lettering", zap.String("task_id", del.MessageId), zap.Any("panic", recovered))
+		d.log.Error("panic while processing; dead-lettering", zap.String("task_id", del.MessageId), telemetry.HeaderField(del.Headers), zap.Any("panic", recovered))
 		// A WeCom batch's records are its recipients', not its own.
 		j := &job{channel: channel, level: topology.High, del: del}
 		if msg, err := envelope.Decode(del.Body); err == nil && msg.TaskID == del.MessageId {
@@ -418,7 +418,7 @@ func (d *Dispatcher) markSent(ctx context.Context, j *job) {
 	}, d.loadScripts)
 	if err != nil && !errors.Is(err, claim.ErrLost) {
 		d.log.Error("sent, but could not mark the claim sent; a redelivery within the lease could send again",
-			zap.String("task_id", j.msg.TaskID), zap.Error(err))
+			zap.String("task_id", j.msg.TaskID), telemetry.LogField(ctx), zap.Error(err))
 	}
 	d.logStatusError(j.msg.TaskID, status.Sent, recErr)
 	if !blind {
@@ -428,7 +428,7 @@ func (d *Dispatcher) markSent(ctx context.Context, j *job) {
 	}
 	if n := len(j.rejected); n > 0 {
 		d.cfg.Metrics.DeadLettered.WithLabelValues(j.channel, string(j.level), j.provider, ReasonPermanent).Add(float64(n))
-		d.log.Warn("WeCom refused some recipients for good; they are failed", zap.String("task_id", j.msg.TaskID), zap.Int("refused", n), zap.Int("recipients", len(ids)))
+		d.log.Warn("WeCom refused some recipients for good; they are failed", zap.String("task_id", j.msg.TaskID), telemetry.LogField(ctx), zap.Int("refused", n), zap.Int("recipients", len(ids)))
 	}
 }
 
@@ -716,7 +716,7 @@ func (d *Dispatcher) recordJob(ctx context.Context, j *job, u status.Update) []s
 		}, nil
 	}, d.loadScripts)
 	if err != nil {
-		d.log.Warn("could not update the status records of a batch", zap.String("task_id", j.msg.TaskID), zap.String("status", string(u.Status)), zap.Error(err))
+		d.log.Warn("could not update the status records of a batch", zap.String("task_id", j.msg.TaskID), telemetry.LogField(ctx), zap.String("status", string(u.Status)), zap.Error(err))
 	}
 	return recs
 }
@@ -731,7 +731,7 @@ func (d *Dispatcher) record(ctx context.Context, taskID string, u status.Update)
 	defer cancel()
 	rec, err := d.cfg.Status.Update(ctx, taskID, u)
 	if err != nil && !errors.Is(err, status.ErrFinal) {
-		d.log.Warn("could not update the status record", zap.String("task_id", taskID), zap.String("status", string(u.Status)), zap.Error(err))
+		d.log.Warn("could not update the status record", zap.String("task_id", taskID), telemetry.LogField(ctx), zap.String("status", string(u.Status)), zap.Error(err))
 		return nil
 	}
 	return &rec

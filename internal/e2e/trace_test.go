@@ -58,7 +58,7 @@ func TestOneTraceFromRequestToProviderAcrossProcesses(t *testing.T) {
 	otlp := otlptest.New(t)
 	s := newSystem(t, "OTEL_EXPORTER_OTLP_ENDPOINT="+otlp.URL, "OTEL_BSP_SCHEDULE_DELAY=100")
 	s.api()
-	s.consumer("traced")
+	cons := s.consumer("traced")
 	const codeRcpt, noticeRcpt, replayRcpt = "trace-code@example.com", "trace-notice@example.com", "trace-replay@example.com"
 	const title, content = "Quarterly-figures-7731", "Body-text-5522"
 	var failed atomic.Int32
@@ -186,6 +186,12 @@ func TestOneTraceFromRequestToProviderAcrossProcesses(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, rejects, "the first attempt was rejected to the DLQ")
+
+	// Log lines about a message carry its trace id.
+	for _, tid := range []string{codeTrace, callerTrace, replayTrace} {
+		require.Regexp(t, `"msg":"sent".*"trace_id":"`+tid+`"`, cons.Output())
+	}
+	require.Regexp(t, `"msg":"send failed; retry scheduled".*"trace_id":"`+callerTrace+`"`, cons.Output())
 
 	// The status record names the trace (the console shows it).
 	for task, want := range map[string]string{codeTask: codeTrace, noticeTask: callerTrace, replayTask: replayTrace} {

@@ -219,3 +219,25 @@ func (s Span) SetInt(key string, value int) {
 		s.s.SetAttributes(attribute.Int(key, value))
 	}
 }
+
+// HeaderField is the trace_id field of a log line about a message, read
+// from its traceparent header: for a process that does not trace itself
+// (dlq) or a message it has not started a span for. zap.Skip() without one.
+func HeaderField(h amqp.Table) zap.Field {
+	// traceparent: 00-<32 hex trace id>-<16 hex span id>-<2 hex flags>
+	if tp, ok := h["traceparent"].(string); ok && len(tp) == 55 && tp[2] == '-' && tp[35] == '-' {
+		if id := tp[3:35]; id != "00000000000000000000000000000000" {
+			return zap.String("trace_id", id)
+		}
+	}
+	return zap.Skip()
+}
+
+// ParentField is the trace_id field of a log line about work handed on
+// with Parent (a callback).
+func ParentField(sc trace.SpanContext) zap.Field {
+	if sc.IsValid() {
+		return zap.String("trace_id", sc.TraceID().String())
+	}
+	return zap.Skip()
+}

@@ -77,3 +77,23 @@ func BenchmarkOffPublishAndProcess(b *testing.B) {
 		s.End()
 	}
 }
+
+func TestHeaderField(t *testing.T) {
+	for _, tc := range []struct {
+		h    amqp.Table
+		want string
+	}{
+		{amqp.Table{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}, "4bf92f3577b34da6a3ce929d0e0e4736"},
+		{amqp.Table{"traceparent": "00-00000000000000000000000000000000-00f067aa0ba902b7-01"}, ""},
+		{amqp.Table{"traceparent": "garbage"}, ""},
+		{amqp.Table{"traceparent": []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")}, ""},
+		{nil, ""},
+	} {
+		f := HeaderField(tc.h)
+		if tc.want == "" {
+			require.Equal(t, zap.Skip(), f)
+		} else {
+			require.Equal(t, zap.String("trace_id", tc.want), f)
+		}
+	}
+}

@@ -108,20 +108,24 @@ func TestOneTraceFromRequestToProviderAcrossProcesses(t *testing.T) {
 	check := func(name, traceID, task string, providerCalls int) {
 		t.Helper()
 		var spans []otlptest.Span
-		// The consumer exports its last spans (the ack) a moment after the
-		// mail arrived.
+		// A span is exported when it ends, so a delivery's process span,
+		// which ends last (after its ack or reject), comes after its
+		// children: wait for every attempt's.
 		testenv.WaitFor(t, 15*time.Second, name+": spans of both processes", func() bool {
 			spans = otlp.Trace(traceID)
-			calls, acks := 0, 0
+			calls, processed, published := 0, 0, 0
 			for _, sp := range spans {
+				if sp.Service == "msgpulse-api" && sp.Kind == tracepb.Span_SPAN_KIND_PRODUCER {
+					published++
+				}
 				if sp.Service == "msgpulse-consumer" && sp.Kind == tracepb.Span_SPAN_KIND_CLIENT && strings.HasPrefix(sp.Name, "send ") {
 					calls++
 				}
-				if sp.Service == "msgpulse-consumer" && strings.HasPrefix(sp.Name, "ack ") {
-					acks++
+				if sp.Service == "msgpulse-consumer" && sp.Kind == tracepb.Span_SPAN_KIND_CONSUMER && strings.HasPrefix(sp.Name, "process ") {
+					processed++
 				}
 			}
-			return calls == providerCalls && acks >= 1
+			return published == 1 && calls == providerCalls && processed == providerCalls
 		})
 		var publish *otlptest.Span
 		services := map[string]int{}

@@ -121,7 +121,9 @@ func StartSettle(ctx context.Context, queue, messageID string) (context.Context,
 	if t == nil {
 		return ctx, Span{}
 	}
-	ctx, s := t.Start(ctx, "settle "+queue, trace.WithSpanKind(trace.SpanKindConsumer),
+	// Settlement is a call to the broker: kind client, as the messaging
+	// conventions have it.
+	ctx, s := t.Start(ctx, "settle "+queue, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(
 			semconv.MessagingSystemRabbitMQ,
 			semconv.MessagingOperationTypeSettle,

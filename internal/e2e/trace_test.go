@@ -197,6 +197,22 @@ func TestOneTraceFromRequestToProviderAcrossProcesses(t *testing.T) {
 	}
 	require.Regexp(t, `"msg":"send failed; retry scheduled".*"trace_id":"`+callerTrace+`"`, cons.Output())
 
+	// Every answer carries traceresponse: errors and probes too.
+	for _, tc := range []struct {
+		path, key string
+		code      int
+	}{{"/api/messages/" + codeTask, "wrong-key", http.StatusUnauthorized}, {"/api/messages/" + codeTask, apiKey, http.StatusOK},
+		{"/api/nothing-here", apiKey, http.StatusNotFound}, {"/healthz", "", http.StatusOK}, {"/metrics", "", http.StatusOK}} {
+		req, err := http.NewRequestWithContext(testenv.Context(t, 5*time.Second), http.MethodGet, s.apiURL+tc.path, nil)
+		require.NoError(t, err)
+		req.Header.Set("X-API-Key", tc.key)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		require.Equal(t, tc.code, resp.StatusCode, tc.path)
+		require.Regexp(t, traceresponseRE, resp.Header.Get("traceresponse"), "%s answered %d", tc.path, tc.code)
+	}
+
 	// The status record names the trace (the console shows it).
 	for task, want := range map[string]string{codeTask: codeTrace, noticeTask: callerTrace, replayTask: replayTrace} {
 		rec, err := statuses.Get(context.Background(), task)

@@ -17,6 +17,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/logging"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
@@ -172,6 +173,7 @@ func (s *Server) admitAs(ctx context.Context, caller apikey.Key, req *Message, r
 		Kind: string(envelope.Notification), Template: req.TemplateCode, Tenant: caller.Tenant, CreatedAt: now, UpdatedAt: now,
 		Priority: string(req.level)}
 	rec.Status, rec.ScheduledAt = req.acceptedAs(now)
+	rec.TraceID = telemetry.TraceID(ctx)
 	insert, err := s.d.Status.InsertCommands(rec)
 	if err != nil {
 		return admitted{}, internal(err)

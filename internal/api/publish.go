@@ -16,6 +16,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/delay"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/topology"
 	"github.com/msgpulse/msgpulse/internal/verify"
 )
@@ -132,6 +133,8 @@ func (s *Server) publish(ctx context.Context, apiChannel string, m *envelope.Mes
 	if err != nil {
 		return err
 	}
+	ctx, span := telemetry.StartPublish(ctx, ct.Exchange, lt.RoutingKey, &msg)
+	defer span.End()
 	ctx, cancel := context.WithTimeout(ctx, s.opts.PublishTimeout)
 	defer cancel()
 	if after > 0 {
@@ -140,6 +143,9 @@ func (s *Server) publish(ctx context.Context, apiChannel string, m *envelope.Mes
 		err = s.publishNow(ctx, ct, lt, msg)
 	}
 	s.metrics.publish.WithLabelValues(publishResult(err)).Inc()
+	if err != nil {
+		span.Fail(publishResult(err))
+	}
 	return err
 }
 
@@ -293,6 +299,6 @@ func (s *Server) rollback(ctx context.Context, u undo) {
 	if err := errors.Join(errs...); err != nil {
 		// What is left expires by itself (the code with CODE_TTL, the
 		// counts with their windows); say so loudly.
-		s.log.Error("rollback after a failed publish was incomplete; leftovers expire on their own", zap.String("task_id", u.taskID), zap.Error(err))
+		s.log.Error("rollback after a failed publish was incomplete; leftovers expire on their own", zap.String("task_id", u.taskID), telemetry.LogField(ctx), zap.Error(err))
 	}
 }

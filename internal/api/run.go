@@ -27,6 +27,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/timeline"
 	"github.com/msgpulse/msgpulse/internal/topology"
@@ -59,6 +60,12 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	if cfg.CallbackPrivate {
 		log.Warn("CALLBACK_ALLOW_PRIVATE=true: callbackUrl may name loopback, link-local and private addresses; use this for local development only")
 	}
+	// Tracing first, so that its flush runs last, after every span ended.
+	stopTracing, err := telemetry.Setup(ctx, cfg.Telemetry, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	model, err := topology.Build(cfg.Model, "")
 	if err != nil {
 		return err
@@ -112,7 +119,9 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	delayed := delay.NewPublisher(pub, planner, model.Delay, delay.NewMetrics(reg))
+	delayMetrics := delay.NewMetrics(reg)
+	delayMetrics.Zero(model.Delay) // alerts read the overflow counters from the start
+	delayed := delay.NewPublisher(pub, planner, model.Delay, delayMetrics)
 
 	rateLimits, err := ratelimit.NewConfigStore(redisClient, cfg.RedisPrefix, log.Named("ratelimit"), ratelimit.StoreConfig{RefreshEvery: cfg.Limits.ConfigRefreshEvery})
 	if err != nil {
@@ -171,6 +180,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	reg.MustRegister(srv.QueueCollector())
 	con, err := console.New(console.Config{SessionTTL: cfg.ConsoleSessionTTL, DLQ: config.DLQ{Common: cfg.Common, Model: cfg.Model,
 		ConfirmTimeout: cfg.PublishTimeout, ScanMax: dlq.DefaultScanMax, StatusTimeout: cfg.RedisTimeout}}, console.Deps{
 		Log: log, Model: model, Status: statuses, Redis: redisClient, Conn: session.Conn, Inspect: inspect, Timeline: timeline.NewReader(redisClient, cfg.RedisPrefix),

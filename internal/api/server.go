@@ -28,6 +28,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/topology"
 	"github.com/msgpulse/msgpulse/internal/verify"
@@ -187,6 +188,9 @@ func New(d Deps, opts Options) (*Server, error) {
 	} else {
 		e.IPExtractor = echo.ExtractIPDirect()
 	}
+	if telemetry.Enabled() {
+		e.Use(s.traced)
+	}
 	e.Use(s.recoverer, s.observe)
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
@@ -300,7 +304,8 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		k := Caller(c)
 		fields := []zap.Field{zap.String("method", c.Request().Method), zap.String("route", route), zap.Int("status", code),
-			zap.Duration("took", elapsed), zap.String("caller", k.Name), zap.String("tenant", k.Tenant), zap.String("ip", c.RealIP())}
+			zap.Duration("took", elapsed), zap.String("caller", k.Name), zap.String("tenant", k.Tenant), zap.String("ip", c.RealIP()),
+			telemetry.LogField(c.Request().Context())}
 		switch {
 		case code >= 500:
 			s.log.Warn("request", fields...)

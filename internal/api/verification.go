@@ -12,6 +12,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/logging"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/topology"
 	"github.com/msgpulse/msgpulse/internal/verify"
 )
@@ -70,6 +71,7 @@ again:
 	rec := status.Record{TaskID: taskID, Status: status.Queued, Channel: req.Channel, Recipient: logging.Mask(req.Recipient),
 		Kind: string(envelope.Verification), Template: "verify_code", Tenant: caller.Tenant, CreatedAt: now, UpdatedAt: now,
 		Priority: string(topology.High)} // codes are always high: they go stale in a minute
+	rec.TraceID = telemetry.TraceID(ctx)
 	// One round trip: the limits, and only if they admit the request, the
 	// code and its status record, in the limiter's script.
 	issue := s.d.Codes.IssueCommands(iss)

@@ -10,6 +10,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/callbackkey"
 	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/seal"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
@@ -33,6 +34,7 @@ type Limits struct {
 // API configures cmd/api.
 type API struct {
 	Common
+	Telemetry       telemetry.Config
 	Model           topology.Config
 	HTTPAddr        string
 	PprofAddr       string
@@ -96,6 +98,7 @@ func loadCodeSecret(l *envconf.Loader) (string, bool) {
 func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	l := envconf.New(lookup)
 	c := API{Common: loadCommon(l), Model: loadTopology(l)}
+	c.Telemetry = loadTelemetry(l, "msgpulse-api")
 	c.PprofAddr = l.String("PPROF_ADDR", "", "address of a net/http/pprof server for profiling under load (empty = off; keep it on localhost or a private network)")
 	c.HTTPAddr = l.String("HTTP_ADDR", ":8080", "address the HTTP API listens on")
 	keys := l.List("API_KEYS", "", "comma-separated API keys: `name:key`, `name:key:scopes` or `name:sha256=HEX[:scopes]` (HEX = SHA-256 of the key); "+

@@ -14,12 +14,14 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider/mail"
 	"github.com/msgpulse/msgpulse/internal/provider/sms"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
 // Consumer configures cmd/consumer.
 type Consumer struct {
 	Common
+	Telemetry    telemetry.Config
 	Model        topology.Config
 	Channels     []string
 	PprofAddr    string
@@ -62,6 +64,7 @@ type Consumer struct {
 func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader) {
 	l := envconf.New(lookup)
 	c := Consumer{Common: loadCommon(l), Model: loadTopology(l)}
+	c.Telemetry = loadTelemetry(l, "msgpulse-consumer")
 	c.RedisTimeout = l.Duration("REDIS_TIMEOUT", time.Second, 10*time.Millisecond, 30*time.Second, "longest wait for each Redis call (connect, read, write, free pooled connection), never retried: a worker notices a dead Redis within it and pauses; overrides REDIS_URL timeouts")
 	c.PprofAddr = l.String("PPROF_ADDR", "", "address of a net/http/pprof server for profiling under load (empty = off; keep it on localhost or a private network)")
 	c.Channels = l.List("CHANNELS", "mail,sms", "main queues to consume: any of "+strings.Join(topology.Channels, ", "))
@@ -97,7 +100,7 @@ func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader
 	c.Relay = l.Enum("RELAY", "on", []string{"on", "off"}, "run the delay relay in this process (exact delay mode)") == "on"
 	c.RelayConcurrency = l.Int("RELAY_CONCURRENCY", 16, 1, 10_000, "relay steps processed at once")
 	host, _ := os.Hostname()
-	c.ConsumerID = l.String("CONSUMER_ID", fmt.Sprintf("%s-%d", host, os.Getpid()), "this consumer's name in idempotency claims and logs")
+	c.ConsumerID = l.Computed("CONSUMER_ID", fmt.Sprintf("%s-%d", host, os.Getpid()), "hostname-pid", "this consumer's name in idempotency claims and logs")
 	c.CodeSecret, c.CodeSecretIsDev = loadCodeSecret(l)
 	c.CallbackKeys = loadCallbackKeys(l, c.CodeSecret)
 	c.CallbackTimeout = l.Duration("CALLBACK_TIMEOUT", 5*time.Second, 100*time.Millisecond, time.Minute, "timeout of one callback POST")

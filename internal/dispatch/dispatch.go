@@ -23,6 +23,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
@@ -186,7 +187,10 @@ func (j *job) taskIDs() []string {
 // LevelHandler returns the broker handler for one level's queue of a
 // channel: the pipeline is the same, the level labels its metrics.
 func (d *Dispatcher) LevelHandler(channel string, level topology.Level) broker.Handler {
+	queue := d.queueName(channel, level)
 	return func(ctx context.Context, del *amqp.Delivery) broker.Action {
+		ctx, span := telemetry.StartProcess(ctx, queue, del)
+		defer span.End()
 		d.cfg.Metrics.InFlight.Inc()
 		defer d.cfg.Metrics.InFlight.Dec()
 		d.cfg.Metrics.Consumed.WithLabelValues(channel, string(level)).Inc()
@@ -197,7 +201,7 @@ func (d *Dispatcher) LevelHandler(channel string, level topology.Level) broker.H
 		for {
 			err := d.process(ctx, j)
 			if !errors.Is(err, errRedis) {
-				return d.decide(ctx, j, err)
+				return d.settle(ctx, queue, j, err)
 			}
 			if !d.pause(ctx, err) {
 				return broker.Requeue
@@ -209,7 +213,7 @@ func (d *Dispatcher) LevelHandler(channel string, level topology.Level) broker.H
 // OnPanic records a handler panic; the consumer then rejects the delivery.
 func (d *Dispatcher) OnPanic(channel string) func(*amqp.Delivery, any) {
 	return func(del *amqp.Delivery, recovered any) {
-		d.log.Error("panic while processing; dead-lettering", zap.String("task_id", del.MessageId), zap.Any("panic", recovered))
+		d.log.Error("panic while processing; dead-lettering", zap.String("task_id", del.MessageId), telemetry.HeaderField(del.Headers), zap.Any("panic", recovered))
 		// A WeCom batch's records are its recipients', not its own.
 		j := &job{channel: channel, level: topology.High, del: del}
 		if msg, err := envelope.Decode(del.Body); err == nil && msg.TaskID == del.MessageId {
@@ -281,7 +285,9 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 	}
 	// The sending mark rides with the claim only for a message of one task:
 	// a batch's id has no status record of its own.
-	res, err := d.claim(ctx, j, key, len(rules) == 0 && len(j.msg.Recipients) == 0)
+	cctx, cspan := telemetry.Start(ctx, "claim")
+	res, err := d.claim(cctx, j, key, len(rules) == 0 && len(j.msg.Recipients) == 0)
+	cspan.End()
 	if err != nil {
 		return fmt.Errorf("%w: claim: %w", errRedis, err)
 	}
@@ -412,17 +418,17 @@ func (d *Dispatcher) markSent(ctx context.Context, j *job) {
 	}, d.loadScripts)
 	if err != nil && !errors.Is(err, claim.ErrLost) {
 		d.log.Error("sent, but could not mark the claim sent; a redelivery within the lease could send again",
-			zap.String("task_id", j.msg.TaskID), zap.Error(err))
+			zap.String("task_id", j.msg.TaskID), telemetry.LogField(ctx), zap.Error(err))
 	}
 	d.logStatusError(j.msg.TaskID, status.Sent, recErr)
 	if !blind {
 		for _, rec := range recs {
-			d.cfg.Callbacks.Send(j.msg.CallbackURL, j.msg.Tenant, rec)
+			d.cfg.Callbacks.Send(ctx, j.msg.CallbackURL, j.msg.Tenant, rec)
 		}
 	}
 	if n := len(j.rejected); n > 0 {
 		d.cfg.Metrics.DeadLettered.WithLabelValues(j.channel, string(j.level), j.provider, ReasonPermanent).Add(float64(n))
-		d.log.Warn("WeCom refused some recipients for good; they are failed", zap.String("task_id", j.msg.TaskID), zap.Int("refused", n), zap.Int("recipients", len(ids)))
+		d.log.Warn("WeCom refused some recipients for good; they are failed", zap.String("task_id", j.msg.TaskID), telemetry.LogField(ctx), zap.Int("refused", n), zap.Int("recipients", len(ids)))
 	}
 }
 
@@ -478,21 +484,33 @@ func (d *Dispatcher) send(ctx context.Context, j *job) error {
 			return fmt.Errorf("%w: this consumer has no mail provider", ErrTemplate)
 		}
 		var e template.RenderedEmail
-		if e, err = d.cfg.Templates.RenderEmail(msg.Template, msg.Locale, vars); err != nil {
+		_, rspan := telemetry.Start(ctx, "render")
+		e, err = d.cfg.Templates.RenderEmail(msg.Template, msg.Locale, vars)
+		rspan.End()
+		if err != nil {
 			return fmt.Errorf("%w: %w", ErrTemplate, err)
 		}
-		rcpt, err = d.cfg.Mail.SendMail(sctx, provider.Mail{To: msg.Recipient, Subject: e.Subject, HTML: e.HTML, Text: e.Text, TaskID: msg.TaskID})
+		pctx, pspan := telemetry.StartProviderCall(sctx, j.channel, j.provider)
+		rcpt, err = d.cfg.Mail.SendMail(pctx, provider.Mail{To: msg.Recipient, Subject: e.Subject, HTML: e.HTML, Text: e.Text, TaskID: msg.TaskID})
+		endCall(pspan, err)
 	case topology.SMS:
 		if d.cfg.SMS == nil {
 			return fmt.Errorf("%w: this consumer has no SMS provider", ErrTemplate)
 		}
 		var text string
-		if text, err = d.cfg.Templates.RenderSMS(msg.Template, msg.Locale, vars); err != nil {
+		_, rspan := telemetry.Start(ctx, "render")
+		text, err = d.cfg.Templates.RenderSMS(msg.Template, msg.Locale, vars)
+		rspan.End()
+		if err != nil {
 			return fmt.Errorf("%w: %w", ErrTemplate, err)
 		}
-		rcpt, err = d.cfg.SMS.SendSMS(sctx, provider.SMS{To: msg.Recipient, Text: text, TaskID: msg.TaskID, Template: msg.Template, Params: vars})
+		pctx, pspan := telemetry.StartProviderCall(sctx, j.channel, j.provider)
+		rcpt, err = d.cfg.SMS.SendSMS(pctx, provider.SMS{To: msg.Recipient, Text: text, TaskID: msg.TaskID, Template: msg.Template, Params: vars})
+		endCall(pspan, err)
 	case topology.WeCom:
-		rcpt, err = d.sendWeCom(ctx, sctx, j, vars)
+		pctx, pspan := telemetry.StartProviderCall(sctx, j.channel, j.provider)
+		rcpt, err = d.sendWeCom(ctx, pctx, j, vars)
+		endCall(pspan, err)
 	}
 	var pe *provider.Error
 	switch {
@@ -513,7 +531,7 @@ func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Actio
 	if j.msg != nil {
 		taskID = j.msg.TaskID
 	}
-	log := d.log.WithLazy(zap.String("task_id", taskID), zap.String("channel", j.channel), zap.String("provider", j.provider))
+	log := d.log.WithLazy(zap.String("task_id", taskID), zap.String("channel", j.channel), zap.String("provider", j.provider), telemetry.LogField(ctx))
 	if j.msg != nil {
 		log = log.WithLazy(zap.String("recipient", logging.Mask(j.msg.Recipient)), zap.Int("attempt", j.msg.Attempt+1))
 	}
@@ -634,14 +652,18 @@ func (d *Dispatcher) later(ctx context.Context, j *job, wait time.Duration, isRe
 			}
 			// Back to the level it left (an empty level is high).
 			key := ct.Level(topology.Level(m.Level)).RoutingKey
+			// The retry carries this attempt's trace context: its own
+			// spans join the request's trace after the delay queues.
+			pctx, pspan := telemetry.StartPublish(pctx, ct.Exchange, key, &pub)
 			err = d.cfg.Delayed.PublishDelayed(pctx, broker.Outgoing{Exchange: ct.Exchange, RoutingKey: key, Msg: pub}, wait)
+			endCall(pspan, err)
 			cancel()
 		}
 	}
 	if err != nil {
 		// Keep the delivery: hand it back after a pause rather than ack a
 		// message whose next attempt exists nowhere.
-		d.log.Error("could not schedule the message for later; handing it back", zap.String("task_id", j.msg.TaskID), zap.Error(err))
+		d.log.Error("could not schedule the message for later; handing it back", zap.String("task_id", j.msg.TaskID), telemetry.LogField(ctx), zap.Error(err))
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
@@ -656,7 +678,7 @@ func (d *Dispatcher) final(ctx context.Context, j *job, u status.Update) {
 	recs := d.recordJob(ctx, j, u)
 	if d.cfg.Callbacks != nil && j.msg != nil && j.msg.CallbackURL != "" {
 		for _, rec := range recs {
-			d.cfg.Callbacks.Send(j.msg.CallbackURL, j.msg.Tenant, rec)
+			d.cfg.Callbacks.Send(ctx, j.msg.CallbackURL, j.msg.Tenant, rec)
 		}
 	}
 }
@@ -698,7 +720,7 @@ func (d *Dispatcher) recordJob(ctx context.Context, j *job, u status.Update) []s
 		}, nil
 	}, d.loadScripts)
 	if err != nil {
-		d.log.Warn("could not update the status records of a batch", zap.String("task_id", j.msg.TaskID), zap.String("status", string(u.Status)), zap.Error(err))
+		d.log.Warn("could not update the status records of a batch", zap.String("task_id", j.msg.TaskID), telemetry.LogField(ctx), zap.String("status", string(u.Status)), zap.Error(err))
 	}
 	return recs
 }
@@ -713,7 +735,7 @@ func (d *Dispatcher) record(ctx context.Context, taskID string, u status.Update)
 	defer cancel()
 	rec, err := d.cfg.Status.Update(ctx, taskID, u)
 	if err != nil && !errors.Is(err, status.ErrFinal) {
-		d.log.Warn("could not update the status record", zap.String("task_id", taskID), zap.String("status", string(u.Status)), zap.Error(err))
+		d.log.Warn("could not update the status record", zap.String("task_id", taskID), telemetry.LogField(ctx), zap.String("status", string(u.Status)), zap.Error(err))
 		return nil
 	}
 	return &rec

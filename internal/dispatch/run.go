@@ -33,6 +33,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/timeline"
 	"github.com/msgpulse/msgpulse/internal/token"
@@ -98,6 +99,12 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	if cfg.CallbackPrivate {
 		log.Warn("CALLBACK_ALLOW_PRIVATE=true: callbacks may reach loopback, link-local and private addresses; use this for local development only")
 	}
+	// Tracing first, so that its flush runs last, after every span ended.
+	stopTracing, err := telemetry.Setup(ctx, cfg.Telemetry, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	model, err := topology.Build(cfg.Model, "")
 	if err != nil {
 		return err
@@ -125,6 +132,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	var mailer provider.Mailer
 	var smsSender provider.SMSSender
 	var weCom provider.WeComSender
+	var breakers []func() map[string]breaker.State // for msgpulse_breaker_state
 	for _, ch := range cfg.Channels {
 		switch ch {
 		case topology.Mail:
@@ -133,7 +141,9 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 				return fmt.Errorf("SMTP: %w", err)
 			}
 			defer func() { _ = m.Close() }()
-			mailer = guardedMailer{Mailer: m, b: breaker.New(cfg.SMS.Breaker, nil)}
+			gm := guardedMailer{Mailer: m, b: breaker.New(cfg.SMS.Breaker, nil)}
+			breakers = append(breakers, func() map[string]breaker.State { return map[string]breaker.State{gm.Name(): gm.b.State()} })
+			mailer = gm
 		case topology.SMS:
 			if o.sms != nil {
 				smsSender = o.sms
@@ -144,6 +154,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 				return fmt.Errorf("SMS: %w", err)
 			}
 			defer func() { _ = r.Close() }()
+			breakers = append(breakers, r.States)
 			smsSender = r
 		case topology.WeCom:
 			c, err := newWeCom(cfg, redisClient)
@@ -231,6 +242,9 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	if err != nil {
 		return err
 	}
+	reg.MustRegister(newBreakerStates(breakers...))
+	d.ZeroMetrics(cfg.Channels)
+	delayMetrics.Zero(model.Delay)
 
 	if cfg.MetricsAddr != "" {
 		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.MetricsAddr)

@@ -15,6 +15,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
@@ -250,7 +251,7 @@ func (t *Tool) Replay(ctx context.Context, queue string, o Options) (*ReplayRepo
 		if err := pub.Publish(pubCtx, ct.Exchange, key, republishing(del)); err != nil {
 			rep.Failed++
 			note(Failed, err.Error())
-			t.log.Warn("replay failed; the message stays in the DLQ", zap.String("task_id", in.ID), zap.String("queue", queue), zap.Error(err))
+			t.log.Warn("replay failed; the message stays in the DLQ", zap.String("task_id", in.ID), telemetry.HeaderField(del.Headers), zap.String("queue", queue), zap.Error(err))
 			// Without a broker every further publish fails the same way.
 			stop := errors.Is(err, broker.ErrUnavailable) || errors.Is(err, broker.ErrBlocked)
 			return stop, nil
@@ -270,7 +271,7 @@ func (t *Tool) Replay(ctx context.Context, queue string, o Options) (*ReplayRepo
 		}
 		rep.Replayed++
 		note(Replayed, "")
-		t.log.Info("replayed", zap.String("task_id", in.ID), zap.String("queue", queue), zap.String("reason", in.Reason),
+		t.log.Info("replayed", zap.String("task_id", in.ID), telemetry.HeaderField(del.Headers), zap.String("queue", queue), zap.String("reason", in.Reason),
 			zap.String("exchange", ct.Exchange), t.who)
 		return o.Limit > 0 && rep.Replayed >= o.Limit, nil
 	})

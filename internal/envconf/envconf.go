@@ -102,6 +102,16 @@ func (l *Loader) String(name, def, help string) string {
 	return v
 }
 
+// Computed reads a string whose default is worked out at run time (a host
+// name, a pid). -h shows shown, the default's form, instead: the generated
+// docs/commands.md must be the same on every machine and every run, and a
+// real value there would be a diff each time someone runs `make docs`.
+func (l *Loader) Computed(name, def, shown, help string) string {
+	l.doc(Var{Name: name, Default: shown, Help: help})
+	v, _ := l.raw(name, def)
+	return v
+}
+
 // Secret reads a string that must never be printed, not even its default.
 func (l *Loader) Secret(name, def, help string) string {
 	l.doc(Var{Name: name, Default: def, Help: help, Secret: true})

@@ -73,6 +73,9 @@ func (s *Server) sendBatch(c *echo.Context) error {
 		return e
 	}
 	caller := Caller(c)
+	if e := s.checkAccount(caller, req); e != nil {
+		return e
+	}
 	out := BatchResult{BatchID: newTaskID(), Accepted: []BatchAccepted{}, Rejected: []BatchRejected{}}
 	var accepted []admitted
 	var first *apiError

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/msgpulse/msgpulse/internal/accountstate"
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/claim"
@@ -27,6 +28,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
+	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/template"
@@ -63,6 +65,8 @@ type options struct {
 	// egress is the callbackUrl policy; the zero value refuses internal
 	// addresses, resolving names with the system resolver
 	egress egress.Policy
+	// wecomAccounts are WECOM_ACCOUNTS (without secrets)
+	wecomAccounts []wecom.Account
 }
 
 func defaultLimits() config.Limits {
@@ -133,6 +137,8 @@ func setup(t *testing.T, o options) *harness {
 	require.NoError(t, err)
 	tpl, err := template.Load("", "en")
 	require.NoError(t, err)
+	accounts, err := accountstate.New(h.redis.Client, accountstate.Config{Prefix: h.redis.Prefix})
+	require.NoError(t, err)
 	core, logs := observer.New(zapcore.DebugLevel)
 	h.logs = logs
 	h.srv, err = New(Deps{
@@ -149,8 +155,9 @@ func setup(t *testing.T, o options) *harness {
 		Ages: func(ctx context.Context) (map[string]time.Time, error) {
 			return h.broker.Mgmt.HeadTimestamps(ctx, h.broker.VHost)
 		},
-		Ready: func(context.Context) map[string]string { return map[string]string{"amqp": "ok", "redis": "ok"} },
-	}, Options{APIKeys: o.keys, Egress: o.egress, BodyLimit: 4096, Limits: o.limits, PublishTimeout: 3 * time.Second})
+		Ready:    func(context.Context) map[string]string { return map[string]string{"amqp": "ok", "redis": "ok"} },
+		Accounts: accounts,
+	}, Options{APIKeys: o.keys, Egress: o.egress, BodyLimit: 4096, Limits: o.limits, PublishTimeout: 3 * time.Second, WeComAccounts: o.wecomAccounts})
 	require.NoError(t, err)
 	t.Cleanup(h.srv.Wait) // background rollbacks end before Redis closes
 	h.http = httptest.NewServer(h.srv.Handler())

@@ -60,6 +60,9 @@ func (s *Server) sendMessage(c *echo.Context) error {
 		return e
 	}
 	caller := Caller(c)
+	if e := s.checkAccount(caller, &req.Message); e != nil {
+		return e
+	}
 	a, e := s.admit(ctx, caller, &req.Message, req.Recipient, now)
 	if e != nil {
 		return e
@@ -144,7 +147,7 @@ func (s *Server) message(req *Message, tenant string, now time.Time) *envelope.M
 	msg := &envelope.Message{
 		Version: envelope.SchemaVersion, Kind: envelope.Notification, Channel: topologyChannel(req.channel),
 		Template: req.TemplateCode, Locale: req.Locale, Variables: req.Variables, CallbackURL: req.CallbackURL, Tenant: tenant, CreatedAt: now,
-		Robot: req.channel == chWeComRobot, Mentions: req.Mentions,
+		Robot: req.channel == chWeComRobot, Mentions: req.Mentions, Account: req.account,
 	}
 	if req.number != nil {
 		msg.Priority = uint8(*req.number) //nolint:gosec // validated 0..9

@@ -225,7 +225,12 @@ type Message struct {
 	TTLSeconds *float64 `json:"ttlSeconds,omitempty"`
 	// Mentions: for WECOM_ROBOT, the userids the robot mentions, or @all.
 	Mentions []string `json:"mentions,omitempty"`
+	// Account: for WECOM, the WeCom application account (WECOM_ACCOUNTS)
+	// to send from; default: the first listed for the caller's tenant,
+	// else default.
+	Account string `json:"account,omitempty"`
 
+	account string         // Account as resolved for the caller's tenant
 	channel string         // email, sms, wecom or wecom_robot, from MessageType
 	delay   time.Duration  // 0 = now
 	level   topology.Level // from Priority; normal by default
@@ -270,6 +275,12 @@ func (r *Message) validateCommon(locales func(string) bool, allowHTTP bool, now 
 	}
 	if len(r.Mentions) > 0 && r.channel != chWeComRobot {
 		return badRequest("mentions are for WECOM_ROBOT messages only")
+	}
+	if r.Account != "" && r.channel != chWeCom {
+		return badRequest("account is for WECOM messages only")
+	}
+	if r.Account != "" && !robot.MatchString(r.Account) {
+		return badRequest("account must be the name of a WeCom account (WECOM_ACCOUNTS): 1 to 64 letters, digits, _ or -")
 	}
 	if len(r.Mentions) > maxMentions {
 		return badRequest("at most %d mentions", maxMentions)

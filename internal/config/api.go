@@ -8,6 +8,7 @@ import (
 
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/envconf"
+	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
@@ -56,6 +57,9 @@ type API struct {
 	CallbackPrivate bool
 	Templates       Templates
 	Delay           Delay
+	// WeComAccounts are WECOM_ACCOUNTS without secrets: who may send from
+	// which WeCom account.
+	WeComAccounts []wecom.Account
 }
 
 func loadCodeSecret(l *envconf.Loader) (string, bool) {
@@ -133,5 +137,6 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	c.CallbackPrivate = loadCallbackPrivate(l)
 	c.Templates = loadTemplates(l)
 	c.Delay = loadDelay(l)
+	c.WeComAccounts = loadAPIWeComAccounts(l)
 	return c, l
 }

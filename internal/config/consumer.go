@@ -50,6 +50,7 @@ type Consumer struct {
 	SMTP             mail.Config
 	SMS              sms.Config
 	WeCom            wecom.Config
+	WeComAccounts    WeComAccounts
 	Templates        Templates
 	Delay            Delay
 }
@@ -106,6 +107,7 @@ func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader
 	c.SMTP = loadSMTP(l)
 	c.SMS = loadSMS(l)
 	c.WeCom = loadWeCom(l, c.Channels)
+	c.WeComAccounts = loadWeComAccounts(l)
 	c.Templates = loadTemplates(l)
 	c.Delay = loadDelay(l)
 	return c, l

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/msgpulse/msgpulse/internal/accountstate"
 	"github.com/msgpulse/msgpulse/internal/breaker"
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/claim"
@@ -19,6 +20,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/logging"
 	"github.com/msgpulse/msgpulse/internal/provider"
+	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/seal"
@@ -93,6 +95,13 @@ type Config struct {
 	Metrics         *Metrics
 	DelayMetrics    *delay.Metrics
 	Logger          *zap.Logger
+
+	// Accounts is the WeCom accounts' shared state (down marks, health);
+	// nil = accounts are never marked down and their health is 1.
+	Accounts *accountstate.Store
+	// WeComLimits are each account's limits per second, minute, hour and
+	// day (WECOM_ACCOUNT_LIMITS), by account name.
+	WeComLimits map[string]wecom.Limits
 }
 
 // Validate fills defaults and checks the wiring.
@@ -270,6 +279,9 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 		rules = d.cfg.RateLimits.Rules(j.provider)
 	}
 	if j.channel == topology.WeCom && d.cfg.WeCom != nil {
+		if err := d.accountUp(ctx, msg); err != nil {
+			return err
+		}
 		more, err := d.wecomRules(ctx, msg)
 		if err != nil {
 			return fmt.Errorf("%w: adaptive rate: %w", errRedis, err)
@@ -542,6 +554,9 @@ func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Actio
 			LastError: ptr("not sent: its deadline " + j.msg.Deadline.UTC().Format(time.RFC3339) + " had passed")})
 		log.Warn("past its deadline; dead-lettering without sending")
 		return broker.Reject
+
+	case errors.Is(err, ErrAccountDown):
+		return d.waitForAccount(ctx, j, log, err)
 
 	case errors.Is(err, ErrTemplate), errors.Is(err, provider.ErrPermanent):
 		return d.deadLetter(ctx, j, log, ReasonPermanent, classOf(err), err)

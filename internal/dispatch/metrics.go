@@ -13,6 +13,10 @@ type Metrics struct {
 	InFlight     prometheus.Gauge
 	Paused       prometheus.Gauge
 	Callbacks    *prometheus.CounterVec
+	// AccountRate and AccountHealth are each WeCom account's send rate
+	// (adaptive rate × health) and health (success rate of recent sends).
+	AccountRate   *prometheus.GaugeVec
+	AccountHealth *prometheus.GaugeVec
 }
 
 // NewMetrics registers the consumer's metrics on reg (nil: unregistered).
@@ -28,6 +32,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		InFlight:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "msgpulse_inflight", Help: "Messages being processed now."}),
 		Paused:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "msgpulse_redis_paused", Help: "1 while work is paused because Redis is unreachable."}),
 		Callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_callbacks_total", Help: "Status callbacks by result (delivered, failed)."}, []string{"result"}),
+		AccountRate: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "msgpulse_wecom_account_rate",
+			Help: "Send rate a WeCom account is held to (sends per second): its adaptive rate times its health."}, []string{"account"}),
+		AccountHealth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "msgpulse_wecom_account_health",
+			Help: "Health of a WeCom account: the success rate of its sends within WECOM_HEALTH_WINDOW (1 when it sent nothing)."}, []string{"account"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.collectors()...)
@@ -36,7 +44,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Consumed, m.Sent, m.Retried, m.DeadLettered, m.Skipped, m.SendDuration, m.InFlight, m.Paused, m.Callbacks}
+	return []prometheus.Collector{m.Consumed, m.Sent, m.Retried, m.DeadLettered, m.Skipped, m.SendDuration, m.InFlight, m.Paused, m.Callbacks, m.AccountRate, m.AccountHealth}
 }
 
 // Describe sends every metric's descriptor.

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"sync"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/msgpulse/msgpulse/internal/accountstate"
 	"github.com/msgpulse/msgpulse/internal/breaker"
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/claim"
@@ -65,18 +65,11 @@ func WithRegistry(reg *prometheus.Registry) Option { return func(o *runOptions) 
 // newWeCom builds the WeCom client, its access token shared through Redis
 // by every consumer.
 func newWeCom(cfg config.Consumer, redisClient redis.UniversalClient) (*wecom.Client, error) {
-	var c *wecom.Client
-	var tokens wecom.Tokens
-	if cfg.WeCom.CorpID != "" {
-		src, err := token.New(redisClient, token.Config{Prefix: cfg.RedisPrefix, Name: "wecom:" + cfg.WeCom.CorpID + ":" + strconv.FormatInt(cfg.WeCom.AgentID, 10)},
-			func(ctx context.Context) (string, time.Duration, error) { return c.FetchToken(ctx) })
-		if err != nil {
-			return nil, err
-		}
-		tokens = src
-	}
-	c, err := wecom.New(cfg.WeCom, tokens)
-	return c, err
+	// One token per application (corp and agent), whichever account
+	// names it: WeCom issues one per corp and secret.
+	return wecom.NewAccounts(cfg.WeCom, func(a wecom.Account, fetch func(context.Context) (string, time.Duration, error)) (wecom.Tokens, error) {
+		return token.New(redisClient, token.Config{Prefix: cfg.RedisPrefix, Name: "wecom:" + a.Key()}, fetch)
+	})
 }
 
 // Run consumes until ctx ends, then stops gracefully: consumers stop taking
@@ -221,10 +214,14 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 		defer cancel()
 		callbacks.Close(cctx)
 	}()
+	accounts, err := accountstate.New(redisClient, accountstate.Config{Prefix: cfg.RedisPrefix, Window: cfg.WeComAccounts.HealthWindow})
+	if err != nil {
+		return err
+	}
 	d, err := New(Config{
 		Model: model, Claims: claims, Status: statuses, Templates: tpl, Keys: keys, Mail: mailer, SMS: smsSender, WeCom: weCom,
-		Adaptive: ratelimit.NewAdaptive(redisClient, cfg.RedisPrefix, reg),
-		Delayed:  delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix), RateLimits: rateLimits, Callbacks: callbacks,
+		Adaptive: ratelimit.NewAdaptive(redisClient, cfg.RedisPrefix, reg), Accounts: accounts, WeComLimits: cfg.WeComAccounts.Limits,
+		Delayed: delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix), RateLimits: rateLimits, Callbacks: callbacks,
 		Redis: redisClient, SendTimeout: cfg.SendTimeout, MaxMessageBytes: cfg.MaxMessageBytes, Owner: cfg.ConsumerID, Metrics: metrics, DelayMetrics: delayMetrics,
 		Logger: log, Retry: RetryPolicy{MaxRetries: cfg.MaxRetries, Backoff: cfg.RetryBackoff, Throttled: cfg.ThrottledBackoff},
 	})

@@ -25,7 +25,7 @@ var (
 // wecomMessage is what the provider is asked to send for msg (without the
 // rendered content).
 func wecomMessage(msg *envelope.Message) provider.WeCom {
-	m := provider.WeCom{Mentions: msg.Mentions, TaskID: msg.TaskID}
+	m := provider.WeCom{Mentions: msg.Mentions, TaskID: msg.TaskID, Account: msg.Account}
 	switch {
 	case msg.Robot:
 		m.Robot = msg.Recipient
@@ -56,6 +56,12 @@ func (d *Dispatcher) wecomRules(ctx context.Context, msg *envelope.Message) ([]r
 		rules = append(rules, ratelimit.Rule{Name: "robot " + m.Robot + " (WeCom's 20 a minute)", Key: "provider:" + wecom.RobotName + ":" + m.Robot,
 			Windows: []ratelimit.Window{{Length: time.Minute, Limit: wecom.RobotPerMinute}}})
 	}
+	if m.Robot == "" {
+		// An application account: its own limits, and its adaptive rate
+		// scaled by its health.
+		more, err := d.accountRules(ctx, m)
+		return append(rules, more...), err
+	}
 	if d.cfg.Adaptive != nil {
 		r, err := d.cfg.Adaptive.Rule(ctx, d.cfg.WeCom.Account(m), d.bounds(m))
 		if err != nil {
@@ -81,6 +87,9 @@ func (d *Dispatcher) sendWeCom(ctx, sctx context.Context, j *job, vars map[strin
 	m.Format, m.Content = w.Format, w.Content
 	rcpt, err := d.cfg.WeCom.SendWeCom(sctx, m)
 	j.rejected = rcpt.Rejected
+	if m.Robot == "" {
+		err = d.noteAccountSend(ctx, m, err)
+	}
 	if d.cfg.Adaptive != nil {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		var aerr error

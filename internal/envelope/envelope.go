@@ -80,6 +80,9 @@ type Message struct {
 	// Tenant is the sending API key's tenant, for logs and tools; access
 	// is decided on the status record's copy.
 	Tenant string `json:"tenant,omitempty"`
+	// Account is the WeCom application account (WECOM_ACCOUNTS) an
+	// application message is sent from; empty means "default".
+	Account string `json:"account,omitempty"`
 	// Level is the traffic level (topology's normal or low) whose queue the
 	// message was published to, so a retry or a snooze goes back to it.
 	// Empty means high, and is what codes carry: a consumer built before

@@ -106,6 +106,7 @@ type SMS struct {
 // 1000 users in one call, or a post of a group robot.
 type WeCom struct {
 	Robot    string   // the robot's name (WECOM_ROBOTS); empty for an application message
+	Account  string   // application message: the account (WECOM_ACCOUNTS) it is sent from; "" = default
 	ToUsers  []string // application message: userids
 	Format   string   // text or markdown
 	Content  string

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/msgpulse/msgpulse/internal/accountstate"
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/delay"
@@ -54,7 +55,14 @@ type Options struct {
 	// sends WeCom messages there, with its own client and the access
 	// token shared through Redis, like separate processes.
 	WeComBase string
-	Logger    *zap.Logger
+	// WeComAccounts are more WeCom applications (WECOM_ACCOUNTS) besides
+	// the test credentials' default; WeComLimits their limits.
+	WeComAccounts []wecom.Account
+	WeComLimits   map[string]wecom.Limits
+	// AccountDownFor is how long a refused account stays down before a
+	// probe; default 30s.
+	AccountDownFor time.Duration
+	Logger         *zap.Logger
 	// Weights are the levels' shares of the workers; nil = topology.DefaultLevelWeights.
 	Weights map[topology.Level]int
 }
@@ -187,6 +195,8 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	if s.opts.WeComBase != "" {
 		wc = s.weCom(rdb)
 	}
+	accounts, err := accountstate.New(rdb, accountstate.Config{Prefix: s.Redis.Prefix, DownFor: s.opts.AccountDownFor})
+	require.NoError(t, err)
 	rl, err := ratelimit.NewConfigStore(rdb, s.Redis.Prefix, zap.NewNop(), ratelimit.StoreConfig{RefreshEvery: time.Hour})
 	require.NoError(t, err)
 
@@ -201,8 +211,8 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	delayed := delay.NewPublisher(pub, s.Planner, s.Model.Delay, s.DelayMet)
 	d, err := dispatch.New(dispatch.Config{
 		Model: s.Model, Claims: claims, Status: statuses, Templates: tpl, Keys: s.Keys, Mail: m, SMS: sms, WeCom: wc,
-		Adaptive: s.Adaptive,
-		Delayed:  delayed, Limiter: ratelimit.New(rdb, s.Redis.Prefix), RateLimits: rl, Redis: rdb,
+		Adaptive: s.Adaptive, Accounts: accounts, WeComLimits: s.opts.WeComLimits,
+		Delayed: delayed, Limiter: ratelimit.New(rdb, s.Redis.Prefix), RateLimits: rl, Redis: rdb,
 		Retry: s.opts.Retry, SendTimeout: 5 * time.Second, Owner: name, Metrics: s.Metrics, DelayMetrics: s.DelayMet,
 		Logger: s.opts.Logger.Named(name),
 	})
@@ -381,12 +391,11 @@ func (r *RecordingSMS) Count() int {
 // token shared through Redis.
 func (s *Stack) weCom(rdb redis.UniversalClient) provider.WeComSender {
 	t := s.T
-	var c *wecom.Client
-	src, err := token.New(rdb, token.Config{Prefix: s.Redis.Prefix, Name: "wecom:test"},
-		func(ctx context.Context) (string, time.Duration, error) { return c.FetchToken(ctx) })
-	require.NoError(t, err)
-	c, err = wecom.New(wecom.Config{CorpID: wecomtest.CorpID, CorpSecret: wecomtest.CorpSecret, AgentID: wecomtest.AgentID, APIBase: s.opts.WeComBase,
-		Robots: map[string]string{"ops": wecomtest.RobotKey}}, src)
+	c, err := wecom.NewAccounts(wecom.Config{CorpID: wecomtest.CorpID, CorpSecret: wecomtest.CorpSecret, AgentID: wecomtest.AgentID, APIBase: s.opts.WeComBase,
+		Robots: map[string]string{"ops": wecomtest.RobotKey}, Accounts: s.opts.WeComAccounts},
+		func(a wecom.Account, fetch func(context.Context) (string, time.Duration, error)) (wecom.Tokens, error) {
+			return token.New(rdb, token.Config{Prefix: s.Redis.Prefix, Name: "wecom:" + a.Key()}, fetch)
+		})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c

@@ -211,3 +211,40 @@ func TestConfigValidate(t *testing.T) {
 	_, err = wecom.ParseRobots("ops")
 	require.Error(t, err)
 }
+
+func TestParseAccountsAndPickOne(t *testing.T) {
+	t.Parallel()
+	list, err := wecom.ParseAccounts("a=ww1:1001:s1@shop+blog, b=ww2:1002:se:cret, c=ww3:1003:s3", true)
+	require.NoError(t, err)
+	require.Equal(t, []wecom.Account{
+		{Name: "a", CorpID: "ww1", AgentID: 1001, Secret: "s1", Tenants: []string{"shop", "blog"}},
+		{Name: "b", CorpID: "ww2", AgentID: 1002, Secret: "se:cret"},
+		{Name: "c", CorpID: "ww3", AgentID: 1003, Secret: "s3"},
+	}, list)
+	for _, bad := range []string{"a=ww1:1001", "a=ww1:x:s", "a=:1:s", "a=ww1:1:s@", "a=ww1:1:s,a=ww2:2:t", "a b=ww1:1:s"} {
+		_, err := wecom.ParseAccounts(bad, true)
+		require.Error(t, err, bad)
+		require.NotContains(t, err.Error(), "ww1:1:s", "errors never echo a secret")
+	}
+	_, err = wecom.ParseAccounts("a=ww1:1001@shop", false)
+	require.NoError(t, err, "the API needs no secret")
+	for _, tc := range []struct{ tenant, named, want, err string }{
+		{"shop", "", "a", ""}, {"blog", "", "a", ""}, {"other", "", "default", ""},
+		{"other", "b", "b", ""}, {"other", "a", "", `"a" is not listed for tenant "other"`},
+		{"shop", "zzz", "", `unknown WeCom account "zzz"`}, {"shop", "default", "default", ""},
+	} {
+		got, err := wecom.AccountFor(list, tc.tenant, tc.named)
+		if tc.err != "" {
+			require.ErrorContains(t, err, tc.err)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, tc.want, got, tc)
+	}
+	l, err := wecom.ParseLimits("a=20/600/0/100000")
+	require.NoError(t, err)
+	require.Equal(t, wecom.Limits{PerSecond: 20, PerMinute: 600, PerDay: 100000}, l["a"])
+	_, err = wecom.ParseLimits("a=1/2/3")
+	require.Error(t, err)
+	require.True(t, wecom.CredentialsRefused(40001) && wecom.CredentialsRefused(60020) && !wecom.CredentialsRefused(45009))
+}

@@ -45,7 +45,11 @@ type Server struct {
 	Latency time.Duration
 
 	mu          sync.Mutex
+	apps        map[string]App       // corpid + "/" + secret → application
 	tokens      map[string]time.Time // token → expiry
+	tokenApp    map[string]App       // token → the application it was issued to
+	appFetches  map[App]int
+	from        map[string][]App // user → the application of each message it got
 	n           int
 	fetches     int
 	sendCalls   int
@@ -59,7 +63,9 @@ type Server struct {
 
 // New starts a server that is closed when t ends.
 func New(t testing.TB) *Server {
-	s := &Server{Unknown: map[string]bool{}, TokenTTL: 7200 * time.Second, tokens: map[string]time.Time{}, users: map[string][]Received{}}
+	s := &Server{Unknown: map[string]bool{}, TokenTTL: 7200 * time.Second, tokens: map[string]time.Time{}, users: map[string][]Received{},
+		apps: map[string]App{}, tokenApp: map[string]App{}, appFetches: map[App]int{}, from: map[string][]App{}}
+	s.AddApp(CorpID, CorpSecret, AgentID)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /cgi-bin/gettoken", s.gettoken)
 	mux.HandleFunc("POST /cgi-bin/message/send", s.send)
@@ -81,21 +87,46 @@ func fail(code int, msg string) map[string]any {
 	return map[string]any{"errcode": code, "errmsg": msg + ", hint: [test], more info at https://open.work.weixin.qq.com/devtool/query?e=" + fmt.Sprint(code)}
 }
 
+// App is one WeCom application: WeCom issues tokens per corp and
+// application secret, and a send must name the application's agentid.
+type App struct {
+	CorpID  string
+	AgentID int64
+}
+
+// AddApp adds an application (the test credentials are one already).
+func (s *Server) AddApp(corpID, secret string, agentID int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.apps[corpID+"/"+secret] = App{CorpID: corpID, AgentID: agentID}
+}
+
 func (s *Server) gettoken(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	s.mu.Lock()
+	known := false
+	for k := range s.apps {
+		if strings.HasPrefix(k, q.Get("corpid")+"/") {
+			known = true
+		}
+	}
+	app, ok := s.apps[q.Get("corpid")+"/"+q.Get("corpsecret")]
+	s.mu.Unlock()
 	switch {
-	case q.Get("corpid") != CorpID:
+	case !known:
 		s.answer(w, fail(40013, "invalid corpid"))
 		return
-	case q.Get("corpsecret") != CorpSecret:
+	case !ok:
 		s.answer(w, fail(40001, "invalid credential"))
 		return
 	}
 	s.mu.Lock()
 	s.n++
 	s.fetches++
+	s.appFetches[app]++
 	tok := fmt.Sprintf("token-%d", s.n)
 	s.tokens[tok] = time.Now().Add(s.TokenTTL)
+	s.tokenApp[tok] = app
 	ttl := s.TokenTTL
 	s.mu.Unlock()
 	s.answer(w, map[string]any{"errcode": 0, "errmsg": "ok", "access_token": tok, "expires_in": int(ttl / time.Second)})
@@ -171,16 +202,18 @@ func (s *Server) sendReply(r *http.Request, b *sendBody) map[string]any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.attempts++
-	if code, msg := s.checkToken(r.URL.Query().Get("access_token")); code != 0 {
+	tok := r.URL.Query().Get("access_token")
+	if code, msg := s.checkToken(tok); code != 0 {
 		return fail(code, msg)
 	}
+	app := s.tokenApp[tok]
 	s.sendCalls++
 	if len(s.throttle) > 0 {
 		code := s.throttle[0]
 		s.throttle = s.throttle[1:]
 		return fail(code, "api freq out of limit")
 	}
-	if b.AgentID != AgentID {
+	if b.AgentID != app.AgentID {
 		return fail(40056, "invalid agentid")
 	}
 	users := strings.Split(b.ToUser, "|")
@@ -202,6 +235,7 @@ func (s *Server) sendReply(r *http.Request, b *sendBody) map[string]any {
 			continue
 		}
 		s.users[u] = append(s.users[u], Received{MsgType: b.MsgType, Content: content})
+		s.from[u] = append(s.from[u], app)
 	}
 	if len(invalid) == len(users) {
 		return map[string]any{"errcode": 81013, "errmsg": "user & party & tag all invalid", "invaliduser": strings.Join(invalid, "|")}
@@ -308,4 +342,18 @@ func (s *Server) DuplicateCheck() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.lastDupFlag
+}
+
+// TokenFetchesOf counts successful gettoken calls of one application.
+func (s *Server) TokenFetchesOf(corpID string, agentID int64) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.appFetches[App{CorpID: corpID, AgentID: agentID}]
+}
+
+// From returns the application each message a user got came from.
+func (s *Server) From(user string) []App {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]App(nil), s.from[user]...)
 }

@@ -12,6 +12,7 @@ import (
 type WeComAccounts struct {
 	Limits       map[string]wecom.Limits
 	HealthWindow time.Duration
+	MergeWindow  time.Duration
 }
 
 const accountsHelp = "WeCom application accounts: name=corpid:agentid:secret or name=corpid:agentid:secret@tenant+tenant, comma-separated; " +
@@ -37,6 +38,8 @@ func loadWeComAccounts(l *envconf.Loader) WeComAccounts {
 	}
 	w.HealthWindow = l.Duration("WECOM_HEALTH_WINDOW", 5*time.Minute, 10*time.Second, 24*time.Hour,
 		"how far back a WeCom account's health (success rate of its sends) looks; its send rate is its adaptive rate times its health")
+	w.MergeWindow = l.Duration("WECOM_MERGE_WINDOW", 100*time.Millisecond, 0, 10*time.Second,
+		"single WeCom application messages (not high) with the same account, type and content queued within this of each other go out as one message/send of up to 1000 users (0 = off); a merged send waits at most 10 windows, and holds at most the channel's workers")
 	return w
 }
 

@@ -102,6 +102,10 @@ type Config struct {
 	// WeComLimits are each account's limits per second, minute, hour and
 	// day (WECOM_ACCOUNT_LIMITS), by account name.
 	WeComLimits map[string]wecom.Limits
+	// MergeWindow: single WeCom application messages (not high) with the
+	// same account, type and content arriving within it of each other go
+	// out as one call (WECOM_MERGE_WINDOW); 0 = off.
+	MergeWindow time.Duration
 }
 
 // Validate fills defaults and checks the wiring.
@@ -148,9 +152,10 @@ func (c *Config) Validate() error {
 
 // Dispatcher processes deliveries.
 type Dispatcher struct {
-	cfg Config
-	log *zap.Logger
-	now func() time.Time
+	cfg   Config
+	log   *zap.Logger
+	now   func() time.Time
+	merge *merger // nil = WeCom sends are not merged
 }
 
 // New validates cfg and returns a Dispatcher.
@@ -158,7 +163,11 @@ func New(cfg Config) (*Dispatcher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Dispatcher{cfg: cfg, log: cfg.Logger, now: time.Now}, nil
+	d := &Dispatcher{cfg: cfg, log: cfg.Logger, now: time.Now}
+	if cfg.MergeWindow > 0 {
+		d.merge = newMerger(d, cfg.MergeWindow)
+	}
+	return d, nil
 }
 
 // job is one delivery on its way through the pipeline.
@@ -174,6 +183,9 @@ type job struct {
 	// rejected: recipients of a WeCom message that WeCom refused for good
 	// (invaliduser, unlicenseduser), by userid, with the reason.
 	rejected map[string]string
+	// groupRules: the provider limits of a message that waits to be merged,
+	// taken once for its merged send.
+	groupRules []ratelimit.Rule
 }
 
 // taskIDs are the status records a job's outcome is written to: the
@@ -290,6 +302,11 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 	}
 	if j.level != topology.High {
 		rules = reserveForHigh(rules) // every provider limit keeps its last tokens for high
+	}
+	if d.mergeable(j) {
+		// A merged send is one call: its limits are taken once, for the
+		// group, when it goes out.
+		j.groupRules, rules = rules, nil
 	}
 	// The sending mark rides with the claim only for a message of one task:
 	// a batch's id has no status record of its own.

@@ -17,6 +17,10 @@ type Metrics struct {
 	// (adaptive rate × health) and health (success rate of recent sends).
 	AccountRate   *prometheus.GaugeVec
 	AccountHealth *prometheus.GaugeVec
+	// MergedSends counts WeCom calls that carried merged messages, and
+	// MergedUsers how many users each had.
+	MergedSends prometheus.Counter
+	MergedUsers prometheus.Histogram
 }
 
 // NewMetrics registers the consumer's metrics on reg (nil: unregistered).
@@ -36,6 +40,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Send rate a WeCom account is held to (sends per second): its adaptive rate times its health."}, []string{"account"}),
 		AccountHealth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "msgpulse_wecom_account_health",
 			Help: "Health of a WeCom account: the success rate of its sends within WECOM_HEALTH_WINDOW (1 when it sent nothing)."}, []string{"account"}),
+		MergedSends: prometheus.NewCounter(prometheus.CounterOpts{Name: "msgpulse_wecom_merged_sends_total",
+			Help: "WeCom message/send calls that carried single messages merged within WECOM_MERGE_WINDOW."}),
+		MergedUsers: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "msgpulse_wecom_merged_users",
+			Help: "Users per merged WeCom call.", Buckets: []float64{1, 2, 5, 10, 50, 100, 250, 500, 1000}}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.collectors()...)
@@ -44,7 +52,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Consumed, m.Sent, m.Retried, m.DeadLettered, m.Skipped, m.SendDuration, m.InFlight, m.Paused, m.Callbacks, m.AccountRate, m.AccountHealth}
+	return []prometheus.Collector{m.Consumed, m.Sent, m.Retried, m.DeadLettered, m.Skipped, m.SendDuration, m.InFlight, m.Paused, m.Callbacks, m.AccountRate, m.AccountHealth, m.MergedSends, m.MergedUsers}
 }
 
 // Describe sends every metric's descriptor.

@@ -85,8 +85,20 @@ func (d *Dispatcher) sendWeCom(ctx, sctx context.Context, j *job, vars map[strin
 	}
 	m := wecomMessage(j.msg)
 	m.Format, m.Content = w.Format, w.Content
-	rcpt, err := d.cfg.WeCom.SendWeCom(sctx, m)
+	if d.mergeable(j) {
+		o := d.merge.join(ctx, m, j.groupRules)
+		j.rejected = o.rejected
+		return o.rcpt, o.err
+	}
+	rcpt, err := d.callWeCom(ctx, sctx, m)
 	j.rejected = rcpt.Rejected
+	return rcpt.Receipt, err
+}
+
+// callWeCom makes one WeCom call, counts it in the account's health and
+// moves the account's adaptive rate.
+func (d *Dispatcher) callWeCom(ctx, sctx context.Context, m provider.WeCom) (provider.WeComReceipt, error) {
+	rcpt, err := d.cfg.WeCom.SendWeCom(sctx, m)
 	if m.Robot == "" {
 		err = d.noteAccountSend(ctx, m, err)
 	}
@@ -106,5 +118,5 @@ func (d *Dispatcher) sendWeCom(ctx, sctx context.Context, j *job, vars map[strin
 			d.log.Warn("could not move the adaptive rate", zap.Error(aerr))
 		}
 	}
-	return rcpt.Receipt, err
+	return rcpt, err
 }

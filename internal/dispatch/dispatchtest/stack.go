@@ -62,7 +62,9 @@ type Options struct {
 	// AccountDownFor is how long a refused account stays down before a
 	// probe; default 30s.
 	AccountDownFor time.Duration
-	Logger         *zap.Logger
+	// MergeWindow merges single WeCom application messages (0 = off).
+	MergeWindow time.Duration
+	Logger      *zap.Logger
 	// Weights are the levels' shares of the workers; nil = topology.DefaultLevelWeights.
 	Weights map[topology.Level]int
 }
@@ -211,7 +213,7 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	delayed := delay.NewPublisher(pub, s.Planner, s.Model.Delay, s.DelayMet)
 	d, err := dispatch.New(dispatch.Config{
 		Model: s.Model, Claims: claims, Status: statuses, Templates: tpl, Keys: s.Keys, Mail: m, SMS: sms, WeCom: wc,
-		Adaptive: s.Adaptive, Accounts: accounts, WeComLimits: s.opts.WeComLimits,
+		Adaptive: s.Adaptive, Accounts: accounts, WeComLimits: s.opts.WeComLimits, MergeWindow: s.opts.MergeWindow,
 		Delayed: delayed, Limiter: ratelimit.New(rdb, s.Redis.Prefix), RateLimits: rl, Redis: rdb,
 		Retry: s.opts.Retry, SendTimeout: 5 * time.Second, Owner: name, Metrics: s.Metrics, DelayMetrics: s.DelayMet,
 		Logger: s.opts.Logger.Named(name),

@@ -2,6 +2,9 @@ package api
 
 import (
 	"context"
+	"net/url"
+	"strings"
+	"unicode"
 
 	"github.com/msgpulse/msgpulse/internal/accountstate"
 	"github.com/msgpulse/msgpulse/internal/apikey"
@@ -45,4 +48,29 @@ func (s *Server) wecomAccounts(ctx context.Context) ([]accountstate.State, error
 		out = append(out, st)
 	}
 	return out, nil
+}
+
+// Media is a WECOM message's file: "media": {"type", "url", "filename"}.
+type Media struct {
+	Type     string `json:"type"`
+	URL      string `json:"url"`
+	Filename string `json:"filename,omitempty"`
+}
+
+func (m *Media) validate(channel, templateCode string, allowHTTP bool) *apiError {
+	switch {
+	case channel != chWeCom:
+		return badRequest("media is for WECOM messages only")
+	case templateCode != "":
+		return badRequest("give media or templateCode, not both")
+	case m.Type != "image" && m.Type != "file" && m.Type != "video":
+		return badRequest("media type must be \"image\", \"file\" or \"video\"")
+	case len(m.Filename) > 128 || strings.ContainsAny(m.Filename, "/\\\"") || strings.IndexFunc(m.Filename, unicode.IsControl) >= 0:
+		return badRequest("media filename: at most 128 characters, without / \\ \" or control characters")
+	}
+	u, err := url.Parse(m.URL)
+	if err != nil || u.Host == "" || len(m.URL) > 2048 || !(u.Scheme == "https" || (allowHTTP && u.Scheme == "http")) {
+		return badRequest("media url must be an absolute https URL (http with CALLBACK_ALLOW_HTTP)")
+	}
+	return nil
 }

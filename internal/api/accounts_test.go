@@ -3,11 +3,13 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/msgpulse/msgpulse/internal/config"
+	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 )
@@ -92,4 +94,44 @@ func TestQueueStatsShowWeComAccounts(t *testing.T) {
 	require.Equal(t, []string{"shop"}, a.Tenants)
 	require.Equal(t, "down", b.Status)
 	require.Contains(t, b.DownReason, "40001")
+}
+
+func TestWeComMediaMessage(t *testing.T) {
+	o := accountsFromEnv(t)
+	o.egress = egress.Policy{Lookup: func(_ context.Context, host string) ([]netip.Addr, error) {
+		if host == "cdn.example.com" {
+			return []netip.Addr{netip.MustParseAddr("93.184.216.34")}, nil
+		}
+		return []netip.Addr{netip.MustParseAddr("10.0.0.7")}, nil
+	}}
+	h := setup(t, o)
+	send := func(m map[string]any) response {
+		body := map[string]any{"messageType": "WECOM", "recipient": "zhangsan"}
+		for k, v := range m {
+			body[k] = v
+		}
+		return h.do("POST", "/api/messages/send", body, "X-API-Key", shopKey)
+	}
+	r := send(map[string]any{"media": map[string]string{"type": "image", "url": "https://cdn.example.com/logo.png", "filename": "logo.png"}})
+	require.Equal(t, 202, r.Status, r.Msg)
+	m, err := envelope.Decode(h.get("queue.wecom.normal").Body)
+	require.NoError(t, err)
+	require.Equal(t, &envelope.Media{Type: "image", URL: "https://cdn.example.com/logo.png", Filename: "logo.png"}, m.Media)
+	require.Empty(t, m.Template)
+	require.Equal(t, "team-a", m.Account)
+	for _, tc := range []struct {
+		name string
+		body map[string]any
+		want string
+	}{
+		{"internal host", map[string]any{"media": map[string]string{"type": "image", "url": "https://intranet.corp/x.png"}}, "media url host refused"},
+		{"http", map[string]any{"media": map[string]string{"type": "image", "url": "http://cdn.example.com/x.png"}}, "https URL"},
+		{"type", map[string]any{"media": map[string]string{"type": "voice", "url": "https://cdn.example.com/x.amr"}}, "media type"},
+		{"both", map[string]any{"templateCode": "notice", "media": map[string]string{"type": "file", "url": "https://cdn.example.com/a.pdf"}}, "not both"},
+		{"robot", map[string]any{"messageType": "WECOM_ROBOT", "recipient": "ops", "media": map[string]string{"type": "file", "url": "https://cdn.example.com/a.pdf"}}, "WECOM messages only"},
+	} {
+		r := send(tc.body)
+		require.Equal(t, 400, r.Status, tc.name)
+		require.Contains(t, r.Msg, tc.want, tc.name)
+	}
 }

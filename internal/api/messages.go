@@ -81,7 +81,12 @@ func (s *Server) sendMessage(c *echo.Context) error {
 // recipients: the template and its variables, the delay, the mentions, the
 // callback's host.
 func (s *Server) checkContent(ctx context.Context, req *Message) *apiError {
-	if err := s.d.Templates.Validate(req.TemplateCode, templateChannel(req.channel), req.Variables); err != nil {
+	if req.Media != nil {
+		// The consumer fetches it through the same egress guard.
+		if e := s.checkCallbackHost(ctx, req.Media.URL); e != nil {
+			return badRequest("media url host refused: %s", strings.TrimPrefix(e.Msg, "callbackUrl host refused: "))
+		}
+	} else if err := s.d.Templates.Validate(req.TemplateCode, templateChannel(req.channel), req.Variables); err != nil {
 		return s.templateError(req.TemplateCode, req.channel, err)
 	}
 	if slices.Contains(req.Mentions, "@all") {
@@ -148,6 +153,9 @@ func (s *Server) message(req *Message, tenant string, now time.Time) *envelope.M
 		Version: envelope.SchemaVersion, Kind: envelope.Notification, Channel: topologyChannel(req.channel),
 		Template: req.TemplateCode, Locale: req.Locale, Variables: req.Variables, CallbackURL: req.CallbackURL, Tenant: tenant, CreatedAt: now,
 		Robot: req.channel == chWeComRobot, Mentions: req.Mentions, Account: req.account,
+	}
+	if req.Media != nil {
+		msg.Media = &envelope.Media{Type: req.Media.Type, URL: req.Media.URL, Filename: req.Media.Filename}
 	}
 	if req.number != nil {
 		msg.Priority = uint8(*req.number) //nolint:gosec // validated 0..9

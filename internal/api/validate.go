@@ -229,6 +229,8 @@ type Message struct {
 	// to send from; default: the first listed for the caller's tenant,
 	// else default.
 	Account string `json:"account,omitempty"`
+	// Media: for WECOM, a file sent instead of a template.
+	Media *Media `json:"media,omitempty"`
 
 	account string         // Account as resolved for the caller's tenant
 	channel string         // email, sms, wecom or wecom_robot, from MessageType
@@ -270,7 +272,11 @@ func (r *Message) validateCommon(locales func(string) bool, allowHTTP bool, now 
 		return badRequest("messageType must be \"EMAIL\", \"SMS\", \"WECOM\" or \"WECOM_ROBOT\"")
 	}
 	r.channel = ch
-	if !slug.MatchString(r.TemplateCode) {
+	if r.Media != nil {
+		if e := r.Media.validate(r.channel, r.TemplateCode, allowHTTP); e != nil {
+			return e
+		}
+	} else if !slug.MatchString(r.TemplateCode) {
 		return badRequest("templateCode must be a template name such as notice or verify_code")
 	}
 	if len(r.Mentions) > 0 && r.channel != chWeComRobot {

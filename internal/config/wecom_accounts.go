@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/msgpulse/msgpulse/internal/envconf"
+	"github.com/msgpulse/msgpulse/internal/media"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 )
 
@@ -13,6 +14,8 @@ type WeComAccounts struct {
 	Limits       map[string]wecom.Limits
 	HealthWindow time.Duration
 	MergeWindow  time.Duration
+	// MediaCacheTTL is how long a media_id is reused for the same file.
+	MediaCacheTTL time.Duration
 }
 
 const accountsHelp = "WeCom application accounts: name=corpid:agentid:secret or name=corpid:agentid:secret@tenant+tenant, comma-separated; " +
@@ -40,6 +43,8 @@ func loadWeComAccounts(l *envconf.Loader) WeComAccounts {
 		"how far back a WeCom account's health (success rate of its sends) looks; its send rate is its adaptive rate times its health")
 	w.MergeWindow = l.Duration("WECOM_MERGE_WINDOW", 100*time.Millisecond, 0, 10*time.Second,
 		"single WeCom application messages (not high) with the same account, type and content queued within this of each other go out as one message/send of up to 1000 users (0 = off); a merged send waits at most 10 windows, and holds at most the channel's workers")
+	w.MediaCacheTTL = l.Duration("WECOM_MEDIA_CACHE_TTL", 60*time.Hour, time.Second, media.MaxCacheTTL,
+		"how long the media_id of an uploaded WeCom media file is reused for the same bytes in the same corp (WeCom keeps media 3 days)")
 	return w
 }
 

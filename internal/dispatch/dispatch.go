@@ -19,6 +19,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/delay"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/logging"
+	"github.com/msgpulse/msgpulse/internal/media"
 	"github.com/msgpulse/msgpulse/internal/provider"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
@@ -106,6 +107,9 @@ type Config struct {
 	// same account, type and content arriving within it of each other go
 	// out as one call (WECOM_MERGE_WINDOW); 0 = off.
 	MergeWindow time.Duration
+	// Media fetches the files of WeCom media messages and caches their
+	// media ids; nil = media messages fail permanently.
+	Media *media.Store
 }
 
 // Validate fills defaults and checks the wiring.

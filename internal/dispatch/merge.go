@@ -75,7 +75,7 @@ func (d *Dispatcher) mergeable(j *job) bool {
 // join adds m's one user to the group of its account, type and content,
 // and waits for the group's send. rules are taken once for the group.
 func (mg *merger) join(ctx context.Context, m provider.WeCom, rules []ratelimit.Rule) mergeOutcome {
-	key := sha256.Sum256([]byte(wecom.AccountName(m) + "\x00" + m.Format + "\x00" + m.Content))
+	key := sha256.Sum256([]byte(wecom.AccountName(m) + "\x00" + m.Format + "\x00" + m.Content + "\x00" + m.MediaID))
 	me := &member{user: m.ToUsers[0], out: make(chan mergeOutcome, 1)}
 	now := time.Now()
 	mg.mu.Lock()

@@ -24,6 +24,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/delay"
 	"github.com/msgpulse/msgpulse/internal/egress"
+	"github.com/msgpulse/msgpulse/internal/media"
 	"github.com/msgpulse/msgpulse/internal/profile"
 	"github.com/msgpulse/msgpulse/internal/provider"
 	"github.com/msgpulse/msgpulse/internal/provider/mail"
@@ -214,13 +215,18 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 		defer cancel()
 		callbacks.Close(cctx)
 	}()
+	mediaStore, err := media.New(redisClient, media.Config{Prefix: cfg.RedisPrefix, Egress: egress.Policy{AllowPrivate: cfg.CallbackPrivate},
+		Timeout: cfg.SendTimeout, CacheTTL: cfg.WeComAccounts.MediaCacheTTL})
+	if err != nil {
+		return err
+	}
 	accounts, err := accountstate.New(redisClient, accountstate.Config{Prefix: cfg.RedisPrefix, Window: cfg.WeComAccounts.HealthWindow})
 	if err != nil {
 		return err
 	}
 	d, err := New(Config{
 		Model: model, Claims: claims, Status: statuses, Templates: tpl, Keys: keys, Mail: mailer, SMS: smsSender, WeCom: weCom,
-		Adaptive: ratelimit.NewAdaptive(redisClient, cfg.RedisPrefix, reg), Accounts: accounts, WeComLimits: cfg.WeComAccounts.Limits, MergeWindow: cfg.WeComAccounts.MergeWindow,
+		Adaptive: ratelimit.NewAdaptive(redisClient, cfg.RedisPrefix, reg), Accounts: accounts, WeComLimits: cfg.WeComAccounts.Limits, MergeWindow: cfg.WeComAccounts.MergeWindow, Media: mediaStore,
 		Delayed: delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix), RateLimits: rateLimits, Callbacks: callbacks,
 		Redis: redisClient, SendTimeout: cfg.SendTimeout, MaxMessageBytes: cfg.MaxMessageBytes, Owner: cfg.ConsumerID, Metrics: metrics, DelayMetrics: delayMetrics,
 		Logger: log, Retry: RetryPolicy{MaxRetries: cfg.MaxRetries, Backoff: cfg.RetryBackoff, Throttled: cfg.ThrottledBackoff},

@@ -79,12 +79,18 @@ func (d *Dispatcher) sendWeCom(ctx, sctx context.Context, j *job, vars map[strin
 	if d.cfg.WeCom == nil {
 		return provider.Receipt{}, fmt.Errorf("%w: this consumer has no WeCom provider", ErrTemplate)
 	}
-	w, err := d.cfg.Templates.RenderWeCom(j.msg.Template, j.msg.Locale, vars)
-	if err != nil {
-		return provider.Receipt{}, fmt.Errorf("%w: %w", ErrTemplate, err)
-	}
 	m := wecomMessage(j.msg)
-	m.Format, m.Content = w.Format, w.Content
+	if j.msg.Media != nil {
+		if err := d.wecomMedia(ctx, sctx, j.msg.Media, &m); err != nil {
+			return provider.Receipt{}, err
+		}
+	} else {
+		w, err := d.cfg.Templates.RenderWeCom(j.msg.Template, j.msg.Locale, vars)
+		if err != nil {
+			return provider.Receipt{}, fmt.Errorf("%w: %w", ErrTemplate, err)
+		}
+		m.Format, m.Content = w.Format, w.Content
+	}
 	if d.mergeable(j) {
 		o := d.merge.join(ctx, m, j.groupRules)
 		j.rejected = o.rejected

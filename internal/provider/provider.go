@@ -107,6 +107,7 @@ type SMS struct {
 type WeCom struct {
 	Robot    string   // the robot's name (WECOM_ROBOTS); empty for an application message
 	Account  string   // application message: the account (WECOM_ACCOUNTS) it is sent from; "" = default
+	MediaID  string   // application message of Format image, file or video: WeCom's media_id
 	ToUsers  []string // application message: userids
 	Format   string   // text or markdown
 	Content  string

@@ -27,8 +27,10 @@ import (
 	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/delay"
 	"github.com/msgpulse/msgpulse/internal/dispatch"
+	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/mailcatcher"
+	"github.com/msgpulse/msgpulse/internal/media"
 	"github.com/msgpulse/msgpulse/internal/provider"
 	"github.com/msgpulse/msgpulse/internal/provider/mail"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
@@ -64,7 +66,9 @@ type Options struct {
 	AccountDownFor time.Duration
 	// MergeWindow merges single WeCom application messages (0 = off).
 	MergeWindow time.Duration
-	Logger      *zap.Logger
+	// MediaCacheTTL is how long media ids are reused; default 60h.
+	MediaCacheTTL time.Duration
+	Logger        *zap.Logger
 	// Weights are the levels' shares of the workers; nil = topology.DefaultLevelWeights.
 	Weights map[topology.Level]int
 }
@@ -197,6 +201,10 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	if s.opts.WeComBase != "" {
 		wc = s.weCom(rdb)
 	}
+	// The test servers listen on loopback: allowed, as with
+	// CALLBACK_ALLOW_PRIVATE=true.
+	mediaStore, err := media.New(rdb, media.Config{Prefix: s.Redis.Prefix, Egress: egress.Policy{AllowPrivate: true}, CacheTTL: s.opts.MediaCacheTTL})
+	require.NoError(t, err)
 	accounts, err := accountstate.New(rdb, accountstate.Config{Prefix: s.Redis.Prefix, DownFor: s.opts.AccountDownFor})
 	require.NoError(t, err)
 	rl, err := ratelimit.NewConfigStore(rdb, s.Redis.Prefix, zap.NewNop(), ratelimit.StoreConfig{RefreshEvery: time.Hour})
@@ -213,7 +221,7 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	delayed := delay.NewPublisher(pub, s.Planner, s.Model.Delay, s.DelayMet)
 	d, err := dispatch.New(dispatch.Config{
 		Model: s.Model, Claims: claims, Status: statuses, Templates: tpl, Keys: s.Keys, Mail: m, SMS: sms, WeCom: wc,
-		Adaptive: s.Adaptive, Accounts: accounts, WeComLimits: s.opts.WeComLimits, MergeWindow: s.opts.MergeWindow,
+		Adaptive: s.Adaptive, Accounts: accounts, WeComLimits: s.opts.WeComLimits, MergeWindow: s.opts.MergeWindow, Media: mediaStore,
 		Delayed: delayed, Limiter: ratelimit.New(rdb, s.Redis.Prefix), RateLimits: rl, Redis: rdb,
 		Retry: s.opts.Retry, SendTimeout: 5 * time.Second, Owner: name, Metrics: s.Metrics, DelayMetrics: s.DelayMet,
 		Logger: s.opts.Logger.Named(name),

@@ -213,6 +213,9 @@ func (c *Client) fetchToken(ctx context.Context, corpID, secret string) (string,
 
 // SendWeCom implements provider.WeComSender.
 func (c *Client) SendWeCom(ctx context.Context, m provider.WeCom) (provider.WeComReceipt, error) {
+	if media(m.Format) && m.Robot == "" {
+		return c.sendApp(ctx, m)
+	}
 	if m.Format != "text" && m.Format != "markdown" {
 		return provider.WeComReceipt{}, &provider.Error{Provider: Name, Class: provider.Permanent, Code: "format", Message: "format " + strconv.Quote(m.Format) + " is not text or markdown"}
 	}
@@ -234,7 +237,7 @@ func (c *Client) sendApp(ctx context.Context, m provider.WeCom) (provider.WeComR
 		"touser":                   strings.Join(m.ToUsers, "|"),
 		"msgtype":                  m.Format,
 		"agentid":                  acct.AgentID,
-		m.Format:                   map[string]string{"content": m.Content},
+		m.Format:                   appContent(m),
 		"enable_duplicate_check":   1,
 		"duplicate_check_interval": int(c.cfg.DuplicateCheckInterval / time.Second),
 	})

@@ -50,6 +50,8 @@ type Server struct {
 	tokenApp    map[string]App       // token → the application it was issued to
 	appFetches  map[App]int
 	from        map[string][]App // user → the application of each message it got
+	media       map[string]uploaded
+	uploads     int
 	n           int
 	fetches     int
 	sendCalls   int
@@ -64,12 +66,13 @@ type Server struct {
 // New starts a server that is closed when t ends.
 func New(t testing.TB) *Server {
 	s := &Server{Unknown: map[string]bool{}, TokenTTL: 7200 * time.Second, tokens: map[string]time.Time{}, users: map[string][]Received{},
-		apps: map[string]App{}, tokenApp: map[string]App{}, appFetches: map[App]int{}, from: map[string][]App{}}
+		apps: map[string]App{}, tokenApp: map[string]App{}, appFetches: map[App]int{}, from: map[string][]App{}, media: map[string]uploaded{}}
 	s.AddApp(CorpID, CorpSecret, AgentID)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /cgi-bin/gettoken", s.gettoken)
 	mux.HandleFunc("POST /cgi-bin/message/send", s.send)
 	mux.HandleFunc("POST /cgi-bin/webhook/send", s.webhook)
+	mux.HandleFunc("POST /cgi-bin/media/upload", s.upload)
 	s.Server = httptest.NewServer(mux)
 	t.Cleanup(s.Close)
 	return s
@@ -158,8 +161,11 @@ type sendBody struct {
 	Markdown *struct {
 		Content string `json:"content"`
 	} `json:"markdown"`
-	EnableDuplicateCheck   int `json:"enable_duplicate_check"`
-	DuplicateCheckInterval int `json:"duplicate_check_interval"`
+	Image                  *mediaRef `json:"image"`
+	File                   *mediaRef `json:"file"`
+	Video                  *mediaRef `json:"video"`
+	EnableDuplicateCheck   int       `json:"enable_duplicate_check"`
+	DuplicateCheckInterval int       `json:"duplicate_check_interval"`
 }
 
 // content checks msgtype and its content as WeCom does.
@@ -177,6 +183,13 @@ func (b *sendBody) content() (string, []string, int, string) {
 			return "", nil, 40058, "markdown missing"
 		}
 		c = b.Markdown.Content
+	case "image", "file", "video":
+		ref := map[string]*mediaRef{"image": b.Image, "file": b.File, "video": b.Video}[b.MsgType]
+		if ref == nil || ref.MediaID == "" {
+			return "", nil, 40058, b.MsgType + ".media_id missing"
+		}
+		// The media id stands for the content: Received.Content holds it.
+		return ref.MediaID, nil, 0, ""
 	default:
 		return "", nil, 40008, "invalid message type"
 	}
@@ -226,6 +239,9 @@ func (s *Server) sendReply(r *http.Request, b *sendBody) map[string]any {
 	content, _, code, msg := b.content()
 	if code != 0 {
 		return fail(code, msg)
+	}
+	if m, ok := s.media[content]; (b.MsgType == "image" || b.MsgType == "file" || b.MsgType == "video") && (!ok || m.kind != b.MsgType || m.corp != app.CorpID) {
+		return fail(40007, "invalid media_id")
 	}
 	s.lastDupFlag = b.EnableDuplicateCheck
 	var invalid []string
@@ -356,4 +372,73 @@ func (s *Server) From(user string) []App {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]App(nil), s.from[user]...)
+}
+
+type mediaRef struct {
+	MediaID string `json:"media_id"`
+}
+
+type uploaded struct {
+	kind, corp, filename string
+	size                 int
+}
+
+// WeCom's temporary media limits.
+var mediaMax = map[string]int{"image": 10 << 20, "video": 10 << 20, "file": 20 << 20, "voice": 2 << 20}
+
+// upload is cgi-bin/media/upload: a multipart body whose file is the field
+// "media", of a known type, between 5 bytes and the type's limit.
+func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
+	s.answer(w, s.uploadReply(r))
+}
+
+func (s *Server) uploadReply(r *http.Request) map[string]any {
+	s.mu.Lock()
+	code, msg := s.checkToken(r.URL.Query().Get("access_token"))
+	app := s.tokenApp[r.URL.Query().Get("access_token")]
+	s.mu.Unlock()
+	if code != 0 {
+		return fail(code, msg)
+	}
+	kind := r.URL.Query().Get("type")
+	limit, ok := mediaMax[kind]
+	if !ok {
+		return fail(40004, "invalid media type")
+	}
+	if err := r.ParseMultipartForm(32 << 20); err != nil {
+		return fail(44001, "empty media data")
+	}
+	f, h, err := r.FormFile("media")
+	if err != nil {
+		return fail(41005, "media data missing")
+	}
+	defer func() { _ = f.Close() }()
+	n := int(h.Size)
+	switch {
+	case n < 5:
+		return fail(44001, "empty media data")
+	case n > limit:
+		return fail(40006, "invalid media size")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.uploads++
+	id := fmt.Sprintf("media-%d", s.uploads)
+	s.media[id] = uploaded{kind: kind, corp: app.CorpID, filename: h.Filename, size: n}
+	return map[string]any{"errcode": 0, "errmsg": "ok", "type": kind, "media_id": id, "created_at": fmt.Sprint(time.Now().Unix())}
+}
+
+// Uploads counts successful media uploads.
+func (s *Server) Uploads() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.uploads
+}
+
+// Uploaded returns the file name and size of an uploaded media id.
+func (s *Server) Uploaded(mediaID string) (filename string, size int, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.media[mediaID]
+	return m.filename, m.size, ok
 }

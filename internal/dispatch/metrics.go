@@ -21,6 +21,14 @@ type Metrics struct {
 	// MergedUsers how many users each had.
 	MergedSends prometheus.Counter
 	MergedUsers prometheus.Histogram
+	// Workers is each channel's worker pool size.
+	Workers *prometheus.GaugeVec
+}
+
+// WorkersOf is the broker consumer's OnWorkers hook for channel.
+func (m *Metrics) WorkersOf(channel string) func(int) {
+	g := m.Workers.WithLabelValues(channel)
+	return func(n int) { g.Set(float64(n)) }
 }
 
 // NewMetrics registers the consumer's metrics on reg (nil: unregistered).
@@ -40,6 +48,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Send rate a WeCom account is held to (sends per second): its adaptive rate times its health."}, []string{"account"}),
 		AccountHealth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "msgpulse_wecom_account_health",
 			Help: "Health of a WeCom account: the success rate of its sends within WECOM_HEALTH_WINDOW (1 when it sent nothing)."}, []string{"account"}),
+		Workers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "msgpulse_consumer_workers",
+			Help: "Workers of a channel's pool; it follows the queue between {CH}_MIN_WORKERS and {CH}_MAX_WORKERS."}, []string{"channel"}),
 		MergedSends: prometheus.NewCounter(prometheus.CounterOpts{Name: "msgpulse_wecom_merged_sends_total",
 			Help: "WeCom message/send calls that carried single messages merged within WECOM_MERGE_WINDOW."}),
 		MergedUsers: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "msgpulse_wecom_merged_users",
@@ -52,7 +62,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Consumed, m.Sent, m.Retried, m.DeadLettered, m.Skipped, m.SendDuration, m.InFlight, m.Paused, m.Callbacks, m.AccountRate, m.AccountHealth, m.MergedSends, m.MergedUsers}
+	return []prometheus.Collector{m.Consumed, m.Sent, m.Retried, m.DeadLettered, m.Skipped, m.SendDuration, m.InFlight, m.Paused, m.Callbacks, m.AccountRate, m.AccountHealth, m.MergedSends, m.MergedUsers, m.Workers}
 }
 
 // Describe sends every metric's descriptor.

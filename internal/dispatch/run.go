@@ -271,9 +271,13 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 		if err != nil {
 			return err
 		}
+		w := cfg.Workers[ch]
+		if w.Min == 0 {
+			w = config.WorkerBounds{Min: cfg.Concurrency, Max: cfg.Concurrency}
+		}
 		c, err := broker.NewConsumer(broker.ConsumerConfig{
-			Session: session, Queues: d.LevelQueues(ct, cfg.PriorityWeights, cfg.Concurrency), OnPanic: d.OnPanic(ch),
-			Concurrency: cfg.Concurrency, Prefetch: cfg.Prefetch, Grace: cfg.ShutdownTimeout,
+			Session: session, Queues: d.LevelQueues(ct, cfg.PriorityWeights, w.Max), OnPanic: d.OnPanic(ch),
+			Concurrency: w.Min, MaxConcurrency: w.Max, OnWorkers: metrics.WorkersOf(ch), Prefetch: cfg.Prefetch, Grace: cfg.ShutdownTimeout,
 			Tag: "msgpulse-consumer-" + cfg.ConsumerID, Logger: log.Named(ch),
 		})
 		if err != nil {

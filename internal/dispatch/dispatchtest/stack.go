@@ -68,7 +68,11 @@ type Options struct {
 	MergeWindow time.Duration
 	// MediaCacheTTL is how long media ids are reused; default 60h.
 	MediaCacheTTL time.Duration
-	Logger        *zap.Logger
+	// MaxWorkers lets each channel's pool grow from the consumer's
+	// concurrency up to it (0 = fixed), resized every ScaleEvery.
+	MaxWorkers int
+	ScaleEvery time.Duration
+	Logger     *zap.Logger
 	// Weights are the levels' shares of the workers; nil = topology.DefaultLevelWeights.
 	Weights map[topology.Level]int
 }
@@ -238,8 +242,9 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	for _, ch := range topology.Channels {
 		ct, err := s.Model.Channel(ch)
 		require.NoError(t, err)
-		bc, err := broker.NewConsumer(broker.ConsumerConfig{Session: session, Queues: d.LevelQueues(ct, s.opts.Weights, concurrency), OnPanic: d.OnPanic(ch),
-			Concurrency: concurrency, Grace: 10 * time.Second, Tag: name})
+		maxW := max(s.opts.MaxWorkers, concurrency)
+		bc, err := broker.NewConsumer(broker.ConsumerConfig{Session: session, Queues: d.LevelQueues(ct, s.opts.Weights, maxW), OnPanic: d.OnPanic(ch),
+			Concurrency: concurrency, MaxConcurrency: maxW, ScaleEvery: s.opts.ScaleEvery, OnWorkers: s.Metrics.WorkersOf(ch), Grace: 10 * time.Second, Tag: name})
 		require.NoError(t, err)
 		workers.Add(1)
 		go func() { defer workers.Done(); _ = bc.Run(ctx) }()

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -235,6 +236,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 		return err
 	}
 
+	var consuming atomic.Bool
 	if cfg.MetricsAddr != "" {
 		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.MetricsAddr)
 		if err != nil {
@@ -245,6 +247,21 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write([]byte(`{"code":200,"msg":"ok","data":{"status":"alive"}}`))
+		})
+		// Ready while consuming with Redis and the broker reachable: an
+		// orchestrator sends no traffic here, but rolls out the next pod
+		// only once this one consumes.
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			pctx, cancel := context.WithTimeout(r.Context(), time.Second)
+			defer cancel()
+			_, connected := session.Current()
+			if !consuming.Load() || !connected || redisClient.Ping(pctx).Err() != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = w.Write([]byte(`{"code":503,"msg":"not ready","data":{"status":"not ready"}}`))
+				return
+			}
+			_, _ = w.Write([]byte(`{"code":200,"msg":"ok","data":{"status":"ready"}}`))
 		})
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		bgWG.Add(1)
@@ -302,9 +319,11 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	}
 	log.Info("consumer started", zap.Strings("channels", cfg.Channels), zap.String("id", cfg.ConsumerID),
 		zap.Bool("relay", cfg.Relay && model.Delay.RelayQueue != ""), zap.Int("concurrency", cfg.Concurrency))
+	consuming.Store(true)
 	if o.ready != nil {
 		o.ready()
 	}
+	go func() { <-ctx.Done(); consuming.Store(false) }() // ends with ctx: stopping is not ready
 	wg.Wait()
 	close(errs)
 	var all []error

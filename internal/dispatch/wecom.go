@@ -90,6 +90,7 @@ func (d *Dispatcher) sendWeCom(ctx, sctx context.Context, j *job, vars map[strin
 			return provider.Receipt{}, fmt.Errorf("%w: %w", ErrTemplate, err)
 		}
 		m.Format, m.Content = w.Format, w.Content
+		m.Title, m.Description, m.URL = w.Title, w.Description, w.URL
 	}
 	if d.mergeable(j) {
 		o := d.merge.join(ctx, m, j.groupRules)

@@ -113,6 +113,10 @@ type WeCom struct {
 	Content  string
 	Mentions []string // robot: userids to mention, or @all
 	TaskID   string
+
+	// Title, Description and URL: application message of Format textcard
+	// or news (one article).
+	Title, Description, URL string
 }
 
 // WeComReceipt is what WeCom said when it accepted a message. Rejected

@@ -19,10 +19,18 @@ func media(format string) bool {
 	return format == "image" || format == "file" || format == "video"
 }
 
+// card reports whether format is a textcard or news message.
+func card(format string) bool { return format == "textcard" || format == "news" }
+
 // appContent is the msgtype object of an application message.
-func appContent(m provider.WeCom) map[string]string {
-	if media(m.Format) {
+func appContent(m provider.WeCom) any {
+	switch {
+	case media(m.Format):
 		return map[string]string{"media_id": m.MediaID}
+	case m.Format == "textcard":
+		return map[string]string{"title": m.Title, "description": m.Description, "url": m.URL}
+	case m.Format == "news":
+		return map[string]any{"articles": []map[string]string{{"title": m.Title, "description": m.Description, "url": m.URL}}}
 	}
 	return map[string]string{"content": m.Content}
 }

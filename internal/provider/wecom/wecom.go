@@ -213,7 +213,7 @@ func (c *Client) fetchToken(ctx context.Context, corpID, secret string) (string,
 
 // SendWeCom implements provider.WeComSender.
 func (c *Client) SendWeCom(ctx context.Context, m provider.WeCom) (provider.WeComReceipt, error) {
-	if media(m.Format) && m.Robot == "" {
+	if (media(m.Format) || card(m.Format)) && m.Robot == "" {
 		return c.sendApp(ctx, m)
 	}
 	if m.Format != "text" && m.Format != "markdown" {

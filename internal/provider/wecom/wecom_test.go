@@ -248,3 +248,15 @@ func TestParseAccountsAndPickOne(t *testing.T) {
 	require.Error(t, err)
 	require.True(t, wecom.CredentialsRefused(40001) && wecom.CredentialsRefused(60020) && !wecom.CredentialsRefused(45009))
 }
+
+func TestTextCardAndNewsAreSent(t *testing.T) {
+	srv, c, _ := setup(t)
+	for _, format := range []string{"textcard", "news"} {
+		_, err := c.SendWeCom(context.Background(), provider.WeCom{ToUsers: []string{"card-" + format}, Format: format,
+			Title: "Release 1.2", Description: "Rolled out", URL: "https://ci.example.com/r/12"})
+		require.NoError(t, err, format)
+		require.Equal(t, []wecomtest.Received{{MsgType: format, Content: "Release 1.2\nRolled out\nhttps://ci.example.com/r/12"}}, srv.ReceivedBy("card-"+format))
+	}
+	_, err := c.SendWeCom(context.Background(), provider.WeCom{Robot: "ops", Format: "textcard", Title: "t", Description: "d", URL: "https://x"})
+	require.ErrorIs(t, err, provider.ErrPermanent, "robots take text and markdown")
+}

@@ -161,6 +161,18 @@ type sendBody struct {
 	Markdown *struct {
 		Content string `json:"content"`
 	} `json:"markdown"`
+	TextCard *struct {
+		Title       string `json:"title"`
+		Description string `json:"description"`
+		URL         string `json:"url"`
+	} `json:"textcard"`
+	News *struct {
+		Articles []struct {
+			Title       string `json:"title"`
+			Description string `json:"description"`
+			URL         string `json:"url"`
+		} `json:"articles"`
+	} `json:"news"`
 	Image                  *mediaRef `json:"image"`
 	File                   *mediaRef `json:"file"`
 	Video                  *mediaRef `json:"video"`
@@ -183,6 +195,18 @@ func (b *sendBody) content() (string, []string, int, string) {
 			return "", nil, 40058, "markdown missing"
 		}
 		c = b.Markdown.Content
+	case "textcard":
+		if b.TextCard == nil || b.TextCard.Title == "" || b.TextCard.Description == "" || b.TextCard.URL == "" {
+			return "", nil, 40058, "textcard title, description and url required"
+		}
+		// Received.Content is title, description and url, a line each.
+		return b.TextCard.Title + "\n" + b.TextCard.Description + "\n" + b.TextCard.URL, nil, 0, ""
+	case "news":
+		if b.News == nil || len(b.News.Articles) < 1 || len(b.News.Articles) > 8 || b.News.Articles[0].Title == "" || b.News.Articles[0].URL == "" {
+			return "", nil, 40058, "news needs 1 to 8 articles with title and url"
+		}
+		a := b.News.Articles[0]
+		return a.Title + "\n" + a.Description + "\n" + a.URL, nil, 0, ""
 	case "image", "file", "video":
 		ref := map[string]*mediaRef{"image": b.Image, "file": b.File, "video": b.Video}[b.MsgType]
 		if ref == nil || ref.MediaID == "" {

@@ -236,7 +236,10 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 		return err
 	}
 
+	// consuming: every channel's consumer has subscribed (its pool
+	// reported its size, which it does once subscribed), and ctx is live.
 	var consuming atomic.Bool
+	var subscribed atomic.Int32
 	if cfg.MetricsAddr != "" {
 		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.MetricsAddr)
 		if err != nil {
@@ -256,7 +259,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 			pctx, cancel := context.WithTimeout(r.Context(), time.Second)
 			defer cancel()
 			_, connected := session.Current()
-			if !consuming.Load() || !connected || redisClient.Ping(pctx).Err() != nil {
+			if !consuming.Load() || int(subscribed.Load()) < len(cfg.Channels) || !connected || redisClient.Ping(pctx).Err() != nil {
 				w.WriteHeader(http.StatusServiceUnavailable)
 				_, _ = w.Write([]byte(`{"code":503,"msg":"not ready","data":{"status":"not ready"}}`))
 				return
@@ -294,7 +297,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 		}
 		c, err := broker.NewConsumer(broker.ConsumerConfig{
 			Session: session, Queues: d.LevelQueues(ct, cfg.PriorityWeights, w.Max), OnPanic: d.OnPanic(ch),
-			Concurrency: w.Min, MaxConcurrency: w.Max, OnWorkers: metrics.WorkersOf(ch), Prefetch: cfg.Prefetch, Grace: cfg.ShutdownTimeout,
+			Concurrency: w.Min, MaxConcurrency: w.Max, OnWorkers: onWorkers(metrics.WorkersOf(ch), &subscribed), Prefetch: cfg.Prefetch, Grace: cfg.ShutdownTimeout,
 			Tag: "msgpulse-consumer-" + cfg.ConsumerID, Logger: log.Named(ch),
 		})
 		if err != nil {
@@ -320,6 +323,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	log.Info("consumer started", zap.Strings("channels", cfg.Channels), zap.String("id", cfg.ConsumerID),
 		zap.Bool("relay", cfg.Relay && model.Delay.RelayQueue != ""), zap.Int("concurrency", cfg.Concurrency))
 	consuming.Store(true)
+	defer consuming.Store(false)
 	if o.ready != nil {
 		o.ready()
 	}
@@ -334,4 +338,14 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	}
 	log.Info("consumer stopped")
 	return errors.Join(all...)
+}
+
+// onWorkers sets the workers gauge and counts, once, the channel as
+// subscribed: the broker consumer reports its pool size once it consumes.
+func onWorkers(set func(int), subscribed *atomic.Int32) func(int) {
+	var once sync.Once
+	return func(n int) {
+		once.Do(func() { subscribed.Add(1) })
+		set(n)
+	}
 }

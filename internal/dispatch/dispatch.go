@@ -160,6 +160,8 @@ type Dispatcher struct {
 	log   *zap.Logger
 	now   func() time.Time
 	merge *merger // nil = WeCom sends are not merged
+	// uploads: one WeCom media upload per file at a time in this process.
+	uploads flight
 }
 
 // New validates cfg and returns a Dispatcher.

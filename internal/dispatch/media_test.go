@@ -86,3 +86,24 @@ func TestWeComImageIsUploadedOnceAndSentByMediaID(t *testing.T) {
 	require.Equal(t, 2, srv.Uploads())
 	require.Empty(t, srv.ReceivedBy("eve"))
 }
+
+// The same image to 50 users at once, as single messages: one upload, and
+// the sends merged as text ones are.
+func TestConcurrentImagesUploadOnceAndMerge(t *testing.T) {
+	s, srv := setupWeCom(t, dispatchtest.Options{MergeWindow: 100 * time.Millisecond})
+	files, _ := fileServer(t)
+	var ids []string
+	for _, u := range users("img", 50) {
+		ids = append(ids, s.WeCom("", []string{u}, func(m *envelope.Message) {
+			m.Template, m.Variables, m.Level = "", nil, "normal"
+			m.Media = &envelope.Media{Type: "image", URL: files.URL + "/logo.png"}
+		})...)
+	}
+	s.StartConsumer("c1", 64)
+	for _, id := range ids {
+		waitStatus(t, s, id, status.Sent)
+	}
+	require.Equal(t, 1, srv.Uploads())
+	t.Logf("50 image messages: %d upload, %d message/send calls", srv.Uploads(), srv.SendCalls())
+	require.LessOrEqual(t, srv.SendCalls(), 2)
+}

@@ -79,6 +79,12 @@ func (d *Dispatcher) accountRules(ctx context.Context, m provider.WeCom) ([]rate
 	d.cfg.Adaptive.Gauge().WithLabelValues(account).Set(rate)
 	d.cfg.Metrics.AccountRate.WithLabelValues(name).Set(r)
 	d.cfg.Metrics.AccountHealth.WithLabelValues(name).Set(health)
+	if d.cfg.Accounts != nil && d.noteRateDue(name) {
+		// For /api/queues/stats; at most once a second per account.
+		if err := d.cfg.Accounts.NoteRate(ctx, name, r); err != nil {
+			d.log.Debug("could not note the account's rate", zap.String("account", name), zap.Error(err))
+		}
+	}
 	return append(rules, ratelimit.RateRule("send rate of WeCom account "+name+" (adaptive × health)", "adaptive:"+account, r)), nil
 }
 
@@ -130,4 +136,16 @@ func (d *Dispatcher) waitForAccount(ctx context.Context, j *job, log *zap.Logger
 	d.recordJob(ctx, j, status.Update{Status: status.Retrying, ErrorClass: ptr(ClassAccountDown), LastError: ptr(err.Error())})
 	log.Info("WeCom account down; the message waits", zap.Duration("in", wait))
 	return broker.Ack
+}
+
+// noteRateDue reports whether account's rate was last noted a second ago
+// or more, and if so counts now as the last time.
+func (d *Dispatcher) noteRateDue(account string) bool {
+	now := d.now()
+	last, loaded := d.rateNoted.Load(account)
+	if loaded && now.Sub(last.(time.Time)) < time.Second {
+		return false
+	}
+	d.rateNoted.Store(account, now)
+	return true
 }

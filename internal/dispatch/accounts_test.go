@@ -1,6 +1,7 @@
 package dispatch_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -73,6 +74,11 @@ func TestEachTenantSendsFromItsOwnAccount(t *testing.T) {
 	require.Equal(t, 0, srv.TokenFetchesOf(wecomtest.CorpID, wecomtest.AgentID), "the default account sent nothing")
 	require.Equal(t, 1.0, testutil.ToFloat64(s.Metrics.AccountHealth.WithLabelValues("team-a")))
 	require.Positive(t, testutil.ToFloat64(s.Metrics.AccountRate.WithLabelValues("team-b")))
+	st, err := s.Accounts().Get(context.Background(), "team-a")
+	require.NoError(t, err)
+	require.Equal(t, "up", st.Status)
+	require.Equal(t, int64(20), st.Sends, "every send counted in the account's health")
+	require.NotNil(t, st.RatePerSecond, "the rate the consumers hold it to, for the stats")
 }
 
 func TestRefusedAccountWaitsAndExpiresWithoutSlowingTheOther(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -162,6 +163,9 @@ type Dispatcher struct {
 	merge *merger // nil = WeCom sends are not merged
 	// uploads: one WeCom media upload per file at a time in this process.
 	uploads flight
+	// rateNoted: when each WeCom account's rate was last written for the
+	// stats (account → time.Time).
+	rateNoted sync.Map
 }
 
 // New validates cfg and returns a Dispatcher.

@@ -441,3 +441,10 @@ func (s *Stack) WeCom(title string, users []string, mod func(*envelope.Message))
 	s.publish(m)
 	return ids
 }
+
+// Accounts reads the WeCom accounts' shared state, as the API does.
+func (s *Stack) Accounts() *accountstate.Store {
+	st, err := accountstate.New(s.Redis.Client, accountstate.Config{Prefix: s.Redis.Prefix})
+	require.NoError(s.T, err)
+	return st
+}

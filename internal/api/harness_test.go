@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/msgpulse/msgpulse/internal/accountstate"
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/callbackkey"
@@ -26,6 +27,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/delay"
 	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/seal"
@@ -79,6 +81,8 @@ type options struct {
 	publisher func(Publisher) Publisher
 	// admitFill turns admission on, every channel at this fill (0 = off)
 	admitFill float64
+	// wecomAccounts are WECOM_ACCOUNTS (without secrets)
+	wecomAccounts []wecom.Account
 }
 
 func defaultLimits() config.Limits {
@@ -161,6 +165,8 @@ func setup(t *testing.T, o options) *harness {
 	require.NoError(t, err)
 	tpl, err := template.Load("", "en")
 	require.NoError(t, err)
+	accounts, err := accountstate.New(h.redis.Client, accountstate.Config{Prefix: h.redis.Prefix})
+	require.NoError(t, err)
 	core, logs := observer.New(zapcore.DebugLevel)
 	h.logs = logs
 	var fills map[string]float64
@@ -190,10 +196,11 @@ func setup(t *testing.T, o options) *harness {
 		Ages: func(ctx context.Context) (map[string]time.Time, error) {
 			return h.broker.Mgmt.HeadTimestamps(ctx, h.broker.VHost)
 		},
-		Ready: func(context.Context) map[string]string { return map[string]string{"amqp": "ok", "redis": "ok"} },
-		Gauge: h.gauge,
+		Ready:    func(context.Context) map[string]string { return map[string]string{"amqp": "ok", "redis": "ok"} },
+		Gauge:    h.gauge,
+		Accounts: accounts,
 	}, Options{APIKeys: o.keys, Egress: o.egress, CallbackKeys: *o.callbackKeys, AuthFailuresPerMinute: o.authFailures, BodyLimit: 4096, Limits: o.limits, PublishTimeout: 3 * time.Second,
-		BatchMaxBytes: o.batchMaxBytes, Robots: o.robots, AdmitFill: fills})
+		BatchMaxBytes: o.batchMaxBytes, Robots: o.robots, AdmitFill: fills, WeComAccounts: o.wecomAccounts})
 	require.NoError(t, err)
 	t.Cleanup(h.srv.Wait) // background rollbacks end before Redis closes
 	h.http = httptest.NewServer(h.srv.Handler())

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 
+	"github.com/msgpulse/msgpulse/internal/accountstate"
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/claim"
@@ -154,13 +155,19 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		}
 		return broker.Inspect(conn, names)
 	}
+	// Only read here (the stats): the API never marks an account down.
+	accounts, err := accountstate.New(redisClient, accountstate.Config{Prefix: cfg.RedisPrefix})
+	if err != nil {
+		return err
+	}
 	srv, err := New(Deps{
 		Log: log, Model: model, Publisher: pub, Delayed: delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix),
 		RateLimits: rateLimits, Codes: codes, Keys: keys, Status: statuses, Redis: redisClient, Templates: tpl, Registry: reg, Claims: claims,
-		DLQ:     CachedDLQStats(session, model, statuses, 5*time.Second),
-		Inspect: inspect,
-		Ages:    queueAges(mc, vhost),
-		Gauge:   gauge,
+		DLQ:      CachedDLQStats(session, model, statuses, 5*time.Second),
+		Inspect:  inspect,
+		Ages:     queueAges(mc, vhost),
+		Gauge:    gauge,
+		Accounts: accounts,
 		Ready: func(ctx context.Context) map[string]string {
 			out := map[string]string{"amqp": "ok", "redis": "ok"}
 			if _, ok := session.Current(); !ok {
@@ -176,7 +183,8 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	}, Options{APIKeys: cfg.APIKeys, AuthDisabled: cfg.AuthDisabled, TrustedProxies: cfg.TrustedProxies, BodyLimit: cfg.BodyLimit,
 		Limits: cfg.Limits, CallbackHTTP: cfg.CallbackHTTP, Egress: egress.Policy{AllowPrivate: cfg.CallbackPrivate}, CallbackKeys: cfg.CallbackKeys, AuthFailuresPerMinute: cfg.AuthFailuresPerMinute, PublishTimeout: cfg.PublishTimeout, MessageMaxAge: cfg.MessageMaxAge,
 		BatchMaxBytes: cfg.BatchMaxBytes, Robots: cfg.WeComRobots,
-		IdempotencyTTL: cfg.IdempotencyTTL, AdmitFill: cfg.AdmitFill})
+		IdempotencyTTL: cfg.IdempotencyTTL, AdmitFill: cfg.AdmitFill,
+		WeComAccounts: cfg.WeComAccounts})
 	if err != nil {
 		return err
 	}

@@ -19,12 +19,14 @@ import (
 	"go.uber.org/zap"
 
 	apidoc "github.com/msgpulse/msgpulse/api"
+	"github.com/msgpulse/msgpulse/internal/accountstate"
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/callbackkey"
 	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/egress"
+	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
@@ -81,6 +83,9 @@ type Deps struct {
 	// Ready reports each dependency's health ("ok" or the error text).
 	Ready    func(ctx context.Context) map[string]string
 	Registry *prometheus.Registry
+	// Accounts is the WeCom accounts' shared state, shown in
+	// /api/queues/stats; nil = not shown.
+	Accounts *accountstate.Store
 }
 
 // Options are the API's behaviour settings.
@@ -116,6 +121,9 @@ type Options struct {
 	// IdempotencyTTL is how long an Idempotency-Key's answer is kept; 0
 	// means 24 h.
 	IdempotencyTTL time.Duration
+	// WeComAccounts are WECOM_ACCOUNTS without their secrets: who may send
+	// from which account.
+	WeComAccounts []wecom.Account
 }
 
 // Server is the HTTP API.

@@ -9,6 +9,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/callbackkey"
 	"github.com/msgpulse/msgpulse/internal/envconf"
+	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/topology"
@@ -80,6 +81,9 @@ type API struct {
 	// WeComRobots are the robots tenants may post to: name → its tenants
 	// (none = every tenant). The API needs no webhook key.
 	WeComRobots map[string][]string
+	// WeComAccounts are WECOM_ACCOUNTS without secrets: who may send from
+	// which WeCom account.
+	WeComAccounts []wecom.Account
 }
 
 // DefaultAdmitFill is {CH}_QUEUE_ADMIT_FILL's default: refuse at 80% of
@@ -178,5 +182,6 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	c.Templates = loadTemplates(l)
 	c.Delay = loadDelay(l)
 	c.WeComRobots = loadAPIRobots(l)
+	c.WeComAccounts = loadAPIWeComAccounts(l)
 	return c, l
 }

@@ -56,8 +56,13 @@ type Consumer struct {
 	SMTP             mail.Config
 	SMS              sms.Config
 	WeCom            wecom.Config
+	WeComAccounts    WeComAccounts
 	Templates        Templates
 	Delay            Delay
+
+	// Workers are each channel's pool bounds ({CH}_MIN_WORKERS,
+	// {CH}_MAX_WORKERS), by channel.
+	Workers map[string]WorkerBounds
 }
 
 // LoadConsumer reads cmd/consumer's settings; check l.Err().
@@ -82,6 +87,7 @@ func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader
 		seen[ch] = true
 	}
 	c.Concurrency = l.Int("CONCURRENCY", 8, 1, 10_000, "messages processed at once, per channel")
+	c.Workers = loadWorkers(l, c.Concurrency)
 	c.Prefetch = l.Int("PREFETCH", 0, 0, 65_535, "unacked deliveries held per channel (0 = 2×CONCURRENCY)")
 	c.PriorityWeights = loadWeights(l)
 	c.ShutdownTimeout = l.Duration("SHUTDOWN_TIMEOUT", 30*time.Second, time.Second, time.Hour, "on SIGTERM, how long in-flight sends may finish before the process exits (their messages are then redelivered)")
@@ -110,6 +116,7 @@ func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader
 	c.SMTP = loadSMTP(l)
 	c.SMS = loadSMS(l)
 	c.WeCom = loadWeCom(l, c.Channels)
+	c.WeComAccounts = loadWeComAccounts(l)
 	c.Templates = loadTemplates(l)
 	c.Delay = loadDelay(l)
 	return c, l

@@ -6,19 +6,23 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/msgpulse/msgpulse/internal/accountstate"
 	"github.com/msgpulse/msgpulse/internal/breaker"
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/delay"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/logging"
+	"github.com/msgpulse/msgpulse/internal/media"
 	"github.com/msgpulse/msgpulse/internal/provider"
+	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/seal"
@@ -94,6 +98,20 @@ type Config struct {
 	Metrics         *Metrics
 	DelayMetrics    *delay.Metrics
 	Logger          *zap.Logger
+
+	// Accounts is the WeCom accounts' shared state (down marks, health);
+	// nil = accounts are never marked down and their health is 1.
+	Accounts *accountstate.Store
+	// WeComLimits are each account's limits per second, minute, hour and
+	// day (WECOM_ACCOUNT_LIMITS), by account name.
+	WeComLimits map[string]wecom.Limits
+	// MergeWindow: single WeCom application messages (not high) with the
+	// same account, type and content arriving within it of each other go
+	// out as one call (WECOM_MERGE_WINDOW); 0 = off.
+	MergeWindow time.Duration
+	// Media fetches the files of WeCom media messages and caches their
+	// media ids; nil = media messages fail permanently.
+	Media *media.Store
 }
 
 // Validate fills defaults and checks the wiring.
@@ -140,9 +158,15 @@ func (c *Config) Validate() error {
 
 // Dispatcher processes deliveries.
 type Dispatcher struct {
-	cfg Config
-	log *zap.Logger
-	now func() time.Time
+	cfg   Config
+	log   *zap.Logger
+	now   func() time.Time
+	merge *merger // nil = WeCom sends are not merged
+	// uploads: one WeCom media upload per file at a time in this process.
+	uploads flight
+	// rateNoted: when each WeCom account's rate was last written for the
+	// stats (account → time.Time).
+	rateNoted sync.Map
 }
 
 // New validates cfg and returns a Dispatcher.
@@ -150,7 +174,11 @@ func New(cfg Config) (*Dispatcher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Dispatcher{cfg: cfg, log: cfg.Logger, now: time.Now}, nil
+	d := &Dispatcher{cfg: cfg, log: cfg.Logger, now: time.Now}
+	if cfg.MergeWindow > 0 {
+		d.merge = newMerger(d, cfg.MergeWindow)
+	}
+	return d, nil
 }
 
 // job is one delivery on its way through the pipeline.
@@ -166,6 +194,9 @@ type job struct {
 	// rejected: recipients of a WeCom message that WeCom refused for good
 	// (invaliduser, unlicenseduser), by userid, with the reason.
 	rejected map[string]string
+	// groupRules: the provider limits of a message that waits to be merged,
+	// taken once for its merged send.
+	groupRules []ratelimit.Rule
 }
 
 // taskIDs are the status records a job's outcome is written to: the
@@ -274,6 +305,9 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 		rules = d.cfg.RateLimits.Rules(j.provider)
 	}
 	if j.channel == topology.WeCom && d.cfg.WeCom != nil {
+		if err := d.accountUp(ctx, msg); err != nil {
+			return err
+		}
 		more, err := d.wecomRules(ctx, msg)
 		if err != nil {
 			return fmt.Errorf("%w: adaptive rate: %w", errRedis, err)
@@ -282,6 +316,11 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 	}
 	if j.level != topology.High {
 		rules = reserveForHigh(rules) // every provider limit keeps its last tokens for high
+	}
+	if d.mergeable(j) {
+		// A merged send is one call: its limits are taken once, for the
+		// group, when it goes out.
+		j.groupRules, rules = rules, nil
 	}
 	// The sending mark rides with the claim only for a message of one task:
 	// a batch's id has no status record of its own.
@@ -564,6 +603,9 @@ func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Actio
 			LastError: ptr("not sent: its deadline " + j.msg.Deadline.UTC().Format(time.RFC3339) + " had passed")})
 		log.Warn("past its deadline; dead-lettering without sending")
 		return broker.Reject
+
+	case errors.Is(err, ErrAccountDown):
+		return d.waitForAccount(ctx, j, log, err)
 
 	case errors.Is(err, ErrTemplate), errors.Is(err, provider.ErrPermanent):
 		return d.deadLetter(ctx, j, log, ReasonPermanent, classOf(err), err)

@@ -2,7 +2,8 @@
 // whole fleet shares through Redis: whether an account is down because
 // WeCom refused its credentials, the outcomes of its recent sends (its
 // health, seed 004's success rate), and the send rate the consumers last
-// held it to. Consumers write it; the API reads it for /api/queues/stats.
+// held it to. Consumers write it; the API reads it for /api/queues/stats
+// and its console.
 //
 // It must never send, never touch AMQP, and never hold a secret: an account
 // is known here by its name only.

@@ -2,7 +2,8 @@
 // whole fleet shares through Redis: whether an account is down because
 // WeCom refused its credentials, the outcomes of its recent sends (its
 // health, seed 004's success rate), and the send rate the consumers last
-// held it to. Consumers write it; the API reads it for /api/queues/stats.
+// held it to. Consumers write it; the API reads it for /api/queues/stats
+// and its console.
 //
 // It must never send, never touch AMQP, and never hold a secret: an account
 // is known here by its name only.
@@ -210,9 +211,12 @@ type State struct {
 	Account string `json:"account"`
 	// Status is "up" or "down" (WeCom refused its credentials; its
 	// messages wait until their deadline).
-	Status     string  `json:"status"`
-	DownReason string  `json:"downReason,omitempty"`
-	Health     float64 `json:"health"`
+	Status     string `json:"status"`
+	DownReason string `json:"downReason,omitempty"`
+	// DownUntil is when the down mark lapses and one message probes the
+	// account again (absent when up).
+	DownUntil *time.Time `json:"downUntil,omitempty"`
+	Health    float64    `json:"health"`
 	// Sends and Succeeded count the health window's sends.
 	Sends     int64 `json:"sends"`
 	Succeeded int64 `json:"succeeded"`
@@ -229,6 +233,12 @@ func (s *Store) Get(ctx context.Context, account string) (State, error) {
 	switch {
 	case err == nil:
 		st.Status, st.DownReason = "down", why
+		// A read only: PTTL never touches the mark. A mark that lapsed
+		// between the two reads (-2) or has no expiry (-1) gets no time.
+		if ttl, err := s.rdb.PTTL(ctx, s.key(account, "down")).Result(); err == nil && ttl > 0 {
+			until := s.now().Add(ttl).UTC().Truncate(time.Millisecond)
+			st.DownUntil = &until
+		}
 	case !errors.Is(err, redis.Nil):
 		return st, fmt.Errorf("accountstate: %s: %w", account, err)
 	}

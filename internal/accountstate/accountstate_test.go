@@ -39,6 +39,8 @@ func TestHealthAndDownMarks(t *testing.T) {
 	st, err = s.Get(ctx, "b")
 	require.NoError(t, err)
 	require.Equal(t, "down", st.Status)
+	require.NotNil(t, st.DownUntil)
+	require.WithinDuration(t, time.Now().Add(300*time.Millisecond), *st.DownUntil, 250*time.Millisecond)
 	testenv.WaitFor(t, 5*time.Second, "the down mark to lapse (one probe may go)", func() bool {
 		why, err := s.Down(ctx, "b")
 		require.NoError(t, err)

@@ -96,6 +96,33 @@ func TestQueueStatsShowWeComAccounts(t *testing.T) {
 	require.Contains(t, b.DownReason, "40001")
 }
 
+// The console reads the accounts through WeComAccountStates: the rows of
+// /api/queues/stats, or none when no WeCom account is configured.
+func TestWeComAccountStatesForTheConsole(t *testing.T) {
+	ctx := context.Background()
+	t.Run("listed", func(t *testing.T) {
+		h := setup(t, accountsFromEnv(t))
+		require.NoError(t, h.srv.d.Accounts.MarkDown(ctx, "team-b", "wecom 40001: invalid credential"))
+		states, err := h.srv.WeComAccountStates(ctx)
+		require.NoError(t, err)
+		require.Len(t, states, 4) // default, team-a, team-b, shared: as the stats
+		require.Equal(t, "team-b", states[2].Account)
+		require.Equal(t, "down", states[2].Status)
+		require.NotNil(t, states[2].DownUntil)
+	})
+	t.Run("none", func(t *testing.T) {
+		h := setup(t, options{keys: tenantKeys(t)})
+		states, err := h.srv.WeComAccountStates(ctx)
+		require.NoError(t, err)
+		require.Nil(t, states, "no WECOM_ACCOUNTS and an unused default: nothing configured")
+		require.NoError(t, h.srv.d.Accounts.Record(ctx, "default", true))
+		states, err = h.srv.WeComAccountStates(ctx)
+		require.NoError(t, err)
+		require.Len(t, states, 1, "the default account sends: it is configured")
+		require.Equal(t, "default", states[0].Account)
+	})
+}
+
 func TestWeComMediaMessage(t *testing.T) {
 	o := accountsFromEnv(t)
 	o.egress = egress.Policy{Lookup: func(_ context.Context, host string) ([]netip.Addr, error) {

@@ -196,6 +196,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		// it is mounted without Guard and checks keys (and the admin scope,
 		// console.Allowed) itself.
 		Rates:        queueRates(mc, vhost),
+		Accounts:     srv.WeComAccountStates, // the reader behind /api/queues/stats' wecomAccounts
 		Authenticate: srv.KeyOf,
 		Lookup:       srv.KeyNamed,
 	})

@@ -539,6 +539,8 @@ func TestClientTypesMatchSchemas(t *testing.T) {
 		{"RateLimit", client.RateLimit{}, false},
 		{"QueueStats", client.QueueStats{}, false},
 		{"QueueStat", client.QueueStat{}, false},
+		{"WeComAccountState", client.WeComAccountState{}, false},
+		{"WeComMedia", client.WeComMedia{}, true},
 		{"DLQStats", client.DLQStats{}, false},
 		{"DLQQueueStat", client.DLQQueueStat{}, false},
 	} {

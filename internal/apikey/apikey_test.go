@@ -19,19 +19,19 @@ func TestParse(t *testing.T) {
 		key        string // plaintext that must authenticate
 		wantErr    string
 	}{
-		{entry: "k-0123456789", name: "key-1", tenant: "default", scopes: Default, key: "k-0123456789"},
-		{entry: "backend:k-0123456789", name: "backend", tenant: "default", scopes: Default, key: "k-0123456789"},
+		{entry: "k-0123456789", name: "key-1", tenant: "key-1", scopes: Default, key: "k-0123456789"},
+		{entry: "backend:k-0123456789", name: "backend", tenant: "backend", scopes: Default, key: "k-0123456789"},
 		{entry: "shop/backend:k-0123456789", name: "shop/backend", tenant: "shop", scopes: Default, key: "k-0123456789"},
 		{entry: "shop/backend:k-0123456789:send+read", name: "shop/backend", tenant: "shop", scopes: Scopes(Send | Read), key: "k-0123456789"},
-		{entry: "ops:k-0123456789:admin", name: "ops", tenant: "default", scopes: Scopes(Admin), key: "k-0123456789"},
+		{entry: "ops:k-0123456789:admin", name: "ops", tenant: "ops", scopes: Scopes(Admin), key: "k-0123456789"},
 		{entry: "a/b/c:k-0123456789:read+send", name: "a/b/c", tenant: "a", scopes: Scopes(Send | Read), key: "k-0123456789"},
-		{entry: "colon:k-01:23456789", name: "colon", tenant: "default", scopes: Default, key: "k-01:23456789"},
-		{entry: "dig:sha256=" + hexOf, name: "dig", tenant: "default", scopes: Default, fromDigest: true, key: "test"},
+		{entry: "colon:k-01:23456789", name: "colon", tenant: "colon", scopes: Default, key: "k-01:23456789"},
+		{entry: "dig:sha256=" + hexOf, name: "dig", tenant: "dig", scopes: Default, fromDigest: true, key: "test"},
 		{entry: "t/dig:sha256=" + strings.ToUpper(hexOf) + ":read", name: "t/dig", tenant: "t", scopes: Scopes(Read), fromDigest: true, key: "test"},
 		// Any case of sha256= is a digest: the key is what it digests, never
 		// the string "SHA256=<hex>" itself (see TestDigestPrefixInAnyCase).
-		{entry: "up:SHA256=" + hexOf, name: "up", tenant: "default", scopes: Default, fromDigest: true, key: "test"},
-		{entry: "mixed:Sha256=" + hexOf + ":admin", name: "mixed", tenant: "default", scopes: Scopes(Admin), fromDigest: true, key: "test"},
+		{entry: "up:SHA256=" + hexOf, name: "up", tenant: "up", scopes: Default, fromDigest: true, key: "test"},
+		{entry: "mixed:Sha256=" + hexOf + ":admin", name: "mixed", tenant: "mixed", scopes: Scopes(Admin), fromDigest: true, key: "test"},
 		{entry: "bad:SHA256=" + hexOf[:62], wantErr: "sha256= needs 64 hex digits"},
 		{entry: "bad:Sha256=not-hex-0123456789", wantErr: "sha256= needs 64 hex digits"},
 		{entry: "short:abc", wantErr: "key 1 (short): key is shorter than 8"},

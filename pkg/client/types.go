@@ -106,6 +106,19 @@ type SendRequest struct {
 	// TTLSeconds is the message's deadline after it is due; nil = the
 	// server's MESSAGE_MAX_AGE (24 h). Past it the message ends expired.
 	TTLSeconds *float64 `json:"ttlSeconds,omitempty"`
+	// Account (WECOM only) is the WeCom application to send from
+	// (WECOM_ACCOUNTS); empty = the first listing the caller's tenant.
+	Account string `json:"account,omitempty"`
+	// Media (WECOM only) is a file sent instead of a template.
+	Media *WeComMedia `json:"media,omitempty"`
+}
+
+// WeComMedia is an image, file or video a WeCom application message
+// carries instead of a template; the consumer fetches URL and uploads it.
+type WeComMedia struct {
+	Type     string `json:"type"` // image, file or video
+	URL      string `json:"url"`
+	Filename string `json:"filename,omitempty"`
 }
 
 // BatchRequest is one message to 1 to 1000 recipients (SendBatch).
@@ -123,6 +136,9 @@ type BatchRequest struct {
 	SendAt       *time.Time `json:"sendAt,omitempty"`
 	Mentions     []string   `json:"mentions,omitempty"`
 	TTLSeconds   *float64   `json:"ttlSeconds,omitempty"`
+	// Account and Media: as in SendRequest.
+	Account string      `json:"account,omitempty"`
+	Media   *WeComMedia `json:"media,omitempty"`
 }
 
 // MarshalJSON sends Level, when set, as the priority field.
@@ -245,6 +261,22 @@ type RateLimit struct {
 // QueueStats lists every queue of msgpulse's topology.
 type QueueStats struct {
 	Queues []QueueStat `json:"queues"`
+	// WeComAccounts is every WeCom application account and its state.
+	WeComAccounts []WeComAccountState `json:"wecomAccounts,omitempty"`
+}
+
+// WeComAccountState is one WeCom account's health and whether WeCom
+// refuses its credentials (down).
+type WeComAccountState struct {
+	Account       string     `json:"account"`
+	Status        string     `json:"status"` // up or down
+	DownReason    string     `json:"downReason,omitempty"`
+	DownUntil     *time.Time `json:"downUntil,omitempty"`
+	Health        float64    `json:"health"`
+	Sends         int64      `json:"sends"`
+	Succeeded     int64      `json:"succeeded"`
+	RatePerSecond *float64   `json:"ratePerSecond,omitempty"`
+	Tenants       []string   `json:"tenants,omitempty"`
 }
 
 // QueueStat is one queue's depth and fill level.

@@ -44,7 +44,7 @@ func TestCounterAdmitsLimitThenDenies(t *testing.T) {
 		require.NoError(t, err, "take %d", i)
 		require.Empty(t, res.Keys, "no log for counted windows")
 		require.Len(t, res.Counters, 2)
-		require.Len(t, res.Marks, 1)
+		require.NotEmpty(t, res.Marks, "a mark per slot that counted")
 	}
 	le := e.deny(t, req)
 	require.Equal(t, "per API key", le.Rule)

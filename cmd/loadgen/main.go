@@ -440,6 +440,7 @@ func report(args []string, stdout, stderr io.Writer) int {
 	gobench := fs.String("gobench", "", "go test -bench output to include (medians per benchmark)")
 	out := fs.String("out", "BENCHMARKS.md", "file to write; - for stdout")
 	wall := fs.String("wall", "", "wall time of the whole run, to print")
+	peer := fs.String("peer", "", "JSON written by bench/asynq (-json): asynq's no-op worker from the same run, printed next to the consumer")
 	var cmds envFlags
 	fs.Func("command", "a command that produced the numbers, to list (repeatable)", func(s string) error { cmds = append(cmds, s); return nil })
 	if err := fs.Parse(args); err != nil {
@@ -461,6 +462,12 @@ func report(args []string, stdout, stderr io.Writer) int {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		_, _ = fmt.Fprintf(stderr, "loadgen report: %s: %v\n", *in, err)
 		return 1
+	}
+	if *peer != "" {
+		if rep.Peer, err = loadgen.ReadPeer(*peer); err != nil {
+			_, _ = fmt.Fprintln(stderr, "loadgen report:", err)
+			return 1
+		}
 	}
 	rep.Targets = loadgen.Evaluate(rep)
 	mi := loadgen.MarkdownInput{Report: rep, Commands: cmds, WallTime: *wall}

@@ -312,6 +312,9 @@ func WriteMarkdown(w io.Writer, in MarkdownInput) {
 			p("| provider taking %.0f ms per send (consumer binary, webhook SMS provider) | %.0f | CONCURRENCY=%d PREFETCH=%d |", c.ProviderLatencyMs, m.Slow, c.ProviderConcurrency, c.ProviderPrefetch)
 		}
 		p("| SMTP sink on loopback (consumer binary) | %.0f | CONCURRENCY=%d SMTP_POOL_SIZE=%d |", m.SMTP, c.Concurrency, c.Concurrency)
+		if pr := r.Peer; pr != nil {
+			p("| peer: %s %s no-op worker (bench/asynq, its own module; %d tasks prefilled per round, rounds %s) | %.0f | concurrency %d |", pr.Tool, pr.Version, pr.Tasks, rates(pr.Rounds), pr.Median, pr.Concurrency)
+		}
 		if m.WeCom > 0 {
 			p("| WeCom server answering in %s (consumer binary, %d messages; the adaptive rate holds an application to 20-50/s) | %.0f | CONCURRENCY=%d PREFETCH=%d |", WeComLatency, WeComMessages, m.WeCom, c.ProviderConcurrency, c.ProviderPrefetch)
 		}

@@ -146,6 +146,9 @@ type Dispatcher struct {
 	// tick, instead of a goroutine per message (issue 22).
 	renew *claim.Renewer
 	hot   hotMetrics
+	// burst sends the claims, and the sent marks, of deliveries arriving
+	// together as one script (burst.go).
+	burst *burst
 }
 
 // New validates cfg and returns a Dispatcher.
@@ -153,7 +156,7 @@ func New(cfg Config) (*Dispatcher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Dispatcher{cfg: cfg, log: cfg.Logger, now: time.Now, renew: cfg.Claims.NewRenewer(), hot: newHotMetrics(cfg.Metrics)}, nil
+	return &Dispatcher{cfg: cfg, log: cfg.Logger, now: time.Now, renew: cfg.Claims.NewRenewer(), hot: newHotMetrics(cfg.Metrics), burst: newBurst(cfg.Redis)}, nil
 }
 
 // job is one delivery on its way through the pipeline.
@@ -332,7 +335,7 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 // our own lease.
 func (d *Dispatcher) claim(ctx context.Context, j *job, key string, withSending bool) (claim.Result, error) {
 	var res claim.Result
-	err := rdb.Pipelined(ctx, d.cfg.Redis, func(p redis.Pipeliner) (func() error, error) {
+	err := d.burst.Do(j.level == topology.High, func(p redis.Scripter) (func() error, error) {
 		a, err := d.cfg.Claims.QueueAcquire(ctx, p, key, d.cfg.Owner)
 		if err != nil {
 			return nil, err
@@ -357,7 +360,7 @@ func (d *Dispatcher) claim(ctx context.Context, j *job, key string, withSending 
 			}
 			return nil
 		}, nil
-	}, d.loadScripts)
+	})
 	return res, err
 }
 
@@ -392,7 +395,7 @@ func (d *Dispatcher) markSent(ctx context.Context, j *job) {
 	}
 	var recs []status.Record
 	var recErr error
-	err := rdb.Pipelined(ctx, d.cfg.Redis, func(p redis.Pipeliner) (func() error, error) {
+	err := d.burst.Do(j.level == topology.High, func(p redis.Scripter) (func() error, error) {
 		marked := j.claim.QueueMarkSent(ctx, p)
 		results := make([]func() (status.Record, error), len(ids))
 		for i, id := range ids {
@@ -413,7 +416,7 @@ func (d *Dispatcher) markSent(ctx context.Context, j *job) {
 			}
 			return marked()
 		}, nil
-	}, d.loadScripts)
+	})
 	if err != nil && !errors.Is(err, claim.ErrLost) {
 		d.log.Error("sent, but could not mark the claim sent; a redelivery within the lease could send again",
 			zap.String("task_id", j.msg.TaskID), zap.Error(err))

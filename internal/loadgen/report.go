@@ -70,6 +70,7 @@ func WriteText(w io.Writer, r Report) {
 			p("  consumer peak RSS: %.0f MB", m.RSSMB)
 		}
 	}
+	writeHeadline(p, r.Headline, false)
 	if e := r.E2E; e != nil {
 		p("")
 		p("End to end (%.0f codes/s for %.0fs, %.0f%% SMS, %d connections, medians of %d rounds)", e.Rate, e.DurationSec, e.SMSShare*100, e.Concurrency, len(e.Rounds))
@@ -330,6 +331,7 @@ func WriteMarkdown(w io.Writer, in MarkdownInput) {
 			p("| %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |", i+1, rd.Noop, rd.Slow, rd.SMTP, rd.WeCom, rd.RawConsume, max(rd.SlowMem.Peak(), rd.SMTPMem.Peak()))
 		}
 	}
+	writeHeadline(p, r.Headline, true)
 	if e := r.E2E; e != nil {
 		p("")
 		p("## End to end")

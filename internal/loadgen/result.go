@@ -25,6 +25,7 @@ type Report struct {
 	Delay    *DelayResult    `json:"delay,omitempty"`
 	Levels   *LevelsResult   `json:"levels,omitempty"`
 	Peer     *PeerResult     `json:"peer,omitempty"` // bench/asynq, added by 'loadgen report --peer'
+	Headline *HeadlineResult `json:"headline,omitempty"`
 	Targets  []Target        `json:"targets"`
 	Errors   []string        `json:"errors,omitempty"`
 }

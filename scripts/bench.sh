@@ -45,6 +45,21 @@ go build -o .run/loadgen ./cmd/loadgen
 loadgen_status=0
 .run/loadgen "${LOADGEN[@]}" > .run/loadgen.json || loadgen_status=$?
 
+# Seed 004's headline (loadgen headline): minutes per step, so only with
+# BENCH_HEADLINE=1; HEADLINE_ARGS adds flags (e.g. --step 30s).
+headline=()
+if [ "${BENCH_HEADLINE:-0}" = 1 ]; then
+  # shellcheck disable=SC2206 # HEADLINE_ARGS is a list of flags
+  HEADLINE=(headline --json --step 60s --p99 100ms --start 1000 --factor 1.5 ${HEADLINE_ARGS:-})
+  echo
+  echo "== loadgen ${HEADLINE[*]}"
+  if .run/loadgen "${HEADLINE[@]}" > .run/headline.json; then
+    headline=(--headline .run/headline.json)
+  else
+    echo "the headline run failed; BENCHMARKS.md goes without it" >&2
+  fi
+fi
+
 echo
 echo "== peer: (cd bench/asynq && ${ASYNQ[*]})"
 peer=()
@@ -60,7 +75,7 @@ if [ ! -s .run/loadgen.json ]; then
   echo "loadgen wrote no results (exit $loadgen_status); BENCHMARKS.md not updated" >&2
   exit 1
 fi
-.run/loadgen report --in .run/loadgen.json --gobench .run/bench.txt --out BENCHMARKS.md "${peer[@]}" \
+.run/loadgen report --in .run/loadgen.json --gobench .run/bench.txt --out BENCHMARKS.md "${peer[@]}" "${headline[@]}" \
   --command "make bench   # scripts/bench.sh, which runs:" \
   --command "${GOBENCH[*]}" \
   --command "go build -o .run/loadgen ./cmd/loadgen" \

@@ -461,6 +461,7 @@ func report(args []string, stdout, stderr io.Writer) int {
 	gobench := fs.String("gobench", "", "go test -bench output to include (medians per benchmark)")
 	out := fs.String("out", "BENCHMARKS.md", "file to write; - for stdout")
 	wall := fs.String("wall", "", "wall time of the whole run, to print")
+	headline := fs.String("headline", "", "JSON written by 'loadgen headline --json' in the same run: its headline section joins the report")
 	peer := fs.String("peer", "", "JSON written by bench/asynq (-json): asynq's no-op worker from the same run, printed next to the consumer")
 	var cmds envFlags
 	fs.Func("command", "a command that produced the numbers, to list (repeatable)", func(s string) error { cmds = append(cmds, s); return nil })
@@ -483,6 +484,18 @@ func report(args []string, stdout, stderr io.Writer) int {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		_, _ = fmt.Fprintf(stderr, "loadgen report: %s: %v\n", *in, err)
 		return 1
+	}
+	if *headline != "" {
+		hb, err := os.ReadFile(*headline)
+		var hr loadgen.Report
+		if err == nil {
+			err = json.Unmarshal(hb, &hr)
+		}
+		if err != nil {
+			_, _ = fmt.Fprintln(stderr, "loadgen report: --headline:", err)
+			return 1
+		}
+		rep.Headline = hr.Headline
 	}
 	if *peer != "" {
 		if rep.Peer, err = loadgen.ReadPeer(*peer); err != nil {

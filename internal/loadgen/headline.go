@@ -158,7 +158,9 @@ func headlineStep(ctx context.Context, h HeadlineOptions, cl *client, arr *Arriv
 	mu.Lock()
 	st.Accepted = len(accs)
 	mu.Unlock()
-	st.Rate = round2(float64(st.Accepted) / max(d.ElapsedSec, 1e-9))
+	// Over the whole step: an open loop starts its first request at once,
+	// so the requests started span a little less than it.
+	st.Rate = round2(float64(st.Accepted) / max(d.ElapsedSec, h.Step.Seconds()))
 	deadline := time.Now().Add(h.Drain)
 	for arr.Count() < st.Accepted && time.Now().Before(deadline) {
 		for _, p := range []*Proc{sys.api, sys.cons} {

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"reflect"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
 
@@ -568,4 +570,22 @@ func jsonFields(t reflect.Type) map[string]bool {
 		out[name] = strings.Contains(opts, "omitempty")
 	}
 	return out
+}
+
+// Code generators and gateways load the document with a strict validator;
+// kin-openapi with examples validation is one of the strictest, so a document
+// it accepts is accepted by the others we know of. Examples are part of the
+// contract: an example that its own schema rejects teaches clients wrong.
+func TestDocumentPassesStrictValidation(t *testing.T) {
+	loader := openapi3.NewLoader()
+	loader.IsExternalRefsAllowed = false
+	doc, err := loader.LoadFromData(api.OpenAPI)
+	require.NoError(t, err, "load")
+	err = doc.Validate(context.Background(),
+		openapi3.EnableExamplesValidation(),
+		openapi3.EnableSchemaDefaultsValidation(),
+		openapi3.EnableSchemaPatternValidation(),
+		openapi3.EnableSchemaFormatValidation(),
+	)
+	require.NoError(t, err)
 }

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # `make docs`: writes docs/commands.md from every command's -h, so the
 # reference is exactly what the programs read. A test fails when a variable
-# is missing from it.
+# is missing from it, and another when two runs differ (a default computed at
+# run time, such as a pid, must show its form, not its value).
+# Usage: docs.sh [OUT]  (default docs/commands.md; the binaries go to $DOCS_BIN
+# or ./bin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-go build -o bin/ ./cmd/...
-out=docs/commands.md
+bin=${DOCS_BIN:-bin}
+mkdir -p "$bin"
+go build -o "$bin/" ./cmd/...
+out=${1:-docs/commands.md}
 {
   echo "# Commands"
   echo
@@ -17,20 +22,20 @@ out=docs/commands.md
     echo "## $cmd"
     echo
     echo '```'
-    "bin/$cmd" -h
+    "$bin/$cmd" -h
     echo '```'
   done
   echo
   echo "## loadgen"
   echo
   echo '```'
-  bin/loadgen -h 2>&1 || true
+  "$bin/loadgen" -h 2>&1 || true
   echo '```'
   echo
   echo "## healthcheck"
   echo
   echo '```'
-  bin/healthcheck -h 2>&1 || true
+  "$bin/healthcheck" -h 2>&1 || true
   echo '```'
 } > "$out"
 echo "wrote $out"

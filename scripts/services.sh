@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Makes sure Redis and RabbitMQ (with its management plugin) run on this
-# machine, installing them with apt-get where absent. `make test` and
+# Makes sure Redis and RabbitMQ (with its management and prometheus
+# plugins) run on this machine, installing them with apt-get where absent,
+# and that Prometheus (prometheus, promtool) is installed for the dashboard
+# and alert tests (internal/alerting); it is not started here. `make test` and
 # `make run` call this first, so a fresh machine needs nothing by hand.
 # Idempotent: services that already answer are left alone.
 set -euo pipefail
@@ -24,6 +26,7 @@ sudo_cmd() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v rabbitmq-server >/dev/null 2>&1 || missing+=(rabbitmq-server)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]} with apt-get"
   sudo_cmd apt-get update -qq
@@ -50,4 +53,12 @@ if ! mgmt_ok; then
   sudo_cmd rabbitmq-plugins enable rabbitmq_management >/dev/null
   wait_for 90 "rabbitmq management API" mgmt_ok
 fi
-log "redis 127.0.0.1:6379, rabbitmq 127.0.0.1:5672, management 127.0.0.1:15672: up"
+# RabbitMQ's own metrics (/metrics/per-object on :15692), which the alert
+# rules and the dashboard read; rabbitmq/enabled_plugins enables it too.
+prom_ok() { curl -sf -o /dev/null http://127.0.0.1:15692/metrics; }
+if ! prom_ok; then
+  log "enabling rabbitmq_prometheus"
+  sudo_cmd rabbitmq-plugins enable rabbitmq_prometheus >/dev/null
+  wait_for 90 "rabbitmq prometheus endpoint" prom_ok
+fi
+log "redis 127.0.0.1:6379, rabbitmq 127.0.0.1:5672, management 127.0.0.1:15672, metrics 127.0.0.1:15692: up"

@@ -245,7 +245,9 @@ SMTP/SMS go to a sink: every request sends a real code).
 	synE2E = `Starts the real api and consumer against a built-in SMTP sink and SMS
 webhook sink, sends verification codes at --rate for --duration, and
 follows each accepted one: received by a sink (latency from the 202),
-dead-lettered or expired (read from the DLQs), or lost. Exits 1 if any was
+dead-lettered (maxlen, i.e. dropped by a full queue, counted apart) or
+expired (read from the DLQs), or lost. Counts the 503s (admission: the
+queue is near its bound) and those without Retry-After. Exits 1 if any was
 lost. Reports peak RSS of api and consumer.
 `
 	synConsumer = `Prefills --messages and measures one consumer's messages/s: with a no-op

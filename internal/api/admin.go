@@ -178,7 +178,17 @@ func (s *Server) queueStats(c *echo.Context) error {
 		}
 		out = append(out, qs)
 	}
-	return reply(c, http.StatusOK, "ok", map[string]any{"queues": out})
+	data := map[string]any{"queues": out}
+	if s.d.Accounts != nil {
+		// Best effort, like the ages: the queues do not need it.
+		accts, err := s.wecomAccounts(c.Request().Context())
+		if err != nil {
+			s.log.Debug("WeCom account state unavailable (Redis)", zap.Error(err))
+		} else {
+			data["wecomAccounts"] = accts
+		}
+	}
+	return reply(c, http.StatusOK, "ok", data)
 }
 
 func (s *Server) dlqStats(c *echo.Context) error {

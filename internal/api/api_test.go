@@ -164,12 +164,13 @@ func TestFailedPublishRollsBackEverything(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		breakIt func(h *harness)
+		why     string // the cause the 503 names
 	}{
-		{"exchange removed", func(h *harness) { require.NoError(t, h.ch.ExchangeDelete("exchange.direct.mail", false, false)) }},
+		{"exchange removed", func(h *harness) { require.NoError(t, h.ch.ExchangeDelete("exchange.direct.mail", false, false)) }, "its exchange does not exist"},
 		{"queue unbound: returned as unroutable", func(h *harness) {
 			require.NoError(t, h.ch.QueueUnbind("queue.mail", "mail", "exchange.direct.mail", nil))
-		}},
-		{"broker connection down", func(h *harness) { h.stopBus() }},
+		}, "no queue is bound for it"},
+		{"broker connection down", func(h *harness) { h.stopBus() }, "there is no connection to RabbitMQ"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := setup(t, options{})
@@ -182,7 +183,9 @@ func TestFailedPublishRollsBackEverything(t *testing.T) {
 			r := h.do("POST", "/api/verification-codes", codeRequest("b@example.com", "login"))
 			require.Equal(t, http.StatusServiceUnavailable, r.Status)
 			require.Contains(t, r.Msg, "message not accepted")
+			require.Contains(t, r.Msg, tc.why)
 			require.Contains(t, r.Msg, "safe to retry")
+			require.NotEmpty(t, r.Header.Get("Retry-After"), "every 503 says when to come back")
 
 			require.Empty(t, h.keysMatching("verify:{*:email:b@example.com}:login"), "no code left behind")
 			require.Empty(t, h.keysMatching("ratelimit:*cooldown*login"), "no cooldown left behind")

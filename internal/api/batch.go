@@ -114,6 +114,9 @@ func (s *Server) sendBatch(c *echo.Context) error {
 		return e
 	}
 	caller := Caller(c)
+	if e := s.checkAccount(caller, req); e != nil {
+		return e
+	}
 	size, err := s.batchBytes(req, caller.Tenant, b.Recipients, now)
 	if err != nil {
 		return internal(err)

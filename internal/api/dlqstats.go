@@ -22,9 +22,9 @@ type DLQStat struct {
 }
 
 // CachedDLQStats returns a DLQStats that reads the dead-letter queues at
-// most once per ttl. Reading a DLQ holds its messages unacked for a moment
-// and costs a status lookup per message; dashboards poll, so they share one
-// reading.
+// most once per ttl. Reading a DLQ's log (never the DLQ: see package dlq)
+// holds its copies unacked for a moment and costs a status lookup per
+// message; dashboards poll, so they share one reading.
 func CachedDLQStats(s *broker.Session, m *topology.Model, st *status.Store, ttl time.Duration) DLQStats {
 	var mu sync.Mutex
 	var at time.Time

@@ -3,7 +3,11 @@
 // publishes messages to RabbitMQ with publisher confirms, answering 202 only
 // for a message the broker confirmed. When a publish fails it rolls back
 // everything the request wrote (the code, the rate-limit reservations, the
-// status record) and answers 503.
+// status record) and answers 503 with Retry-After, naming the cause; a
+// publish whose message may have been kept (no confirm in time) says so.
+// Before publishing it admits the message against its level queue's depth
+// (broker.Gauge, {CH}_QUEUE_ADMIT_FILL), refusing with 503 rather than
+// accepting what drop-head would then throw away.
 //
 // Every /api route names the scope it needs (send, read, admin) in the
 // route table in New, the one place scopes are checked; a key's tenant

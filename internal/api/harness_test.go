@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/msgpulse/msgpulse/internal/accountstate"
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/callbackkey"
@@ -26,6 +27,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/delay"
 	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/seal"
@@ -52,6 +54,7 @@ type harness struct {
 	conn    *amqp.Connection
 	ch      *amqp.Channel
 	logs    *observer.ObservedLogs
+	gauge   *broker.Gauge // with options.admitFill
 }
 
 type options struct {
@@ -76,6 +79,10 @@ type options struct {
 	robots map[string][]string
 	// publisher wraps the broker's publisher (a slow or failing publish)
 	publisher func(Publisher) Publisher
+	// admitFill turns admission on, every channel at this fill (0 = off)
+	admitFill float64
+	// wecomAccounts are WECOM_ACCOUNTS (without secrets)
+	wecomAccounts []wecom.Account
 }
 
 func defaultLimits() config.Limits {
@@ -158,8 +165,23 @@ func setup(t *testing.T, o options) *harness {
 	require.NoError(t, err)
 	tpl, err := template.Load("", "en")
 	require.NoError(t, err)
+	accounts, err := accountstate.New(h.redis.Client, accountstate.Config{Prefix: h.redis.Prefix})
+	require.NoError(t, err)
 	core, logs := observer.New(zapcore.DebugLevel)
 	h.logs = logs
+	var fills map[string]float64
+	if o.admitFill > 0 {
+		h.gauge, err = broker.NewGauge(broker.GaugeConfig{Session: s, Queues: AdmitQueues(m), Interval: 10 * time.Millisecond})
+		require.NoError(t, err)
+		gctx, gcancel := context.WithCancel(context.Background())
+		gdone := make(chan struct{})
+		go func() { h.gauge.Run(gctx); close(gdone) }()
+		t.Cleanup(func() { gcancel(); <-gdone })
+		fills = map[string]float64{}
+		for _, ch := range topology.Channels {
+			fills[ch] = o.admitFill
+		}
+	}
 	h.srv, err = New(Deps{
 		Log: zap.New(core), Model: m, Publisher: pub, Delayed: delay.NewPublisher(bp, planner, m.Delay, nil),
 		Limiter: ratelimit.New(h.redis.Client, h.redis.Prefix), RateLimits: rl, Codes: codes, Keys: h.keys, Status: st, Redis: h.redis.Client, Templates: tpl,
@@ -174,9 +196,11 @@ func setup(t *testing.T, o options) *harness {
 		Ages: func(ctx context.Context) (map[string]time.Time, error) {
 			return h.broker.Mgmt.HeadTimestamps(ctx, h.broker.VHost)
 		},
-		Ready: func(context.Context) map[string]string { return map[string]string{"amqp": "ok", "redis": "ok"} },
+		Ready:    func(context.Context) map[string]string { return map[string]string{"amqp": "ok", "redis": "ok"} },
+		Gauge:    h.gauge,
+		Accounts: accounts,
 	}, Options{APIKeys: o.keys, Egress: o.egress, CallbackKeys: *o.callbackKeys, AuthFailuresPerMinute: o.authFailures, BodyLimit: 4096, Limits: o.limits, PublishTimeout: 3 * time.Second,
-		BatchMaxBytes: o.batchMaxBytes, Robots: o.robots})
+		BatchMaxBytes: o.batchMaxBytes, Robots: o.robots, AdmitFill: fills, WeComAccounts: o.wecomAccounts})
 	require.NoError(t, err)
 	t.Cleanup(h.srv.Wait) // background rollbacks end before Redis closes
 	h.http = httptest.NewServer(h.srv.Handler())

@@ -90,10 +90,10 @@ func TestCallbackURLNeedsACallbackKey(t *testing.T) {
 	require.Contains(t, r.Msg, "CALLBACK_SECRETS")
 	require.Equal(t, http.StatusAccepted, h.send(shopAKey, notice("c@example.com")).Status, "without callbackUrl nothing changes")
 
-	onlyA, err := callbackkey.New(map[string]string{"default": "default-tenant-secret-01"}, "")
+	onlyA, err := callbackkey.New(map[string]string{"shopA": "shopA-tenant-secret-0001"}, "")
 	require.NoError(t, err)
 	some := setup(t, options{share: h, keys: isolationKeys(t, "shopB/backend:shopB-backend-0123456789"), callbackKeys: &onlyA})
-	require.Equal(t, http.StatusAccepted, some.send(shopAKey, withCallback(notice("c@example.com"))).Status, "tenant default has a key")
+	require.Equal(t, http.StatusAccepted, some.send(shopAKey, withCallback(notice("c@example.com"))).Status, "tenant shopA has a key")
 	r = some.send("shopB-backend-0123456789", withCallback(notice("c@example.com")))
 	require.Equal(t, http.StatusBadRequest, r.Status, "tenant shopB has none: %s", r.Msg)
 	require.Contains(t, r.Msg, "tenant shopB")

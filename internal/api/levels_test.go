@@ -1,8 +1,10 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -208,4 +210,67 @@ func TestBatchPicksTheLevelQueue(t *testing.T) {
 	var view MessageView
 	h.do("GET", "/api/messages/"+out.Accepted[0].TaskID, nil).data(t, &view)
 	require.Equal(t, "low", view.Priority)
+}
+
+// Admission: a level queue close to its bound ({CH}_QUEUE_ADMIT_FILL of
+// it) refuses publishes at the API with a 503 that names the queue and
+// carries Retry-After, before the broker would drop the oldest code
+// (drop-head) or refuse a notice. Requests sent at once never overshoot:
+// each reserves its place against the estimate.
+func TestAdmissionRefusesBeforeTheBound(t *testing.T) {
+	h := setup(t, options{admitFill: 0.5, model: func(c *topology.Config) {
+		cc := c.Channels[topology.Mail]
+		cc.MaxLength = 20
+		cc.LevelMaxLength = map[topology.Level]int{topology.Normal: 20}
+		c.Channels[topology.Mail] = cc
+	}})
+	testenv.WaitFor(t, 5*time.Second, "a first depth reading", func() bool {
+		_, ok := h.gauge.Depth("queue.mail.normal")
+		return ok
+	})
+	for _, tc := range []struct {
+		name, queue, path string
+		body              func(i int) map[string]any
+	}{
+		{"codes", "queue.mail", "/api/verification-codes", func(i int) map[string]any { return codeRequest(fmt.Sprintf("u%d@example.com", i), "login") }},
+		{"notices", "queue.mail.normal", "/api/messages/send", func(i int) map[string]any { return levelNotice("normal") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 40
+			rs := make([]response, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Add(1)
+				go func() { defer wg.Done(); rs[i] = h.do("POST", tc.path, tc.body(i)) }()
+			}
+			wg.Wait()
+			accepted := 0
+			for _, r := range rs {
+				if r.Status == http.StatusAccepted {
+					accepted++
+					continue
+				}
+				require.Equal(t, http.StatusServiceUnavailable, r.Status, r.Msg)
+				require.Contains(t, r.Msg, tc.queue+" is nearly full")
+				require.Contains(t, r.Msg, "MAIL_QUEUE_ADMIT_FILL=0.5 of the bound 20")
+				require.NotEmpty(t, r.Header.Get("Retry-After"))
+			}
+			t.Logf("%s: %d of %d accepted", tc.name, accepted, n)
+			require.LessOrEqual(t, accepted, 10, "never past the admission limit")
+			require.Positive(t, accepted)
+			require.Equal(t, accepted, h.depth(tc.queue), "every 202 is queued, none dropped")
+			require.Zero(t, h.depth("queue.mail.dlq"))
+
+			// One by one from here, the estimate is exact: the queue fills
+			// to the limit, and the next is refused.
+			for i := n; h.depth(tc.queue) < 10; i++ {
+				r := h.do("POST", tc.path, tc.body(i))
+				require.Equal(t, http.StatusAccepted, r.Status, r.Msg)
+			}
+			r := h.do("POST", tc.path, tc.body(2*n))
+			require.Equal(t, http.StatusServiceUnavailable, r.Status, r.Msg)
+			require.Contains(t, r.Msg, tc.queue+" is nearly full")
+			require.Equal(t, 10, h.depth(tc.queue))
+		})
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/logging"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
@@ -67,6 +68,9 @@ func (s *Server) sendMessage(c *echo.Context) error {
 		return e
 	}
 	caller := Caller(c)
+	if e := s.checkAccount(caller, &req.Message); e != nil {
+		return e
+	}
 	taskID := newTaskID()
 	a, e := s.admitAs(ctx, caller, &req.Message, req.Recipient, now, taskID, in.once(taskID, s.lease(1)))
 	if e != nil && in != nil {
@@ -120,7 +124,12 @@ func (s *Server) checkContent(ctx context.Context, req *Message) *apiError {
 	if s.d.Templates.IsCode(req.TemplateCode) {
 		return badRequest("template %s carries a verification code: request codes with POST /api/verification-codes, which generates, limits and checks them", req.TemplateCode)
 	}
-	if err := s.d.Templates.Validate(req.TemplateCode, templateChannel(req.channel), req.Variables); err != nil {
+	if req.Media != nil {
+		// The consumer fetches it through the same egress guard.
+		if e := s.checkCallbackHost(ctx, req.Media.URL); e != nil {
+			return badRequest("media url host refused: %s", strings.TrimPrefix(e.Msg, "callbackUrl host refused: "))
+		}
+	} else if err := s.d.Templates.Validate(req.TemplateCode, templateChannel(req.channel), req.Variables); err != nil {
 		return s.templateError(req.TemplateCode, req.channel, err)
 	}
 	if slices.Contains(req.Mentions, "@all") {
@@ -172,6 +181,7 @@ func (s *Server) admitAs(ctx context.Context, caller apikey.Key, req *Message, r
 		Kind: string(envelope.Notification), Template: req.TemplateCode, Tenant: caller.Tenant, CreatedAt: now, UpdatedAt: now,
 		Priority: string(req.level)}
 	rec.Status, rec.ScheduledAt = req.acceptedAs(now)
+	rec.TraceID = telemetry.TraceID(ctx)
 	insert, err := s.d.Status.InsertCommands(rec)
 	if err != nil {
 		return admitted{}, internal(err)
@@ -201,7 +211,10 @@ func (s *Server) message(req *Message, tenant string, now time.Time) *envelope.M
 	msg := &envelope.Message{
 		Version: envelope.SchemaVersion, Kind: envelope.Notification, Channel: topologyChannel(req.channel),
 		Template: req.TemplateCode, Locale: req.Locale, Variables: req.Variables, CallbackURL: req.CallbackURL, Tenant: tenant, CreatedAt: now,
-		Robot: req.channel == chWeComRobot, Mentions: req.Mentions,
+		Robot: req.channel == chWeComRobot, Mentions: req.Mentions, Account: req.account,
+	}
+	if req.Media != nil {
+		msg.Media = &envelope.Media{Type: req.Media.Type, URL: req.Media.URL, Filename: req.Media.Filename}
 	}
 	if req.number != nil {
 		msg.Priority = uint8(*req.number) //nolint:gosec // validated 0..9

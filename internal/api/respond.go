@@ -49,8 +49,10 @@ func notFound(format string, args ...any) *apiError {
 	return &apiError{Status: http.StatusNotFound, Msg: fmt.Sprintf(format, args...)}
 }
 
+// unavailable is a 503; every 503 says when to come back (Retry-After),
+// 1 s unless the caller sets a longer wait.
 func unavailable(cause error, format string, args ...any) *apiError {
-	return &apiError{Status: http.StatusServiceUnavailable, Msg: fmt.Sprintf(format, args...), cause: cause}
+	return &apiError{Status: http.StatusServiceUnavailable, Msg: fmt.Sprintf(format, args...), RetryAfter: unavailableRetryAfter, cause: cause}
 }
 
 // internal hides the cause from the caller; it is logged.

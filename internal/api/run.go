@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 
+	"github.com/msgpulse/msgpulse/internal/accountstate"
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/claim"
@@ -27,6 +28,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/timeline"
 	"github.com/msgpulse/msgpulse/internal/topology"
@@ -59,6 +61,12 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	if cfg.CallbackPrivate {
 		log.Warn("CALLBACK_ALLOW_PRIVATE=true: callbackUrl may name loopback, link-local and private addresses; use this for local development only")
 	}
+	// Tracing first, so that its flush runs last, after every span ended.
+	stopTracing, err := telemetry.Setup(ctx, cfg.Telemetry, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	model, err := topology.Build(cfg.Model, "")
 	if err != nil {
 		return err
@@ -97,13 +105,24 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	}
 	defer pub.Close()
 
+	// Admission's depth readings: one goroutine per level queue, owned by
+	// bg like the session they read through.
+	gauge, err := broker.NewGauge(broker.GaugeConfig{Session: session, Queues: AdmitQueues(model), Interval: cfg.AdmitInterval, Logger: log.Named("admission")})
+	if err != nil {
+		return err
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); gauge.Run(bg) }()
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	planner, err := delay.NewPlanner(model.Delay, cfg.Delay.Margin, cfg.Delay.Tolerance)
 	if err != nil {
 		return err
 	}
-	delayed := delay.NewPublisher(pub, planner, model.Delay, delay.NewMetrics(reg))
+	delayMetrics := delay.NewMetrics(reg)
+	delayMetrics.Zero(model.Delay) // alerts read the overflow counters from the start
+	delayed := delay.NewPublisher(pub, planner, model.Delay, delayMetrics)
 
 	rateLimits, err := ratelimit.NewConfigStore(redisClient, cfg.RedisPrefix, log.Named("ratelimit"), ratelimit.StoreConfig{RefreshEvery: cfg.Limits.ConfigRefreshEvery})
 	if err != nil {
@@ -136,12 +155,19 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		}
 		return broker.Inspect(conn, names)
 	}
+	// Only read here (the stats): the API never marks an account down.
+	accounts, err := accountstate.New(redisClient, accountstate.Config{Prefix: cfg.RedisPrefix})
+	if err != nil {
+		return err
+	}
 	srv, err := New(Deps{
 		Log: log, Model: model, Publisher: pub, Delayed: delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix).WithExactMax(cfg.Limits.ExactMax),
 		RateLimits: rateLimits, Codes: codes, Keys: keys, Status: statuses, Redis: redisClient, Templates: tpl, Registry: reg, Claims: claims,
-		DLQ:     CachedDLQStats(session, model, statuses, 5*time.Second),
-		Inspect: inspect,
-		Ages:    queueAges(mc, vhost),
+		DLQ:      CachedDLQStats(session, model, statuses, 5*time.Second),
+		Inspect:  inspect,
+		Ages:     queueAges(mc, vhost),
+		Gauge:    gauge,
+		Accounts: accounts,
 		Ready: func(ctx context.Context) map[string]string {
 			out := map[string]string{"amqp": "ok", "redis": "ok"}
 			if _, ok := session.Current(); !ok {
@@ -157,10 +183,12 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	}, Options{APIKeys: cfg.APIKeys, AuthDisabled: cfg.AuthDisabled, TrustedProxies: cfg.TrustedProxies, BodyLimit: cfg.BodyLimit,
 		Limits: cfg.Limits, CallbackHTTP: cfg.CallbackHTTP, Egress: egress.Policy{AllowPrivate: cfg.CallbackPrivate}, CallbackKeys: cfg.CallbackKeys, AuthFailuresPerMinute: cfg.AuthFailuresPerMinute, PublishTimeout: cfg.PublishTimeout, MessageMaxAge: cfg.MessageMaxAge,
 		BatchMaxBytes: cfg.BatchMaxBytes, Robots: cfg.WeComRobots,
-		IdempotencyTTL: cfg.IdempotencyTTL})
+		IdempotencyTTL: cfg.IdempotencyTTL, AdmitFill: cfg.AdmitFill,
+		WeComAccounts: cfg.WeComAccounts})
 	if err != nil {
 		return err
 	}
+	reg.MustRegister(srv.QueueCollector())
 	con, err := console.New(console.Config{SessionTTL: cfg.ConsoleSessionTTL, DLQ: config.DLQ{Common: cfg.Common, Model: cfg.Model,
 		ConfirmTimeout: cfg.PublishTimeout, ScanMax: dlq.DefaultScanMax, StatusTimeout: cfg.RedisTimeout}}, console.Deps{
 		Log: log, Model: model, Status: statuses, Redis: redisClient, Conn: session.Conn, Inspect: inspect, Timeline: timeline.NewReader(redisClient, cfg.RedisPrefix),
@@ -168,6 +196,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		// it is mounted without Guard and checks keys (and the admin scope,
 		// console.Allowed) itself.
 		Rates:        queueRates(mc, vhost),
+		Accounts:     srv.WeComAccountStates, // the reader behind /api/queues/stats' wecomAccounts
 		Authenticate: srv.KeyOf,
 		Lookup:       srv.KeyNamed,
 	})

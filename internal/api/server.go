@@ -19,15 +19,18 @@ import (
 	"go.uber.org/zap"
 
 	apidoc "github.com/msgpulse/msgpulse/api"
+	"github.com/msgpulse/msgpulse/internal/accountstate"
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/callbackkey"
 	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/egress"
+	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/topology"
 	"github.com/msgpulse/msgpulse/internal/verify"
@@ -73,9 +76,16 @@ type Deps struct {
 	// the broker reports it (management API); nil or failing: no ages.
 	Ages func(ctx context.Context) (map[string]time.Time, error)
 	DLQ  DLQStats
+	// Gauge estimates the level queues' depths for admission (see
+	// Options.AdmitFill); nil admits everything and leaves a full queue
+	// to its overflow rule.
+	Gauge *broker.Gauge
 	// Ready reports each dependency's health ("ok" or the error text).
 	Ready    func(ctx context.Context) map[string]string
 	Registry *prometheus.Registry
+	// Accounts is the WeCom accounts' shared state, shown in
+	// /api/queues/stats; nil = not shown.
+	Accounts *accountstate.Store
 }
 
 // Options are the API's behaviour settings.
@@ -95,6 +105,10 @@ type Options struct {
 	// per sliding minute before 429 (0 = unlimited).
 	AuthFailuresPerMinute int
 	PublishTimeout        time.Duration
+	// AdmitFill is, per channel of the topology model, the fill of a level
+	// queue from which a publish to it is refused with 503 (admission);
+	// a channel missing here gets config.DefaultAdmitFill.
+	AdmitFill map[string]float64
 	// MessageMaxAge is a message's ttlSeconds when the request has none;
 	// 0 means 24 h.
 	MessageMaxAge time.Duration
@@ -107,6 +121,9 @@ type Options struct {
 	// IdempotencyTTL is how long an Idempotency-Key's answer is kept; 0
 	// means 24 h.
 	IdempotencyTTL time.Duration
+	// WeComAccounts are WECOM_ACCOUNTS without their secrets: who may send
+	// from which account.
+	WeComAccounts []wecom.Account
 }
 
 // Server is the HTTP API.
@@ -122,6 +139,7 @@ type Server struct {
 	authFailures *ratelimit.Failures
 	scopes       map[[2]string]apikey.Scope // method, path → the scope the route needs
 	cleanup      sync.WaitGroup             // rollbacks that outlive their request (see Wait)
+	admits       map[string]admission       // level queue → its admission limit, with Deps.Gauge
 }
 
 // Wait blocks until the rollbacks started in the background have ended;
@@ -156,6 +174,9 @@ func New(d Deps, opts Options) (*Server, error) {
 		opts.IdempotencyTTL = 24 * time.Hour
 	}
 	s := &Server{d: d, opts: opts, log: d.Log, metrics: newMetrics(d.Registry), now: time.Now, scopes: map[[2]string]apikey.Scope{}}
+	if d.Gauge != nil {
+		s.admits = admissions(d.Model, opts.AdmitFill)
+	}
 	var err error
 	if s.keys, err = apikey.NewSet(opts.APIKeys); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
@@ -174,6 +195,9 @@ func New(d Deps, opts Options) (*Server, error) {
 		e.IPExtractor = echo.ExtractIPFromXFFHeader(trust...)
 	} else {
 		e.IPExtractor = echo.ExtractIPDirect()
+	}
+	if telemetry.Enabled() {
+		e.Use(s.traced)
 	}
 	e.Use(s.recoverer, s.observe)
 	e.GET("/healthz", s.healthz)
@@ -288,7 +312,8 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		k := Caller(c)
 		fields := []zap.Field{zap.String("method", c.Request().Method), zap.String("route", route), zap.Int("status", code),
-			zap.Duration("took", elapsed), zap.String("caller", k.Name), zap.String("tenant", k.Tenant), zap.String("ip", c.RealIP())}
+			zap.Duration("took", elapsed), zap.String("caller", k.Name), zap.String("tenant", k.Tenant), zap.String("ip", c.RealIP()),
+			telemetry.LogField(c.Request().Context())}
 		switch {
 		case code >= 500:
 			s.log.Warn("request", fields...)

@@ -226,7 +226,14 @@ type Message struct {
 	TTLSeconds *float64 `json:"ttlSeconds,omitempty"`
 	// Mentions: for WECOM_ROBOT, the userids the robot mentions, or @all.
 	Mentions []string `json:"mentions,omitempty"`
+	// Account: for WECOM, the WeCom application account (WECOM_ACCOUNTS)
+	// to send from; default: the first listed for the caller's tenant,
+	// else default.
+	Account string `json:"account,omitempty"`
+	// Media: for WECOM, a file sent instead of a template.
+	Media *Media `json:"media,omitempty"`
 
+	account string         // Account as resolved for the caller's tenant
 	channel string         // email, sms, wecom or wecom_robot, from MessageType
 	delay   time.Duration  // 0 = now
 	level   topology.Level // from Priority; normal by default
@@ -266,11 +273,21 @@ func (r *Message) validateCommon(locales func(string) bool, allowHTTP bool, now 
 		return badRequest("messageType must be \"EMAIL\", \"SMS\", \"WECOM\" or \"WECOM_ROBOT\"")
 	}
 	r.channel = ch
-	if !slug.MatchString(r.TemplateCode) {
+	if r.Media != nil {
+		if e := r.Media.validate(r.channel, r.TemplateCode, allowHTTP); e != nil {
+			return e
+		}
+	} else if !slug.MatchString(r.TemplateCode) {
 		return badRequest("templateCode must be a template name such as notice or verify_code")
 	}
 	if len(r.Mentions) > 0 && r.channel != chWeComRobot {
 		return badRequest("mentions are for WECOM_ROBOT messages only")
+	}
+	if r.Account != "" && r.channel != chWeCom {
+		return badRequest("account is for WECOM messages only")
+	}
+	if r.Account != "" && !robot.MatchString(r.Account) {
+		return badRequest("account must be the name of a WeCom account (WECOM_ACCOUNTS): 1 to 64 letters, digits, _ or -")
 	}
 	if len(r.Mentions) > maxMentions {
 		return badRequest("at most %d mentions", maxMentions)

@@ -12,7 +12,9 @@ import (
 	"github.com/msgpulse/msgpulse/internal/logging"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/topology"
+	"github.com/msgpulse/msgpulse/internal/verify"
 )
 
 // VerificationCode is the 202 answer's data.
@@ -42,8 +44,16 @@ func (s *Server) requestCode(c *echo.Context) error {
 	// here once, under that attempt's task id (see takeOver).
 	tookOver := false
 again:
-	iss, err := s.d.Codes.Prepare(caller.Tenant, req.Channel, req.Recipient, req.Purpose, taskID)
-	if err != nil {
+	var (
+		iss *verify.Issued
+		err error
+	)
+	if in != nil {
+		// Under an Idempotency-Key the code comes from the task id, so a
+		// retry of an ambiguous 503 (its copy may be queued) seals the same
+		// code: the two copies are one claim, one mail, a code that works.
+		iss = s.d.Codes.PrepareCode(caller.Tenant, req.Channel, req.Recipient, req.Purpose, taskID, s.d.Codes.For(taskID))
+	} else if iss, err = s.d.Codes.Prepare(caller.Tenant, req.Channel, req.Recipient, req.Purpose, taskID); err != nil {
 		return internal(err)
 	}
 	now := s.now()
@@ -61,6 +71,7 @@ again:
 	rec := status.Record{TaskID: taskID, Status: status.Queued, Channel: req.Channel, Recipient: logging.Mask(req.Recipient),
 		Kind: string(envelope.Verification), Template: "verify_code", Tenant: caller.Tenant, CreatedAt: now, UpdatedAt: now,
 		Priority: string(topology.High)} // codes are always high: they go stale in a minute
+	rec.TraceID = telemetry.TraceID(ctx)
 	// One round trip: the limits, and only if they admit the request, the
 	// code and its status record, in the limiter's script.
 	issue := s.d.Codes.IssueCommands(iss)

@@ -66,3 +66,26 @@ func BenchmarkPublishBatch100(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*100), "ns/msg")
 }
+
+// BenchmarkGaugeAdmit is what admission adds to a publish: no round trip,
+// a map lookup and a few atomic operations.
+func BenchmarkGaugeAdmit(b *testing.B) {
+	s, err := NewSession(Config{URL: "amqp://guest:guest@127.0.0.1:5672/"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := NewGauge(GaugeConfig{Session: s, Queues: []string{"q"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	g.queues["q"].reading.Store(&reading{depth: 10, at: time.Now().Add(time.Hour)})
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			t, _, ok := g.Admit("q", 1<<30)
+			if !ok {
+				b.Fatal("refused")
+			}
+			t.Done(true)
+		}
+	})
+}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
@@ -501,4 +502,102 @@ func TestCoalescedAcksSettleEveryDeliveryAsDecided(t *testing.T) {
 	require.EqualValues(t, n+1, handled.Load(), "a delivery came back: its ack was never sent")
 	require.Equal(t, 0, e.depth(t, "work"))
 	require.Equal(t, n/5, e.depth(t, "dlq"))
+}
+
+// A nack fails only the message it names. Many publishes go out at once on
+// the same lanes (one headers exchange, so one destination for the
+// publisher) to two queues, one of them a full reject-publish queue: each
+// message to the full queue is nacked and the lane it rode is retired, yet
+// every message to the other queue, in flight on those lanes, is
+// confirmed. Before lanes drained on retire, closing a nacked lane failed
+// its neighbours as "broker unavailable". The same holds across
+// destinations (a direct exchange, each queue its own lanes).
+func TestNackFailsOnlyItsOwnMessageOnSharedLanes(t *testing.T) {
+	e := setup(t)
+	require.NoError(t, e.ch.ExchangeDeclare("h", "headers", false, false, false, false, nil))
+	e.queue(t, "full", amqp.Table{"x-max-length": int64(1), "x-overflow": "reject-publish"})
+	e.queue(t, "open", nil)
+	for _, q := range []string{"full", "open"} {
+		require.NoError(t, e.ch.QueueBind(q, "", "h", false, amqp.Table{"x-match": "all", "to": q}))
+	}
+	ctx := testenv.Context(t, 60*time.Second)
+	require.NoError(t, e.pub.Publish(ctx, "x", "full", amqp.Publishing{MessageId: "filler"}))
+
+	const n = 1500
+	for _, tc := range []struct {
+		name     string
+		exchange string
+		key      func(q string) string
+	}{
+		{"one destination", "h", func(string) string { return "" }},
+		{"two destinations", "x", func(q string) string { return q }},
+	} {
+		before := e.depth(t, "open")
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				q := "open"
+				if i%3 == 0 {
+					q = "full"
+				}
+				errs[i] = e.pub.Publish(ctx, tc.exchange, tc.key(q), amqp.Publishing{
+					MessageId: fmt.Sprintf("%s-%d", tc.name, i), Headers: amqp.Table{"to": q}})
+			}()
+		}
+		wg.Wait()
+		confirmed := 0
+		for i, err := range errs {
+			if i%3 == 0 {
+				require.ErrorIs(t, err, ErrNacked, "%s: message %d to the full queue", tc.name, i)
+				continue
+			}
+			require.NoError(t, err, "%s: message %d to the open queue failed for a nack that was not its own", tc.name, i)
+			confirmed++
+		}
+		require.Equal(t, confirmed, e.depth(t, "open")-before, tc.name)
+	}
+	require.Equal(t, 1, e.depth(t, "full"))
+}
+
+// A quiet destination costs one channel; a busy one opens more, up to
+// Lanes.
+func TestLanesOpenAsADestinationNeedsThem(t *testing.T) {
+	e := setup(t)
+	e.queue(t, "quiet", nil)
+	e.queue(t, "busy", nil)
+	ctx := testenv.Context(t, 30*time.Second)
+	for i := range 20 {
+		require.NoError(t, e.pub.Publish(ctx, "x", "quiet", amqp.Publishing{MessageId: fmt.Sprintf("q-%d", i)}))
+	}
+	open := func(key string) int {
+		n := 0
+		for _, s := range e.pub.pool("x", key).slots {
+			if s.l != nil {
+				n++
+			}
+		}
+		return n
+	}
+	// 500 at once, released together; on a loaded machine a round may
+	// finish before more than 8 are in flight on a lane, so a few rounds.
+	for round := 0; round < 10 && open("busy") <= 1; round++ {
+		gate := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range 500 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-gate
+				assert.NoError(t, e.pub.Publish(ctx, "x", "busy", amqp.Publishing{MessageId: fmt.Sprintf("b-%d-%d", round, i)}))
+			}()
+		}
+		close(gate)
+		wg.Wait()
+	}
+	require.Equal(t, 1, open("quiet"), "one publish at a time needs one lane")
+	require.Greater(t, open("busy"), 1, "500 at once spread over more lanes")
+	require.LessOrEqual(t, open("busy"), e.pub.cfg.Lanes)
 }

@@ -87,6 +87,16 @@ type ConsumerConfig struct {
 	// OnPanic is called with the recovered value; the delivery is then
 	// rejected (dead-lettered), and the worker lives on.
 	OnPanic func(d *amqp.Delivery, recovered any)
+	// MaxConcurrency lets the pool grow from Concurrency up to it while
+	// its workers are all busy (a backlog, or a slow provider: seed 004's
+	// balanceConsumers), and shrink back as they idle; 0 = Concurrency,
+	// a fixed pool.
+	MaxConcurrency int
+	// ScaleEvery is how often the pool is resized; default 1s.
+	ScaleEvery time.Duration
+	// OnWorkers is told the pool's size when it starts and whenever it
+	// changes (a gauge).
+	OnWorkers func(n int)
 
 	queues string // the queue names, for logs (set by Validate)
 }
@@ -105,11 +115,20 @@ func (c *ConsumerConfig) Validate() error {
 	if c.Concurrency == 0 {
 		c.Concurrency = 8
 	}
+	if c.MaxConcurrency == 0 {
+		c.MaxConcurrency = c.Concurrency
+	}
+	if c.ScaleEvery == 0 {
+		c.ScaleEvery = time.Second
+	}
 	if c.Prefetch == 0 {
-		c.Prefetch = 2 * c.Concurrency
+		c.Prefetch = 2 * c.MaxConcurrency
 	}
 	if c.Concurrency < 1 || c.Concurrency > 10000 || c.Prefetch < 1 || c.Prefetch > 65535 {
 		return fmt.Errorf("consumer: Concurrency %d or Prefetch %d out of range", c.Concurrency, c.Prefetch)
+	}
+	if c.MaxConcurrency < c.Concurrency || c.MaxConcurrency > 10000 || c.ScaleEvery < 10*time.Millisecond {
+		return fmt.Errorf("consumer: MaxConcurrency %d below Concurrency %d, or ScaleEvery %s too short", c.MaxConcurrency, c.Concurrency, c.ScaleEvery)
 	}
 	if c.Queue != "" {
 		c.Queues, c.Queue = []QueueShare{{Name: c.Queue}}, "" // Validate may run again
@@ -231,22 +250,32 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 	defer hcancel()
 	var stopping atomic.Bool
 	var wg sync.WaitGroup
-	for range c.cfg.Concurrency {
+	p := newPool(c.cfg.Concurrency, c.cfg.MaxConcurrency)
+	defer p.open() // a worker waiting for a permit goes on to find its deliveries closed
+	scaleDone := make(chan struct{})
+	scaleCtx, stopScale := context.WithCancel(ctx)
+	go func() { defer close(scaleDone); c.scale(scaleCtx, p) }()
+	defer func() { stopScale(); <-scaleDone }()
+	for range c.cfg.MaxConcurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
+				p.acquire()
 				d, in, ok := pick.next()
 				if !ok {
+					p.release()
 					return
 				}
 				if stopping.Load() {
 					// Never started: give it back for another consumer.
 					_ = in.acks.requeue(d.DeliveryTag)
+					p.release()
 					continue
 				}
 				if c.cfg.BatchHandler != nil {
 					c.handleBatch(hctx, in.acks, c.gather(d, in.buf), log)
+					p.release()
 					continue
 				}
 				h := in.share.Handler
@@ -254,6 +283,7 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 					h = c.cfg.Handler
 				}
 				c.handle(hctx, in.acks, &d, h, log)
+				p.release()
 			}
 		}()
 	}
@@ -264,6 +294,7 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 	select {
 	case <-ctx.Done():
 		stopping.Store(true)
+		p.open()
 		// Cancel the subscriptions: the broker stops sending, and the
 		// library closes deliveries, which ends the workers' loops once
 		// their current message is done.
@@ -299,6 +330,7 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 	// every channel ends the other subscriptions too, so the workers run
 	// out of deliveries; let them finish their current step and exit.
 	stopping.Store(true)
+	p.open()
 	for _, in := range inboxes {
 		_ = in.ch.Close()
 	}

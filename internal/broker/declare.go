@@ -31,8 +31,8 @@ func table(args map[string]any) amqp.Table {
 
 func queueArgs(q topology.Queue) amqp.Table {
 	t := table(q.Args)
-	if q.Type == topology.Quorum {
-		t[topology.ArgQueueType] = string(topology.Quorum)
+	if q.Type != topology.Classic && q.Type != "" {
+		t[topology.ArgQueueType] = string(q.Type) // quorum, or stream (a dead-letter log)
 	}
 	return t
 }

@@ -65,7 +65,7 @@ func TestNackedChannelIsNotReused(t *testing.T) {
 	}
 	require.Empty(t, e.pub.idle, "the nacked pooled channel was discarded")
 	retired := 0
-	for _, s := range e.pub.lanes {
+	for _, s := range e.pub.pool("x", "full").slots {
 		if s.l != nil && s.l.retired.Load() {
 			retired++
 		}

@@ -21,9 +21,27 @@ var (
 	// ErrReturned: the message was unroutable (mandatory and no queue bound).
 	ErrReturned = errors.New("broker returned the message as unroutable")
 	// ErrConfirmTimeout: no confirm arrived in time; the message may or may
-	// not have been taken, so treat it as not taken.
+	// not have been taken (see MayBeKept).
 	ErrConfirmTimeout = errors.New("no publisher confirm in time")
+	// ErrConfirmLost: the channel or connection closed after the message
+	// was sent and before its confirm came; it always comes wrapped in
+	// ErrUnavailable, and the message may have been taken (see MayBeKept).
+	ErrConfirmLost = errors.New("channel closed before the confirm")
 )
+
+// MayBeKept reports whether a failed publish is ambiguous: the message
+// went out and the broker may have queued it although no ack came back (a
+// confirm that did not arrive in time, or a connection lost while waiting
+// for it). Sending it again is harmless only because it keeps its
+// MessageId, on which the consumer's claim delivers two copies once. A
+// publish that fails with anything else was not kept.
+//
+// A confirm timeout before anything was sent (no channel free in time)
+// is counted as ambiguous too: the caller cannot tell the two apart, and
+// saying "may have been kept" of a message that was not is the safe error.
+func MayBeKept(err error) bool {
+	return errors.Is(err, ErrConfirmTimeout) || errors.Is(err, ErrConfirmLost)
+}
 
 // ReturnError carries the broker's reason for a returned message.
 type ReturnError struct {
@@ -49,10 +67,13 @@ type PublisherConfig struct {
 	// ConfirmTimeout bounds a publish when the caller's context has no
 	// earlier deadline. Default 5s.
 	ConfirmTimeout time.Duration
-	// Lanes is how many shared confirm channels carry single publishes that
-	// have a MessageId; each holds up to Window unconfirmed messages (see
-	// lane). Batches, and messages without an id, use the Channels pool.
-	// Defaults 4 and 256; Lanes -1 turns sharing off.
+	// Lanes is how many shared confirm channels at most carry single
+	// publishes that have a MessageId, per destination (exchange and
+	// routing key: each queue of the topology model has its own, opened as
+	// its traffic needs them, see lanePool); each holds up
+	// to Window unconfirmed messages (see lane). Batches, and messages
+	// without an id, use the Channels pool. Defaults 4 and 256; Lanes -1
+	// turns sharing off.
 	Lanes  int
 	Window int
 	Logger *zap.Logger
@@ -91,6 +112,33 @@ type pubChannel struct {
 	conn    *amqp.Connection
 	ch      *amqp.Channel
 	returns chan amqp.Return
+	// closes gets the broker's reason when it closes the channel, before
+	// the library nacks what was outstanding on it (see lostConfirm).
+	closes chan *amqp.Error
+	reason atomic.Pointer[amqp.Error] // what closes delivered, once read
+}
+
+// lostConfirm is the error of a publish whose confirm never came because
+// its channel closed. Whether the message was kept depends on why it
+// closed. The broker closes a channel with 404 NOT_FOUND when a publish
+// names an exchange that does not exist, on a connection that stays up:
+// that publish was not routed, and the broker discards what follows it on
+// the channel (a publish routed before the exchange was deleted, still
+// unconfirmed, is the one exception this does not tell apart). Any other
+// close (the connection was lost, a node went down) may have come after
+// the broker queued the message: ErrConfirmLost.
+func (pc *pubChannel) lostConfirm() error {
+	select {
+	case e, ok := <-pc.closes:
+		if ok && e != nil {
+			pc.reason.Store(e)
+		}
+	default:
+	}
+	if e := pc.reason.Load(); e != nil && e.Code == amqp.NotFound && !pc.conn.IsClosed() {
+		return fmt.Errorf("%w: the broker closed the channel: %w", ErrUnavailable, e)
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, ErrConfirmLost)
 }
 
 // Publisher publishes with publisher confirms and mandatory routing. It is
@@ -100,8 +148,7 @@ type Publisher struct {
 	slots chan struct{}    // one token per channel that may exist
 	idle  chan *pubChannel // channels ready for reuse
 
-	lanes    []*laneSlot
-	nextLane atomic.Uint32
+	lanes sync.Map // destination → *lanePool, when Lanes > 0
 
 	mu     sync.Mutex
 	closed bool
@@ -116,9 +163,6 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	p := &Publisher{cfg: cfg, slots: make(chan struct{}, cfg.Channels), idle: make(chan *pubChannel, cfg.Channels)}
 	for range cfg.Channels {
 		p.slots <- struct{}{}
-	}
-	for range max(cfg.Lanes, 0) {
-		p.lanes = append(p.lanes, &laneSlot{lock: make(chan struct{}, 1)})
 	}
 	return p, nil
 }
@@ -212,7 +256,10 @@ func open(conn *amqp.Connection, returnsBuf int) (*pubChannel, error) {
 		return nil, fmt.Errorf("%w: confirm mode: %w", ErrUnavailable, err)
 	}
 	returns := ch.NotifyReturn(make(chan amqp.Return, returnsBuf))
-	return &pubChannel{conn: conn, ch: ch, returns: returns}, nil
+	// A channel closes once, so one slot holds its reason: the library never
+	// waits on it, read or not.
+	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
+	return &pubChannel{conn: conn, ch: ch, returns: returns, closes: closes}, nil
 }
 
 // closeQuietly closes the channel and drains its returns until the library
@@ -279,7 +326,7 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 	defer p.wg.Done()
 	ctx, cancel := p.withTimeout(ctx)
 	defer cancel()
-	if msg.MessageId != "" && len(p.lanes) > 0 {
+	if msg.MessageId != "" && p.cfg.Lanes > 0 {
 		if p.cfg.Session.Blocked() {
 			return ErrBlocked
 		}
@@ -311,7 +358,7 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 	if !dc.Acked() {
 		if pc.ch.IsClosed() {
 			p.discard(pc)
-			return fmt.Errorf("%w: channel closed before the confirm", ErrUnavailable)
+			return pc.lostConfirm()
 		}
 		// Never publish on a channel that got a nack again: after a quorum
 		// queue's leader dies, RabbitMQ 3.10 keeps nacking on that channel
@@ -411,7 +458,7 @@ func (p *Publisher) awaitBatch(ctx context.Context, pc *pubChannel, msgs []Outgo
 			errs[i] = &ReturnError{Exchange: m.Exchange, RoutingKey: m.RoutingKey, Code: r.ReplyCode, Text: r.ReplyText}
 		}
 		if errs[i] != nil && errors.Is(errs[i], ErrNacked) && pc.ch.IsClosed() {
-			errs[i] = fmt.Errorf("%w: channel closed before the confirm", ErrUnavailable)
+			errs[i] = pc.lostConfirm()
 		}
 	}
 	nacked := false

@@ -9,8 +9,10 @@ import (
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/callbackkey"
 	"github.com/msgpulse/msgpulse/internal/envconf"
+	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/seal"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
@@ -36,6 +38,7 @@ type Limits struct {
 // API configures cmd/api.
 type API struct {
 	Common
+	Telemetry       telemetry.Config
 	Model           topology.Config
 	HTTPAddr        string
 	PprofAddr       string
@@ -58,6 +61,12 @@ type API struct {
 	PublishChannels int
 	PublishLanes    int
 	PublishWindow   int
+	// AdmitFill is, per channel of the topology model, the fill of a level
+	// queue (depth / bound) from which the API refuses publishes to it
+	// ({CH}_QUEUE_ADMIT_FILL); AdmitInterval is how often a queue in use
+	// is read for it (QUEUE_ADMIT_INTERVAL).
+	AdmitFill       map[string]float64
+	AdmitInterval   time.Duration
 	ShutdownTimeout time.Duration
 	// ConsoleSessionTTL is how long a web console login lasts.
 	ConsoleSessionTTL time.Duration
@@ -75,7 +84,14 @@ type API struct {
 	// WeComRobots are the robots tenants may post to: name → its tenants
 	// (none = every tenant). The API needs no webhook key.
 	WeComRobots map[string][]string
+	// WeComAccounts are WECOM_ACCOUNTS without secrets: who may send from
+	// which WeCom account.
+	WeComAccounts []wecom.Account
 }
+
+// DefaultAdmitFill is {CH}_QUEUE_ADMIT_FILL's default: refuse at 80% of
+// the bound, the fill from which tools already warn (topology.FillWarning).
+const DefaultAdmitFill = topology.FillWarning
 
 func loadCodeSecret(l *envconf.Loader) (string, bool) {
 	s := l.Secret("CODE_SECRET", seal.DevSecret, fmt.Sprintf("secret (≥%d bytes) that keys code digests and seals codes in messages; the same value on api, consumer and dlq", seal.MinSecretLen))
@@ -89,6 +105,7 @@ func loadCodeSecret(l *envconf.Loader) (string, bool) {
 func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	l := envconf.New(lookup)
 	c := API{Common: loadCommon(l), Model: loadTopology(l)}
+	c.Telemetry = loadTelemetry(l, "msgpulse-api")
 	c.PprofAddr = l.String("PPROF_ADDR", "", "address of a net/http/pprof server for profiling under load (empty = off; keep it on localhost or a private network)")
 	c.HTTPAddr = l.String("HTTP_ADDR", ":8080", "address the HTTP API listens on")
 	keys := l.List("API_KEYS", "", "comma-separated API keys: `name:key`, `name:key:scopes` or `name:sha256=HEX[:scopes]` (HEX = SHA-256 of the key); "+
@@ -151,8 +168,15 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	c.IdempotencyTTL = l.Duration("IDEMPOTENCY_TTL", 24*time.Hour, time.Minute, 30*24*time.Hour, "how long the answer to a request with an Idempotency-Key is kept and given again to the same key (send, batch, verification-codes)")
 	c.RedisTimeout = l.Duration("REDIS_TIMEOUT", 500*time.Millisecond, 10*time.Millisecond, 30*time.Second, "longest wait for each Redis call of a request (connect, read, write, free pooled connection), never retried, so a dead Redis is a quick 503; overrides REDIS_URL timeouts")
 	c.PublishChannels = l.Int("PUBLISH_CHANNELS", 32, 1, 2000, "confirm channels for batched publishes (delays), one batch in flight each")
-	c.PublishLanes = l.Int("PUBLISH_LANES", 4, 1, 64, "shared confirm channels for single publishes")
+	c.PublishLanes = l.Int("PUBLISH_LANES", 4, 1, 64, "shared confirm channels for single publishes, per queue (a code never shares one with a notice)")
 	c.PublishWindow = l.Int("PUBLISH_WINDOW", 256, 1, 10_000, "unconfirmed publishes in flight per shared channel; more wait up to PUBLISH_TIMEOUT")
+	c.AdmitFill = map[string]float64{}
+	for _, ch := range topology.Channels {
+		c.AdmitFill[ch] = l.Float(topology.EnvPrefix(ch)+"_QUEUE_ADMIT_FILL", DefaultAdmitFill, 0.01, 1,
+			"fill (depth / max length) of a "+ch+" level queue from which the API answers 503 with Retry-After instead of publishing, before drop-head or reject-publish acts (1 = off: the queue's overflow rule alone decides)")
+	}
+	c.AdmitInterval = l.Duration("QUEUE_ADMIT_INTERVAL", 25*time.Millisecond, time.Millisecond, 10*time.Second,
+		"how often the API reads the depth of a queue it is publishing to (a passive declare), for {CH}_QUEUE_ADMIT_FILL; an idle queue is read once a second")
 	c.ShutdownTimeout = l.Duration("SHUTDOWN_TIMEOUT", 15*time.Second, time.Second, 10*time.Minute, "how long in-flight requests may finish on SIGTERM")
 	c.ConsoleSessionTTL = l.Duration("CONSOLE_SESSION_TTL", 8*time.Hour, time.Minute, 30*24*time.Hour, "how long a web console login lasts; logout, or removing or changing its key, ends it sooner")
 	c.CallbackHTTP = l.Bool("CALLBACK_ALLOW_HTTP", false, "accept http:// callbackUrl (otherwise https only)")
@@ -162,5 +186,6 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	c.Templates = loadTemplates(l)
 	c.Delay = loadDelay(l)
 	c.WeComRobots = loadAPIRobots(l)
+	c.WeComAccounts = loadAPIWeComAccounts(l)
 	return c, l
 }

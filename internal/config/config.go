@@ -61,6 +61,10 @@ func loadTopology(l *envconf.Loader) topology.Config {
 		c.Channels[ch] = cc
 	}
 	loadDelayTopology(l, &c.Delay)
+	c.DeadLetterLog.MaxAge = l.Duration("DLQ_LOG_MAX_AGE", c.DeadLetterLog.MaxAge, time.Second, 49*24*time.Hour, // x-message-ttl fits in 32 bits of ms
+		"how long each DLQ's log (a classic queue, queue.{ch}.dlq.log) keeps a copy of a dead letter; dlq stats/list/show read the log, so a dead letter older than this is counted but cannot be listed")
+	c.DeadLetterLog.MaxBytes = int64(l.Int("DLQ_LOG_MAX_BYTES", int(c.DeadLetterLog.MaxBytes), 1<<20, 1<<42,
+		"bound on the bodies in each DLQ's log; its oldest copies go first"))
 	return c
 }
 

@@ -15,12 +15,14 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider/sms"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
 // Consumer configures cmd/consumer.
 type Consumer struct {
 	Common
+	Telemetry    telemetry.Config
 	Model        topology.Config
 	Channels     []string
 	PprofAddr    string
@@ -55,17 +57,22 @@ type Consumer struct {
 	SMTP             mail.Config
 	SMS              sms.Config
 	WeCom            wecom.Config
+	WeComAccounts    WeComAccounts
 	Templates        Templates
 	Delay            Delay
 
 	// LimitExactMax is LIMIT_EXACT_MAX (ratelimit.Limiter.WithExactMax).
 	LimitExactMax int
+	// Workers are each channel's pool bounds ({CH}_MIN_WORKERS,
+	// {CH}_MAX_WORKERS), by channel.
+	Workers map[string]WorkerBounds
 }
 
 // LoadConsumer reads cmd/consumer's settings; check l.Err().
 func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader) {
 	l := envconf.New(lookup)
 	c := Consumer{Common: loadCommon(l), Model: loadTopology(l)}
+	c.Telemetry = loadTelemetry(l, "msgpulse-consumer")
 	c.RedisTimeout = l.Duration("REDIS_TIMEOUT", time.Second, 10*time.Millisecond, 30*time.Second, "longest wait for each Redis call (connect, read, write, free pooled connection), never retried: a worker notices a dead Redis within it and pauses; overrides REDIS_URL timeouts")
 	c.PprofAddr = l.String("PPROF_ADDR", "", "address of a net/http/pprof server for profiling under load (empty = off; keep it on localhost or a private network)")
 	c.Channels = l.List("CHANNELS", "mail,sms", "main queues to consume: any of "+strings.Join(topology.Channels, ", "))
@@ -83,6 +90,7 @@ func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader
 		seen[ch] = true
 	}
 	c.Concurrency = l.Int("CONCURRENCY", 8, 1, 10_000, "messages processed at once, per channel")
+	c.Workers = loadWorkers(l, c.Concurrency)
 	c.Prefetch = l.Int("PREFETCH", 0, 0, 65_535, "unacked deliveries held per channel (0 = 2×CONCURRENCY)")
 	c.PriorityWeights = loadWeights(l)
 	c.ShutdownTimeout = l.Duration("SHUTDOWN_TIMEOUT", 30*time.Second, time.Second, time.Hour, "on SIGTERM, how long in-flight sends may finish before the process exits (their messages are then redelivered)")
@@ -101,7 +109,7 @@ func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader
 	c.Relay = l.Enum("RELAY", "on", []string{"on", "off"}, "run the delay relay in this process (exact delay mode)") == "on"
 	c.RelayConcurrency = l.Int("RELAY_CONCURRENCY", 16, 1, 10_000, "relay steps processed at once")
 	host, _ := os.Hostname()
-	c.ConsumerID = l.String("CONSUMER_ID", fmt.Sprintf("%s-%d", host, os.Getpid()), "this consumer's name in idempotency claims and logs")
+	c.ConsumerID = l.Computed("CONSUMER_ID", fmt.Sprintf("%s-%d", host, os.Getpid()), "hostname-pid", "this consumer's name in idempotency claims and logs")
 	c.CodeSecret, c.CodeSecretIsDev = loadCodeSecret(l)
 	c.CallbackKeys = loadCallbackKeys(l, c.CodeSecret)
 	c.CallbackTimeout = l.Duration("CALLBACK_TIMEOUT", 5*time.Second, 100*time.Millisecond, time.Minute, "timeout of one callback POST")
@@ -112,6 +120,7 @@ func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader
 	c.SMTP = loadSMTP(l)
 	c.SMS = loadSMS(l)
 	c.WeCom = loadWeCom(l, c.Channels)
+	c.WeComAccounts = loadWeComAccounts(l)
 	c.Templates = loadTemplates(l)
 	c.Delay = loadDelay(l)
 	return c, l

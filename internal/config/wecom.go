@@ -50,6 +50,7 @@ func loadWeCom(l *envconf.Loader, channels []string) wecom.Config {
 	if c.Robots, c.RobotTenants, err = wecom.ParseRobots(robots); err != nil {
 		l.Fail("WECOM_ROBOTS", "", "%v", err)
 	}
+	c.Accounts = loadAccountList(l)
 	if slices.Contains(channels, topology.WeCom) {
 		if err := c.Validate(); err != nil {
 			l.Fail("WECOM_CORP_ID", c.CorpID, "%v", err)

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/msgpulse/msgpulse/internal/accountstate"
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/config"
@@ -31,7 +32,7 @@ var webFS embed.FS
 const Prefix = "/console"
 
 // Deps are what the console reads and acts through; all are required
-// except Timeline and Rates.
+// except Timeline, Rates and Accounts.
 type Deps struct {
 	Log    *zap.Logger
 	Model  *topology.Model
@@ -55,6 +56,11 @@ type Deps struct {
 	// management API); nil, or an error, falls back to the depth's net
 	// change between reloads.
 	Rates func(ctx context.Context) (map[string]Rates, error)
+	// Accounts reads the WeCom accounts' state exactly as
+	// /api/queues/stats shows it (the API passes its own reader,
+	// api.Server.WeComAccountStates); nil, or no account, hides the
+	// table. It must only read, and never return a secret.
+	Accounts func(ctx context.Context) ([]accountstate.State, error)
 }
 
 // Rates are one queue's messages per second in (published) and out

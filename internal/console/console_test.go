@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/msgpulse/msgpulse/internal/accountstate"
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/config"
@@ -51,6 +52,8 @@ type harness struct {
 	mail  topology.ChannelTopology
 	// checks counts the keys the console checked (Authenticate calls).
 	checks *atomic.Int64
+	// accounts is Deps.Accounts of the consoles serve builds (nil: none).
+	accounts func(ctx context.Context) ([]accountstate.State, error)
 }
 
 func setup(t *testing.T) *harness { t.Helper(); return setupModel(t, nil) }
@@ -100,6 +103,7 @@ func (h *harness) serve(t *testing.T, apiKeys []apikey.Key, adjust func(*console
 		},
 		Authenticate: func(key string) (apikey.Key, bool) { h.checks.Add(1); return set.Lookup(key) },
 		Lookup:       set.ByName,
+		Accounts:     h.accounts,
 	})
 	require.NoError(t, err)
 	t.Cleanup(con.Close)
@@ -337,6 +341,80 @@ func TestQueuePageFlagsAFullQueue(t *testing.T) {
 	r := row()
 	require.Contains(t, r, "90%")
 	require.Contains(t, r, `class="badge warning"`, "past the threshold of 80%")
+}
+
+// The queue page shows the WeCom accounts as /api/queues/stats does, one
+// of them down, and reading them changes nothing in Redis. Without
+// accounts there is no table.
+func TestQueuePageShowsWeComAccounts(t *testing.T) {
+	h := setup(t)
+	c := h.client(t, true)
+	page := func(base string, c *http.Client) string {
+		resp, err := c.Get(base + "/console/queues")
+		require.NoError(t, err)
+		p := readBody(t, resp)
+		require.Equal(t, http.StatusOK, resp.StatusCode, p)
+		return p
+	}
+	require.NotContains(t, page(h.http.URL, c), "WeCom accounts", "no account configured: no table")
+
+	rdb := h.stack.Redis
+	store, err := accountstate.New(rdb.Client, accountstate.Config{Prefix: rdb.Prefix, DownFor: time.Hour})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, store.MarkDown(ctx, "team-b", "wecom 40001: invalid credential"))
+	require.NoError(t, store.Record(ctx, "team-a", true))
+	require.NoError(t, store.NoteRate(ctx, "team-a", 12.5))
+	// As api.Server.WeComAccountStates reads them (Store.Get per account).
+	h.accounts = func(ctx context.Context) ([]accountstate.State, error) {
+		var out []accountstate.State
+		for _, name := range []string{"team-a", "team-b"} {
+			st, err := store.Get(ctx, name)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, st)
+		}
+		out[0].Tenants = []string{"shop"}
+		return out, nil
+	}
+	_, srv := h.serve(t, keys, nil)
+	c = h.client(t, false)
+	require.Equal(t, http.StatusSeeOther, loginAt(t, srv.URL, c, testName, testKey).StatusCode)
+
+	// What the store holds, read through its own API (cluster-safe: no
+	// key names typed here).
+	snapshot := func() []accountstate.State {
+		out, err := h.accounts(ctx)
+		require.NoError(t, err)
+		return out
+	}
+	before := snapshot()
+	p := page(srv.URL, c)
+	require.Contains(t, p, "<h2>WeCom accounts</h2>")
+	row := func(name string) string {
+		_, r, ok := strings.Cut(p, `data-account="`+name+`"`)
+		require.True(t, ok, "a row for "+name)
+		r, _, _ = strings.Cut(r, "</tr>")
+		return r
+	}
+	a, b := row("team-a"), row("team-b")
+	require.Contains(t, a, `class="badge ok">up<`)
+	require.Contains(t, a, "100%")
+	require.Contains(t, a, "12.50")
+	require.Contains(t, a, "shop")
+	require.Contains(t, b, `class="badge warning">down<`)
+	require.Contains(t, b, "wecom 40001: invalid credential")
+	require.Regexp(t, `until \d\d:\d\d:\d\d UTC`, b)
+	require.Contains(t, b, "every tenant")
+	after := snapshot()
+	require.NotNil(t, before[1].DownUntil)
+	require.WithinDuration(t, *before[1].DownUntil, *after[1].DownUntil, 50*time.Millisecond, "the down mark's expiry is untouched")
+	before[1].DownUntil, after[1].DownUntil = nil, nil
+	require.Equal(t, before, after, "reading the accounts changes nothing")
+	why, err := store.Down(ctx, "team-b")
+	require.NoError(t, err)
+	require.Contains(t, why, "40001", "still down after the page was read")
 }
 
 // What a dead letter carries is escaped, and its recipient masked, in the

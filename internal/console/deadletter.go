@@ -76,7 +76,7 @@ func (c *Console) onDLQ(parse func(*http.Request) (dlq.Options, error), h func(h
 func (cl *call) warnings() []string {
 	if n, highest := cl.t.Worn(); n > 0 {
 		return append(cl.warns, fmt.Sprintf("%d message(s) read have been delivered %d+ times (up to %d). On quorum queues RabbitMQ 4 drops a message "+
-			"past the delivery limit: replay them, or export and purge them, rather than listing them again.", n, dlq.DeliveryCountWarn, highest))
+			"past the delivery limit: replay them, or export and purge them.", n, dlq.DeliveryCountWarn, highest))
 	}
 	return cl.warns
 }

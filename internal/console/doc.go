@@ -1,5 +1,6 @@
 // Package console is msgpulse's on-call web console, served by the API at
-// /console: queue depths and fill, the dead-letter queues with their
+// /console: queue depths and fill, the WeCom accounts' state (read through
+// the API's reader, never written), the dead-letter queues with their
 // messages, replay and purge with a confirmation step, message lookup by
 // taskId or batchId, and a chart of the last hour's sends, failures and delay
 // accuracy.

@@ -27,7 +27,7 @@ var shownInFull = map[string]bool{
 	"level": true, "priority": true, "template": true, "templateCode": true, "locale": true, "purpose": true,
 	"status": true, "reason": true, "errorClass": true, "provider": true, "tenant": true,
 	"createdAt": true, "updatedAt": true, "scheduledAt": true, "sentAt": true, "deadline": true,
-	"attempt": true, "attempts": true,
+	"attempt": true, "attempts": true, "traceId": true,
 }
 
 // shownInFullIn are the fields shown in full inside a nested object, by

@@ -3,11 +3,13 @@ package console
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/msgpulse/msgpulse/internal/accountstate"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
@@ -100,5 +102,44 @@ func (c *Console) queuesPage(w http.ResponseWriter, r *http.Request, rq *request
 			data["Chart"] = chart(pts)
 		}
 	}
+	if c.d.Accounts != nil {
+		// Best effort, as in /api/queues/stats: the queues do not need it.
+		accts, err := c.d.Accounts(r.Context())
+		if err != nil {
+			data["AccountsError"] = err.Error()
+		} else if len(accts) > 0 {
+			data["Accounts"] = accountRows(accts)
+		}
+	}
 	c.render(w, http.StatusOK, "queues", rq, data)
+}
+
+// accountRow is one WeCom account as the queue page shows it: the fields
+// of /api/queues/stats' wecomAccounts, formatted. accountstate.State holds
+// names only, never a secret.
+type accountRow struct {
+	Account, Status, DownReason, DownUntil string
+	Health                                 string // success rate in the health window
+	Sends, Succeeded                       int64
+	Rate                                   string // per second the consumers hold it to, or –
+	Tenants                                string // – : every tenant
+}
+
+func accountRows(states []accountstate.State) []accountRow {
+	rows := make([]accountRow, 0, len(states))
+	for _, st := range states {
+		row := accountRow{Account: st.Account, Status: st.Status, DownReason: st.DownReason, Health: fmt.Sprintf("%.0f%%", st.Health*100),
+			Sends: st.Sends, Succeeded: st.Succeeded, Rate: "–", Tenants: "every tenant"}
+		if st.DownUntil != nil {
+			row.DownUntil = st.DownUntil.UTC().Format("15:04:05 UTC")
+		}
+		if st.RatePerSecond != nil {
+			row.Rate = fmt.Sprintf("%.2f", *st.RatePerSecond)
+		}
+		if len(st.Tenants) > 0 {
+			row.Tenants = strings.Join(st.Tenants, ", ")
+		}
+		rows = append(rows, row)
+	}
+	return rows
 }

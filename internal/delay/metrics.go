@@ -1,6 +1,10 @@
 package delay
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/msgpulse/msgpulse/internal/topology"
+)
 
 // Metrics are seed 003 §6's delay metrics, in Prometheus naming.
 type Metrics struct {
@@ -40,5 +44,17 @@ func (m *Metrics) collectors() []prometheus.Collector {
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.collectors() {
 		c.Describe(ch)
+	}
+}
+
+// Zero creates the per-queue counters that alert rules read at zero, one
+// per delay queue of d: an increase() over a series that appears only with
+// its first event misses that event.
+func (m *Metrics) Zero(d topology.DelayTopology) {
+	for _, t := range d.Tiers {
+		m.Overflow.WithLabelValues(t.Queue)
+	}
+	if d.PreciseQueue != "" {
+		m.Overflow.WithLabelValues(d.PreciseQueue)
 	}
 }

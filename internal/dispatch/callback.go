@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/msgpulse/msgpulse/internal/apikey"
@@ -20,6 +21,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 )
 
 // CallbackConfig configures status callbacks (seed 000).
@@ -90,6 +92,7 @@ type callbackJob struct {
 	key    string
 	body   []byte
 	task   string
+	parent trace.SpanContext // the outcome's span, for the POST's (zero when tracing is off)
 }
 
 // Callbacks POSTs final statuses, signed, with a few retries. They are best
@@ -128,8 +131,9 @@ func NewCallbacks(cfg CallbackConfig) (*Callbacks, error) {
 
 // Send queues a callback for rec, to be signed with tenant's key ("" is
 // the default tenant). It never blocks the pipeline: when the queue is
-// full the callback is dropped and counted.
-func (c *Callbacks) Send(url, tenant string, rec status.Record) {
+// full the callback is dropped and counted. ctx's span, if any, is the
+// parent of the POST's.
+func (c *Callbacks) Send(ctx context.Context, url, tenant string, rec status.Record) {
 	if tenant == "" {
 		tenant = apikey.DefaultTenant
 	}
@@ -152,10 +156,10 @@ func (c *Callbacks) Send(url, tenant string, rec status.Record) {
 		return
 	}
 	select {
-	case c.jobs <- callbackJob{url: url, tenant: tenant, key: key, body: body, task: rec.TaskID}:
+	case c.jobs <- callbackJob{url: url, tenant: tenant, key: key, body: body, task: rec.TaskID, parent: telemetry.Parent(ctx)}:
 	default:
 		c.cfg.Metrics.Callbacks.WithLabelValues("dropped").Inc()
-		c.cfg.Logger.Warn("callback queue full; dropping callback", zap.String("task_id", rec.TaskID))
+		c.cfg.Logger.Warn("callback queue full; dropping callback", zap.String("task_id", rec.TaskID), telemetry.LogField(ctx))
 	}
 }
 
@@ -188,12 +192,12 @@ func (c *Callbacks) deliver(j callbackJob) {
 	}
 	if errors.Is(last, egress.ErrBlocked) {
 		c.cfg.Metrics.Callbacks.WithLabelValues("refused").Inc()
-		c.cfg.Logger.Warn("callback refused: its host is not a public address", zap.String("task_id", j.task),
+		c.cfg.Logger.Warn("callback refused: its host is not a public address", zap.String("task_id", j.task), telemetry.ParentField(j.parent),
 			zap.String("url", envconf.Redact(j.url)), zap.String("error", envconf.Redact(last.Error())))
 		return
 	}
 	c.cfg.Metrics.Callbacks.WithLabelValues("failed").Inc()
-	c.cfg.Logger.Warn("callback failed", zap.String("task_id", j.task), zap.String("error", envconf.Redact(last.Error())))
+	c.cfg.Logger.Warn("callback failed", zap.String("task_id", j.task), telemetry.ParentField(j.parent), zap.String("error", envconf.Redact(last.Error())))
 }
 
 func (c *Callbacks) post(j callbackJob) (retry bool, err error) {
@@ -210,9 +214,16 @@ func (c *Callbacks) post(j callbackJob) (retry bool, err error) {
 	req.Header.Set(callbackkey.TimestampHeader, strconv.FormatInt(ts, 10))
 	req.Header.Set(callbackkey.TenantHeader, j.tenant)
 	req.Header.Set(callbackkey.SignatureHeader, callbackkey.Sign(j.key, ts, j.tenant, j.url, j.body))
+	_, span := telemetry.StartCallback(j.parent, req)
+	defer span.End()
 	resp, err := c.client.Do(req) //nolint:gosec // callback URLs come from authenticated callers; the dialer refuses internal addresses
 	if err != nil {
+		span.Fail("unreachable")
 		return !errors.Is(err, egress.ErrBlocked), err
+	}
+	span.SetInt("http.response.status_code", resp.StatusCode)
+	if resp.StatusCode >= 300 {
+		span.Fail("answered " + strconv.Itoa(resp.StatusCode))
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()

@@ -6,23 +6,28 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/msgpulse/msgpulse/internal/accountstate"
 	"github.com/msgpulse/msgpulse/internal/breaker"
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/delay"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/logging"
+	"github.com/msgpulse/msgpulse/internal/media"
 	"github.com/msgpulse/msgpulse/internal/provider"
+	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
@@ -93,6 +98,20 @@ type Config struct {
 	Metrics         *Metrics
 	DelayMetrics    *delay.Metrics
 	Logger          *zap.Logger
+
+	// Accounts is the WeCom accounts' shared state (down marks, health);
+	// nil = accounts are never marked down and their health is 1.
+	Accounts *accountstate.Store
+	// WeComLimits are each account's limits per second, minute, hour and
+	// day (WECOM_ACCOUNT_LIMITS), by account name.
+	WeComLimits map[string]wecom.Limits
+	// MergeWindow: single WeCom application messages (not high) with the
+	// same account, type and content arriving within it of each other go
+	// out as one call (WECOM_MERGE_WINDOW); 0 = off.
+	MergeWindow time.Duration
+	// Media fetches the files of WeCom media messages and caches their
+	// media ids; nil = media messages fail permanently.
+	Media *media.Store
 }
 
 // Validate fills defaults and checks the wiring.
@@ -139,9 +158,15 @@ func (c *Config) Validate() error {
 
 // Dispatcher processes deliveries.
 type Dispatcher struct {
-	cfg Config
-	log *zap.Logger
-	now func() time.Time
+	cfg   Config
+	log   *zap.Logger
+	now   func() time.Time
+	merge *merger // nil = WeCom sends are not merged
+	// uploads: one WeCom media upload per file at a time in this process.
+	uploads flight
+	// rateNoted: when each WeCom account's rate was last written for the
+	// stats (account → time.Time).
+	rateNoted sync.Map
 	// renew keeps every lease of this consumer alive in one round trip per
 	// tick, instead of a goroutine per message (issue 22).
 	renew *claim.Renewer
@@ -156,7 +181,11 @@ func New(cfg Config) (*Dispatcher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Dispatcher{cfg: cfg, log: cfg.Logger, now: time.Now, renew: cfg.Claims.NewRenewer(), hot: newHotMetrics(cfg.Metrics), burst: newBurst(cfg.Redis)}, nil
+	d := &Dispatcher{cfg: cfg, log: cfg.Logger, now: time.Now, renew: cfg.Claims.NewRenewer(), hot: newHotMetrics(cfg.Metrics), burst: newBurst(cfg.Redis)}
+	if cfg.MergeWindow > 0 {
+		d.merge = newMerger(d, cfg.MergeWindow)
+	}
+	return d, nil
 }
 
 // job is one delivery on its way through the pipeline.
@@ -172,6 +201,9 @@ type job struct {
 	// rejected: recipients of a WeCom message that WeCom refused for good
 	// (invaliduser, unlicenseduser), by userid, with the reason.
 	rejected map[string]string
+	// groupRules: the provider limits of a message that waits to be merged,
+	// taken once for its merged send.
+	groupRules []ratelimit.Rule
 }
 
 // taskIDs are the status records a job's outcome is written to: the
@@ -193,7 +225,10 @@ func (j *job) taskIDs() []string {
 // LevelHandler returns the broker handler for one level's queue of a
 // channel: the pipeline is the same, the level labels its metrics.
 func (d *Dispatcher) LevelHandler(channel string, level topology.Level) broker.Handler {
+	queue := d.queueName(channel, level)
 	return func(ctx context.Context, del *amqp.Delivery) broker.Action {
+		ctx, span := telemetry.StartProcess(ctx, queue, del)
+		defer span.End()
 		d.cfg.Metrics.InFlight.Inc()
 		defer d.cfg.Metrics.InFlight.Dec()
 		d.hot.consumed(channel, level).Inc()
@@ -204,7 +239,7 @@ func (d *Dispatcher) LevelHandler(channel string, level topology.Level) broker.H
 		for {
 			err := d.process(ctx, j)
 			if !errors.Is(err, errRedis) {
-				return d.decide(ctx, j, err)
+				return d.settle(ctx, queue, j, err)
 			}
 			if !d.pause(ctx, err) {
 				return broker.Requeue
@@ -216,7 +251,7 @@ func (d *Dispatcher) LevelHandler(channel string, level topology.Level) broker.H
 // OnPanic records a handler panic; the consumer then rejects the delivery.
 func (d *Dispatcher) OnPanic(channel string) func(*amqp.Delivery, any) {
 	return func(del *amqp.Delivery, recovered any) {
-		d.log.Error("panic while processing; dead-lettering", zap.String("task_id", del.MessageId), zap.Any("panic", recovered))
+		d.log.Error("panic while processing; dead-lettering", zap.String("task_id", del.MessageId), telemetry.HeaderField(del.Headers), zap.Any("panic", recovered))
 		// A WeCom batch's records are its recipients', not its own.
 		j := &job{channel: channel, level: topology.High, del: del}
 		if msg, err := envelope.Decode(del.Body); err == nil && msg.TaskID == del.MessageId {
@@ -277,6 +312,9 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 		rules = d.cfg.RateLimits.Rules(j.provider)
 	}
 	if j.channel == topology.WeCom && d.cfg.WeCom != nil {
+		if err := d.accountUp(ctx, msg); err != nil {
+			return err
+		}
 		more, err := d.wecomRules(ctx, msg)
 		if err != nil {
 			return fmt.Errorf("%w: adaptive rate: %w", errRedis, err)
@@ -286,9 +324,16 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 	if j.level != topology.High {
 		rules = reserveForHigh(rules) // every provider limit keeps its last tokens for high
 	}
+	if d.mergeable(j) {
+		// A merged send is one call: its limits are taken once, for the
+		// group, when it goes out.
+		j.groupRules, rules = rules, nil
+	}
 	// The sending mark rides with the claim only for a message of one task:
 	// a batch's id has no status record of its own.
-	res, err := d.claim(ctx, j, key, len(rules) == 0 && len(j.msg.Recipients) == 0)
+	cctx, cspan := telemetry.Start(ctx, "claim")
+	res, err := d.claim(cctx, j, key, len(rules) == 0 && len(j.msg.Recipients) == 0)
+	cspan.End()
 	if err != nil {
 		return fmt.Errorf("%w: claim: %w", errRedis, err)
 	}
@@ -419,17 +464,17 @@ func (d *Dispatcher) markSent(ctx context.Context, j *job) {
 	})
 	if err != nil && !errors.Is(err, claim.ErrLost) {
 		d.log.Error("sent, but could not mark the claim sent; a redelivery within the lease could send again",
-			zap.String("task_id", j.msg.TaskID), zap.Error(err))
+			zap.String("task_id", j.msg.TaskID), telemetry.LogField(ctx), zap.Error(err))
 	}
 	d.logStatusError(j.msg.TaskID, status.Sent, recErr)
 	if !blind {
 		for _, rec := range recs {
-			d.cfg.Callbacks.Send(j.msg.CallbackURL, j.msg.Tenant, rec)
+			d.cfg.Callbacks.Send(ctx, j.msg.CallbackURL, j.msg.Tenant, rec)
 		}
 	}
 	if n := len(j.rejected); n > 0 {
 		d.cfg.Metrics.DeadLettered.WithLabelValues(j.channel, string(j.level), j.provider, ReasonPermanent).Add(float64(n))
-		d.log.Warn("WeCom refused some recipients for good; they are failed", zap.String("task_id", j.msg.TaskID), zap.Int("refused", n), zap.Int("recipients", len(ids)))
+		d.log.Warn("WeCom refused some recipients for good; they are failed", zap.String("task_id", j.msg.TaskID), telemetry.LogField(ctx), zap.Int("refused", n), zap.Int("recipients", len(ids)))
 	}
 }
 
@@ -485,21 +530,33 @@ func (d *Dispatcher) send(ctx context.Context, j *job) error {
 			return fmt.Errorf("%w: this consumer has no mail provider", ErrTemplate)
 		}
 		var e template.RenderedEmail
-		if e, err = d.cfg.Templates.RenderEmail(msg.Template, msg.Locale, vars); err != nil {
+		_, rspan := telemetry.Start(ctx, "render")
+		e, err = d.cfg.Templates.RenderEmail(msg.Template, msg.Locale, vars)
+		rspan.End()
+		if err != nil {
 			return fmt.Errorf("%w: %w", ErrTemplate, err)
 		}
-		rcpt, err = d.cfg.Mail.SendMail(sctx, provider.Mail{To: msg.Recipient, Subject: e.Subject, HTML: e.HTML, Text: e.Text, TaskID: msg.TaskID})
+		pctx, pspan := telemetry.StartProviderCall(sctx, j.channel, j.provider)
+		rcpt, err = d.cfg.Mail.SendMail(pctx, provider.Mail{To: msg.Recipient, Subject: e.Subject, HTML: e.HTML, Text: e.Text, TaskID: msg.TaskID})
+		endCall(pspan, err)
 	case topology.SMS:
 		if d.cfg.SMS == nil {
 			return fmt.Errorf("%w: this consumer has no SMS provider", ErrTemplate)
 		}
 		var text string
-		if text, err = d.cfg.Templates.RenderSMS(msg.Template, msg.Locale, vars); err != nil {
+		_, rspan := telemetry.Start(ctx, "render")
+		text, err = d.cfg.Templates.RenderSMS(msg.Template, msg.Locale, vars)
+		rspan.End()
+		if err != nil {
 			return fmt.Errorf("%w: %w", ErrTemplate, err)
 		}
-		rcpt, err = d.cfg.SMS.SendSMS(sctx, provider.SMS{To: msg.Recipient, Text: text, TaskID: msg.TaskID, Template: msg.Template, Params: vars})
+		pctx, pspan := telemetry.StartProviderCall(sctx, j.channel, j.provider)
+		rcpt, err = d.cfg.SMS.SendSMS(pctx, provider.SMS{To: msg.Recipient, Text: text, TaskID: msg.TaskID, Template: msg.Template, Params: vars})
+		endCall(pspan, err)
 	case topology.WeCom:
-		rcpt, err = d.sendWeCom(ctx, sctx, j, vars)
+		pctx, pspan := telemetry.StartProviderCall(sctx, j.channel, j.provider)
+		rcpt, err = d.sendWeCom(ctx, pctx, j, vars)
+		endCall(pspan, err)
 	}
 	var pe *provider.Error
 	switch {
@@ -520,7 +577,7 @@ func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Actio
 	if j.msg != nil {
 		taskID = j.msg.TaskID
 	}
-	log := d.log.WithLazy(zap.String("task_id", taskID), zap.String("channel", j.channel), zap.String("provider", j.provider))
+	log := d.log.WithLazy(zap.String("task_id", taskID), zap.String("channel", j.channel), zap.String("provider", j.provider), telemetry.LogField(ctx))
 	if j.msg != nil {
 		log = log.WithLazy(zap.String("recipient", logging.Mask(j.msg.Recipient)), zap.Int("attempt", j.msg.Attempt+1))
 	}
@@ -556,6 +613,9 @@ func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Actio
 			LastError: ptr("not sent: its deadline " + j.msg.Deadline.UTC().Format(time.RFC3339) + " had passed")})
 		log.Warn("past its deadline; dead-lettering without sending")
 		return broker.Reject
+
+	case errors.Is(err, ErrAccountDown):
+		return d.waitForAccount(ctx, j, log, err)
 
 	case errors.Is(err, ErrTemplate), errors.Is(err, provider.ErrPermanent):
 		return d.deadLetter(ctx, j, log, ReasonPermanent, classOf(err), err)
@@ -644,14 +704,18 @@ func (d *Dispatcher) later(ctx context.Context, j *job, wait time.Duration, isRe
 			}
 			// Back to the level it left (an empty level is high).
 			key := ct.Level(topology.Level(m.Level)).RoutingKey
+			// The retry carries this attempt's trace context: its own
+			// spans join the request's trace after the delay queues.
+			pctx, pspan := telemetry.StartPublish(pctx, ct.Exchange, key, &pub)
 			err = d.cfg.Delayed.PublishDelayed(pctx, broker.Outgoing{Exchange: ct.Exchange, RoutingKey: key, Msg: pub}, wait)
+			endCall(pspan, err)
 			cancel()
 		}
 	}
 	if err != nil {
 		// Keep the delivery: hand it back after a pause rather than ack a
 		// message whose next attempt exists nowhere.
-		d.log.Error("could not schedule the message for later; handing it back", zap.String("task_id", j.msg.TaskID), zap.Error(err))
+		d.log.Error("could not schedule the message for later; handing it back", zap.String("task_id", j.msg.TaskID), telemetry.LogField(ctx), zap.Error(err))
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
@@ -666,7 +730,7 @@ func (d *Dispatcher) final(ctx context.Context, j *job, u status.Update) {
 	recs := d.recordJob(ctx, j, u)
 	if d.cfg.Callbacks != nil && j.msg != nil && j.msg.CallbackURL != "" {
 		for _, rec := range recs {
-			d.cfg.Callbacks.Send(j.msg.CallbackURL, j.msg.Tenant, rec)
+			d.cfg.Callbacks.Send(ctx, j.msg.CallbackURL, j.msg.Tenant, rec)
 		}
 	}
 }
@@ -708,7 +772,7 @@ func (d *Dispatcher) recordJob(ctx context.Context, j *job, u status.Update) []s
 		}, nil
 	}, d.loadScripts)
 	if err != nil {
-		d.log.Warn("could not update the status records of a batch", zap.String("task_id", j.msg.TaskID), zap.String("status", string(u.Status)), zap.Error(err))
+		d.log.Warn("could not update the status records of a batch", zap.String("task_id", j.msg.TaskID), telemetry.LogField(ctx), zap.String("status", string(u.Status)), zap.Error(err))
 	}
 	return recs
 }
@@ -723,7 +787,7 @@ func (d *Dispatcher) record(ctx context.Context, taskID string, u status.Update)
 	defer cancel()
 	rec, err := d.cfg.Status.Update(ctx, taskID, u)
 	if err != nil && !errors.Is(err, status.ErrFinal) {
-		d.log.Warn("could not update the status record", zap.String("task_id", taskID), zap.String("status", string(u.Status)), zap.Error(err))
+		d.log.Warn("could not update the status record", zap.String("task_id", taskID), telemetry.LogField(ctx), zap.String("status", string(u.Status)), zap.Error(err))
 		return nil
 	}
 	return &rec

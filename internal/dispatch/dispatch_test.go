@@ -401,8 +401,8 @@ func TestCallbackIsSignedWithItsTenantsKeyAndDelivered(t *testing.T) {
 	cbs, err := dispatch.NewCallbacks(dispatch.CallbackConfig{Keys: keys, Backoff: 50 * time.Millisecond, Workers: 1, Egress: egress.Policy{AllowPrivate: true}})
 	require.NoError(t, err)
 	t.Cleanup(func() { cbs.Close(context.Background()) })
-	cbs.Send(srv.URL+"/a", "shopA", status.Record{TaskID: "tA", Status: status.Sent, Channel: "email", Recipient: "a***e@example.com", Attempts: 1, UpdatedAt: time.Now()})
-	cbs.Send(srv.URL+"/b", "shopB", status.Record{TaskID: "tB", Status: status.Sent, Channel: "email", Recipient: "b***b@example.com", Attempts: 1, UpdatedAt: time.Now()})
+	cbs.Send(context.Background(), srv.URL+"/a", "shopA", status.Record{TaskID: "tA", Status: status.Sent, Channel: "email", Recipient: "a***e@example.com", Attempts: 1, UpdatedAt: time.Now()})
+	cbs.Send(context.Background(), srv.URL+"/b", "shopB", status.Record{TaskID: "tB", Status: status.Sent, Channel: "email", Recipient: "b***b@example.com", Attempts: 1, UpdatedAt: time.Now()})
 	own := map[string]string{"tA": "shopA-callback-secret-0001", "tB": "shopB-callback-secret-0002"}
 	other := map[string]string{"tA": own["tB"], "tB": own["tA"]}
 	for range 2 {
@@ -449,7 +449,7 @@ func TestCallbackRedirectIsNotFollowed(t *testing.T) {
 	metrics := dispatch.NewMetrics(prometheus.NewRegistry())
 	cbs, err := dispatch.NewCallbacks(dispatch.CallbackConfig{Keys: keys, Attempts: 2, Backoff: 10 * time.Millisecond, Metrics: metrics, Egress: egress.Policy{AllowPrivate: true}})
 	require.NoError(t, err)
-	cbs.Send(srv.URL+"/cb", "shopA", status.Record{TaskID: "t-redirect", Status: status.Sent, Channel: "sms", UpdatedAt: time.Now()})
+	cbs.Send(context.Background(), srv.URL+"/cb", "shopA", status.Record{TaskID: "t-redirect", Status: status.Sent, Channel: "sms", UpdatedAt: time.Now()})
 	cbs.Close(context.Background()) // waits for the queued callback
 	require.EqualValues(t, 2, origin.Load(), "the 302 is a failed attempt, tried again")
 	require.EqualValues(t, 0, elsewhere.Load(), "the redirect's host got no POST")
@@ -469,7 +469,7 @@ func TestCallbackWithoutTenantKeyIsNotSent(t *testing.T) {
 	metrics := dispatch.NewMetrics(prometheus.NewRegistry())
 	cbs, err := dispatch.NewCallbacks(dispatch.CallbackConfig{Keys: keys, Metrics: metrics, Egress: egress.Policy{AllowPrivate: true}})
 	require.NoError(t, err)
-	cbs.Send(srv.URL, "shopB", status.Record{TaskID: "t-nokey", Status: status.Sent, UpdatedAt: time.Now()})
+	cbs.Send(context.Background(), srv.URL, "shopB", status.Record{TaskID: "t-nokey", Status: status.Sent, UpdatedAt: time.Now()})
 	cbs.Close(context.Background())
 	require.EqualValues(t, 0, calls.Load())
 	require.Equal(t, 1.0, testutil.ToFloat64(metrics.Callbacks.WithLabelValues("nokey")))
@@ -512,7 +512,7 @@ func TestCallbackToPrivateAddressAtDialTimeIsRefused(t *testing.T) {
 				Metrics: metrics, Egress: egress.Policy{AllowPrivate: tc.allow, Lookup: lookup}})
 			require.NoError(t, err)
 			before := calls.Load()
-			cbs.Send("http://user:hunter2@hooks.shop.example:"+port+"/cb", "", status.Record{TaskID: "t-" + tc.name, Status: status.Sent, Channel: "sms", UpdatedAt: time.Now()})
+			cbs.Send(context.Background(), "http://user:hunter2@hooks.shop.example:"+port+"/cb", "", status.Record{TaskID: "t-" + tc.name, Status: status.Sent, Channel: "sms", UpdatedAt: time.Now()})
 			cbs.Close(context.Background()) // waits for the queued callback
 			if tc.delivered {
 				require.Equal(t, before+1, calls.Load())

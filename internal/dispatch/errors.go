@@ -32,6 +32,9 @@ var (
 	errRedis = errors.New("redis unavailable")
 	// ErrTemplate: the message cannot be rendered; retrying cannot help.
 	ErrTemplate = errors.New("cannot render the message")
+	// ErrAccountDown: WeCom refused the credentials of the message's
+	// account; the message waits, with backoff, up to its deadline.
+	ErrAccountDown = errors.New("WeCom account down")
 )
 
 // Reasons recorded on status records, read by the DLQ tool.

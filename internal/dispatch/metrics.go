@@ -13,6 +13,22 @@ type Metrics struct {
 	InFlight     prometheus.Gauge
 	Paused       prometheus.Gauge
 	Callbacks    *prometheus.CounterVec
+	// AccountRate and AccountHealth are each WeCom account's send rate
+	// (adaptive rate × health) and health (success rate of recent sends).
+	AccountRate   *prometheus.GaugeVec
+	AccountHealth *prometheus.GaugeVec
+	// MergedSends counts WeCom calls that carried merged messages, and
+	// MergedUsers how many users each had.
+	MergedSends prometheus.Counter
+	MergedUsers prometheus.Histogram
+	// Workers is each channel's worker pool size.
+	Workers *prometheus.GaugeVec
+}
+
+// WorkersOf is the broker consumer's OnWorkers hook for channel.
+func (m *Metrics) WorkersOf(channel string) func(int) {
+	g := m.Workers.WithLabelValues(channel)
+	return func(n int) { g.Set(float64(n)) }
 }
 
 // NewMetrics registers the consumer's metrics on reg (nil: unregistered).
@@ -28,6 +44,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		InFlight:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "msgpulse_inflight", Help: "Messages being processed now."}),
 		Paused:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "msgpulse_redis_paused", Help: "1 while work is paused because Redis is unreachable."}),
 		Callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_callbacks_total", Help: "Status callbacks by result (delivered, failed, refused: an internal address, nokey: the tenant has no callback key, dropped: the queue was full)."}, []string{"result"}),
+		AccountRate: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "msgpulse_wecom_account_rate",
+			Help: "Send rate a WeCom account is held to (sends per second): its adaptive rate times its health."}, []string{"account"}),
+		AccountHealth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "msgpulse_wecom_account_health",
+			Help: "Health of a WeCom account: the success rate of its sends within WECOM_HEALTH_WINDOW (1 when it sent nothing)."}, []string{"account"}),
+		Workers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "msgpulse_consumer_workers",
+			Help: "Workers of a channel's pool; it follows the queue between {CH}_MIN_WORKERS and {CH}_MAX_WORKERS."}, []string{"channel"}),
+		MergedSends: prometheus.NewCounter(prometheus.CounterOpts{Name: "msgpulse_wecom_merged_sends_total",
+			Help: "WeCom message/send calls that carried single messages merged within WECOM_MERGE_WINDOW."}),
+		MergedUsers: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "msgpulse_wecom_merged_users",
+			Help: "Users per merged WeCom call.", Buckets: []float64{1, 2, 5, 10, 50, 100, 250, 500, 1000}}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.collectors()...)
@@ -36,7 +62,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Consumed, m.Sent, m.Retried, m.DeadLettered, m.Skipped, m.SendDuration, m.InFlight, m.Paused, m.Callbacks}
+	return []prometheus.Collector{m.Consumed, m.Sent, m.Retried, m.DeadLettered, m.Skipped, m.SendDuration, m.InFlight, m.Paused, m.Callbacks, m.AccountRate, m.AccountHealth, m.MergedSends, m.MergedUsers, m.Workers}
 }
 
 // Describe sends every metric's descriptor.

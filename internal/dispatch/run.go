@@ -8,8 +8,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,12 +18,14 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/msgpulse/msgpulse/internal/accountstate"
 	"github.com/msgpulse/msgpulse/internal/breaker"
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/delay"
 	"github.com/msgpulse/msgpulse/internal/egress"
+	"github.com/msgpulse/msgpulse/internal/media"
 	"github.com/msgpulse/msgpulse/internal/profile"
 	"github.com/msgpulse/msgpulse/internal/provider"
 	"github.com/msgpulse/msgpulse/internal/provider/mail"
@@ -33,6 +35,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/timeline"
 	"github.com/msgpulse/msgpulse/internal/token"
@@ -65,18 +68,11 @@ func WithRegistry(reg *prometheus.Registry) Option { return func(o *runOptions) 
 // newWeCom builds the WeCom client, its access token shared through Redis
 // by every consumer.
 func newWeCom(cfg config.Consumer, redisClient redis.UniversalClient) (*wecom.Client, error) {
-	var c *wecom.Client
-	var tokens wecom.Tokens
-	if cfg.WeCom.CorpID != "" {
-		src, err := token.New(redisClient, token.Config{Prefix: cfg.RedisPrefix, Name: "wecom:" + cfg.WeCom.CorpID + ":" + strconv.FormatInt(cfg.WeCom.AgentID, 10)},
-			func(ctx context.Context) (string, time.Duration, error) { return c.FetchToken(ctx) })
-		if err != nil {
-			return nil, err
-		}
-		tokens = src
-	}
-	c, err := wecom.New(cfg.WeCom, tokens)
-	return c, err
+	// One token per application (corp and agent), whichever account
+	// names it: WeCom issues one per corp and secret.
+	return wecom.NewAccounts(cfg.WeCom, func(a wecom.Account, fetch func(context.Context) (string, time.Duration, error)) (wecom.Tokens, error) {
+		return token.New(redisClient, token.Config{Prefix: cfg.RedisPrefix, Name: "wecom:" + a.Key()}, fetch)
+	})
 }
 
 // Run consumes until ctx ends, then stops gracefully: consumers stop taking
@@ -98,6 +94,12 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	if cfg.CallbackPrivate {
 		log.Warn("CALLBACK_ALLOW_PRIVATE=true: callbacks may reach loopback, link-local and private addresses; use this for local development only")
 	}
+	// Tracing first, so that its flush runs last, after every span ended.
+	stopTracing, err := telemetry.Setup(ctx, cfg.Telemetry, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	model, err := topology.Build(cfg.Model, "")
 	if err != nil {
 		return err
@@ -125,6 +127,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	var mailer provider.Mailer
 	var smsSender provider.SMSSender
 	var weCom provider.WeComSender
+	var breakers []func() map[string]breaker.State // for msgpulse_breaker_state
 	for _, ch := range cfg.Channels {
 		switch ch {
 		case topology.Mail:
@@ -133,7 +136,9 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 				return fmt.Errorf("SMTP: %w", err)
 			}
 			defer func() { _ = m.Close() }()
-			mailer = guardedMailer{Mailer: m, b: breaker.New(cfg.SMS.Breaker, nil)}
+			gm := guardedMailer{Mailer: m, b: breaker.New(cfg.SMS.Breaker, nil)}
+			breakers = append(breakers, func() map[string]breaker.State { return map[string]breaker.State{gm.Name(): gm.b.State()} })
+			mailer = gm
 		case topology.SMS:
 			if o.sms != nil {
 				smsSender = o.sms
@@ -144,6 +149,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 				return fmt.Errorf("SMS: %w", err)
 			}
 			defer func() { _ = r.Close() }()
+			breakers = append(breakers, r.States)
 			smsSender = r
 		case topology.WeCom:
 			c, err := newWeCom(cfg, redisClient)
@@ -221,17 +227,33 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 		defer cancel()
 		callbacks.Close(cctx)
 	}()
+	mediaStore, err := media.New(redisClient, media.Config{Prefix: cfg.RedisPrefix, Egress: egress.Policy{AllowPrivate: cfg.CallbackPrivate},
+		Timeout: cfg.SendTimeout, CacheTTL: cfg.WeComAccounts.MediaCacheTTL})
+	if err != nil {
+		return err
+	}
+	accounts, err := accountstate.New(redisClient, accountstate.Config{Prefix: cfg.RedisPrefix, Window: cfg.WeComAccounts.HealthWindow})
+	if err != nil {
+		return err
+	}
 	d, err := New(Config{
 		Model: model, Claims: claims, Status: statuses, Templates: tpl, Keys: keys, Mail: mailer, SMS: smsSender, WeCom: weCom,
-		Adaptive: ratelimit.NewAdaptive(redisClient, cfg.RedisPrefix, reg),
-		Delayed:  delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix).WithExactMax(cfg.LimitExactMax), RateLimits: rateLimits, Callbacks: callbacks,
+		Adaptive: ratelimit.NewAdaptive(redisClient, cfg.RedisPrefix, reg), Accounts: accounts, WeComLimits: cfg.WeComAccounts.Limits, MergeWindow: cfg.WeComAccounts.MergeWindow, Media: mediaStore,
+		Delayed: delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix).WithExactMax(cfg.LimitExactMax), RateLimits: rateLimits, Callbacks: callbacks,
 		Redis: redisClient, SendTimeout: cfg.SendTimeout, MaxMessageBytes: cfg.MaxMessageBytes, Owner: cfg.ConsumerID, Metrics: metrics, DelayMetrics: delayMetrics,
 		Logger: log, Retry: RetryPolicy{MaxRetries: cfg.MaxRetries, Backoff: cfg.RetryBackoff, Throttled: cfg.ThrottledBackoff},
 	})
 	if err != nil {
 		return err
 	}
+	reg.MustRegister(newBreakerStates(breakers...))
+	d.ZeroMetrics(cfg.Channels)
+	delayMetrics.Zero(model.Delay)
 
+	// consuming: every channel's consumer has subscribed (its pool
+	// reported its size, which it does once subscribed), and ctx is live.
+	var consuming atomic.Bool
+	var subscribed atomic.Int32
 	if cfg.MetricsAddr != "" {
 		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.MetricsAddr)
 		if err != nil {
@@ -242,6 +264,21 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write([]byte(`{"code":200,"msg":"ok","data":{"status":"alive"}}`))
+		})
+		// Ready while consuming with Redis and the broker reachable: an
+		// orchestrator sends no traffic here, but rolls out the next pod
+		// only once this one consumes.
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			pctx, cancel := context.WithTimeout(r.Context(), time.Second)
+			defer cancel()
+			_, connected := session.Current()
+			if !consuming.Load() || int(subscribed.Load()) < len(cfg.Channels) || !connected || redisClient.Ping(pctx).Err() != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = w.Write([]byte(`{"code":503,"msg":"not ready","data":{"status":"not ready"}}`))
+				return
+			}
+			_, _ = w.Write([]byte(`{"code":200,"msg":"ok","data":{"status":"ready"}}`))
 		})
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		bgWG.Add(1)
@@ -268,9 +305,13 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 		if err != nil {
 			return err
 		}
+		w := cfg.Workers[ch]
+		if w.Min == 0 {
+			w = config.WorkerBounds{Min: cfg.Concurrency, Max: cfg.Concurrency}
+		}
 		c, err := broker.NewConsumer(broker.ConsumerConfig{
-			Session: session, Queues: d.LevelQueues(ct, cfg.PriorityWeights, cfg.Concurrency), OnPanic: d.OnPanic(ch),
-			Concurrency: cfg.Concurrency, Prefetch: cfg.Prefetch, Grace: cfg.ShutdownTimeout,
+			Session: session, Queues: d.LevelQueues(ct, cfg.PriorityWeights, w.Max), OnPanic: d.OnPanic(ch),
+			Concurrency: w.Min, MaxConcurrency: w.Max, OnWorkers: onWorkers(metrics.WorkersOf(ch), &subscribed), Prefetch: cfg.Prefetch, Grace: cfg.ShutdownTimeout,
 			Tag: "msgpulse-consumer-" + cfg.ConsumerID, Logger: log.Named(ch),
 		})
 		if err != nil {
@@ -295,9 +336,12 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	}
 	log.Info("consumer started", zap.Strings("channels", cfg.Channels), zap.String("id", cfg.ConsumerID),
 		zap.Bool("relay", cfg.Relay && model.Delay.RelayQueue != ""), zap.Int("concurrency", cfg.Concurrency))
+	consuming.Store(true)
+	defer consuming.Store(false)
 	if o.ready != nil {
 		o.ready()
 	}
+	go func() { <-ctx.Done(); consuming.Store(false) }() // ends with ctx: stopping is not ready
 	wg.Wait()
 	close(errs)
 	var all []error
@@ -308,4 +352,14 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	}
 	log.Info("consumer stopped")
 	return errors.Join(all...)
+}
+
+// onWorkers sets the workers gauge and counts, once, the channel as
+// subscribed: the broker consumer reports its pool size once it consumes.
+func onWorkers(set func(int), subscribed *atomic.Int32) func(int) {
+	var once sync.Once
+	return func(n int) {
+		once.Do(func() { subscribed.Add(1) })
+		set(n)
+	}
 }

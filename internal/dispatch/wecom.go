@@ -28,7 +28,7 @@ var (
 // rendered content).
 func wecomMessage(msg *envelope.Message) provider.WeCom {
 	// A message from before tenants has none: it was the default tenant's.
-	m := provider.WeCom{Mentions: msg.Mentions, TaskID: msg.TaskID, Tenant: cmp.Or(msg.Tenant, apikey.DefaultTenant)}
+	m := provider.WeCom{Mentions: msg.Mentions, TaskID: msg.TaskID, Tenant: cmp.Or(msg.Tenant, apikey.DefaultTenant), Account: msg.Account}
 	switch {
 	case msg.Robot:
 		m.Robot = msg.Recipient
@@ -59,6 +59,12 @@ func (d *Dispatcher) wecomRules(ctx context.Context, msg *envelope.Message) ([]r
 		rules = append(rules, ratelimit.Rule{Name: "robot " + m.Robot + " (WeCom's 20 a minute)", Key: "provider:" + wecom.RobotName + ":" + m.Robot,
 			Windows: []ratelimit.Window{{Length: time.Minute, Limit: wecom.RobotPerMinute}}})
 	}
+	if m.Robot == "" {
+		// An application account: its own limits, and its adaptive rate
+		// scaled by its health.
+		more, err := d.accountRules(ctx, m)
+		return append(rules, more...), err
+	}
 	if d.cfg.Adaptive != nil {
 		r, err := d.cfg.Adaptive.Rule(ctx, d.cfg.WeCom.Account(m), d.bounds(m))
 		if err != nil {
@@ -76,14 +82,36 @@ func (d *Dispatcher) sendWeCom(ctx, sctx context.Context, j *job, vars map[strin
 	if d.cfg.WeCom == nil {
 		return provider.Receipt{}, fmt.Errorf("%w: this consumer has no WeCom provider", ErrTemplate)
 	}
-	w, err := d.cfg.Templates.RenderWeCom(j.msg.Template, j.msg.Locale, vars)
-	if err != nil {
-		return provider.Receipt{}, fmt.Errorf("%w: %w", ErrTemplate, err)
-	}
 	m := wecomMessage(j.msg)
-	m.Format, m.Content = w.Format, w.Content
-	rcpt, err := d.cfg.WeCom.SendWeCom(sctx, m)
+	if j.msg.Media != nil {
+		if err := d.wecomMedia(ctx, sctx, j.msg.Media, &m); err != nil {
+			return provider.Receipt{}, err
+		}
+	} else {
+		w, err := d.cfg.Templates.RenderWeCom(j.msg.Template, j.msg.Locale, vars)
+		if err != nil {
+			return provider.Receipt{}, fmt.Errorf("%w: %w", ErrTemplate, err)
+		}
+		m.Format, m.Content = w.Format, w.Content
+		m.Title, m.Description, m.URL = w.Title, w.Description, w.URL
+	}
+	if d.mergeable(j) {
+		o := d.merge.join(ctx, m, j.groupRules)
+		j.rejected = o.rejected
+		return o.rcpt, o.err
+	}
+	rcpt, err := d.callWeCom(ctx, sctx, m)
 	j.rejected = rcpt.Rejected
+	return rcpt.Receipt, err
+}
+
+// callWeCom makes one WeCom call, counts it in the account's health and
+// moves the account's adaptive rate.
+func (d *Dispatcher) callWeCom(ctx, sctx context.Context, m provider.WeCom) (provider.WeComReceipt, error) {
+	rcpt, err := d.cfg.WeCom.SendWeCom(sctx, m)
+	if m.Robot == "" {
+		err = d.noteAccountSend(ctx, m, err)
+	}
 	if d.cfg.Adaptive != nil {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		var aerr error
@@ -100,5 +128,5 @@ func (d *Dispatcher) sendWeCom(ctx, sctx context.Context, j *job, vars map[strin
 			d.log.Warn("could not move the adaptive rate", zap.Error(aerr))
 		}
 	}
-	return rcpt.Receipt, err
+	return rcpt, err
 }

@@ -64,8 +64,11 @@ Reasons (--reason): rejected expired maxlen delivery_limit (the broker's);
 malformed permanent retries_exhausted deadline panic (the consumer's, from
 its status record); unknown. --reason matches either kind.
 
-Reading holds messages unacked and gives back the ones not acted on: their
-order is kept but they are flagged redelivered (see docs/oncall.md).
+stats, list, show and replay --dry-run never take a message from a DLQ:
+they count its depth and read its log, queue.<ch>.dlq.log, a copy the
+broker keeps of every dead letter. Only replay and purge remove dead
+letters; on a quorum DLQ they put back what they pass over as fresh copies
+(a give-back would count toward its delivery limit). See docs/oncall.md.
 Quiet on stderr unless something is wrong (a purge and a reveal are always
 logged there, for audit); -v (anywhere) also prints its info lines.
 Exit codes: 0 ok, 1 error, 2 usage (and purge without --yes).
@@ -164,7 +167,7 @@ func (c *cli) main(ctx context.Context, args []string) int {
 	if worn, wornMax := d.Worn(); worn > 0 {
 		c.warn(fmt.Sprintf("%d message(s) read have been delivered %d+ times (x-delivery-count up to %d). On quorum queues RabbitMQ 4 "+
 			"drops a message past the queue's delivery-limit (default 20) since DLQs have no dead-letter exchange: replay them, or "+
-			"purge --export them, rather than listing them again (docs/oncall.md).", worn, DeliveryCountWarn, wornMax))
+			"purge --export them, and read DLQs only with dlq or the console (the management UI's Get messages gives back too; docs/oncall.md).", worn, DeliveryCountWarn, wornMax))
 	}
 	if err != nil {
 		fmt.Fprintf(c.stderr, "dlq %s: %v\n", o.cmd, err)

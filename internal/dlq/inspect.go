@@ -83,11 +83,12 @@ type inspector struct {
 }
 
 // DeliveryCountWarn is the x-delivery-count from which the tool warns. A
-// quorum queue counts a delivery each time a message is given back (on
-// RabbitMQ 3.x at least), and RabbitMQ 4 drops a message past the queue's
-// delivery-limit (default 20) when, like msgpulse's DLQs, the queue has no
-// dead-letter exchange. Listing a quorum DLQ over and over wears its
-// messages out.
+// quorum queue counts a delivery each time a message is given back (every
+// return before RabbitMQ 4.3) and drops a message past the queue's
+// delivery-limit (default 20 from 4.0) when, like msgpulse's DLQs, the
+// queue has no dead-letter exchange. Reads go to the DLQ's log and never
+// count, and replay and purge put back fresh copies of what they pass over;
+// a high count comes from other tools or from runs that failed midway.
 const DeliveryCountWarn = 10
 
 func newInspector(m *topology.Model, st *status.Store, timeout time.Duration, warn func(string)) *inspector {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/seal"
+	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
 // SealedMask replaces the sealed code wherever a body is shown.
@@ -45,6 +46,10 @@ type Listing struct {
 	Entries []Entry
 	Read    int // messages looked at
 	Depth   int // of the queue when reading started
+	// Unlogged is how many of the queue's messages its log does not have
+	// (older than DLQ_LOG_MAX_AGE, or dead before the log existed): they
+	// are counted in Depth but cannot be listed.
+	Unlogged int
 }
 
 // More reports whether List stopped at its limit before the end of the
@@ -53,29 +58,35 @@ func (l Listing) More(limit int) bool {
 	return limit > 0 && len(l.Entries) >= limit && l.Read < l.Depth
 }
 
-// List reads queue and returns the dead letters that match o (IDs,
-// Reason, Since; at most Limit), in queue order, giving every message
-// back. each, if not nil, sees each entry as it is read.
+// List returns the dead letters in queue that match o (IDs, Reason,
+// Since; at most Limit), in queue order. It reads the queue's log, not the
+// queue (see readLog), so listing spends no delivery attempt. each, if not
+// nil, sees each entry as it is read.
 func (t *Tool) List(ctx context.Context, queue string, o Options, each func(Entry) error) (Listing, error) {
 	sel := t.selector(o)
 	sel.all = true
 	var l Listing
-	r, err := scan(ctx, t.conn, queue, t.cfg.ScanMax, nil, func(_ *reader, del *amqp.Delivery) (bool, error) {
+	v, err := t.readLog(ctx, queue, func(del *amqp.Delivery, present bool) error {
+		if !present {
+			return nil
+		}
+		l.Read++
 		in := t.x.inspect(ctx, queue, del)
 		if !sel.match(&in.Entry, taskID(in)) {
-			return false, nil
+			return nil
 		}
 		if each != nil {
 			if err := each(in.Entry); err != nil {
-				return true, err
+				return err
 			}
 		}
 		l.Entries = append(l.Entries, in.Entry)
-		return o.Limit > 0 && len(l.Entries) >= o.Limit, nil
+		if o.Limit > 0 && len(l.Entries) >= o.Limit {
+			return errStop
+		}
+		return nil
 	})
-	if r != nil {
-		l.Read, l.Depth = r.read(), r.depth
-	}
+	l.Depth, l.Unlogged = v.Depth, v.Unlogged
 	return l, err
 }
 
@@ -111,6 +122,10 @@ func (c *cli) list(ctx context.Context, t *Tool, queue string, o opts) (int, err
 		more = fmt.Sprintf(" (stopped at --limit %d after reading %d)", o.Limit, l.Read)
 	}
 	fmt.Fprintf(c.stdout, "%d shown of %d in %s%s\n", len(l.Entries), l.Depth, queue, more)
+	if l.Unlogged > 0 {
+		fmt.Fprintf(c.stdout, "%d of them are not in the log %s (older than DLQ_LOG_MAX_AGE, or dead before it existed) and cannot be listed; replay and purge still reach them\n",
+			l.Unlogged, topology.DeadLetterLogName(queue))
+	}
 	return ExitOK, nil
 }
 
@@ -145,23 +160,26 @@ type Shown struct {
 var ErrNotFound = errors.New("no such message")
 
 // Show returns every message in queue with this id (a replayed duplicate
-// makes more than one), giving them all back. reveal opens the sealed
+// makes more than one), read from the queue's log (see readLog). reveal opens the sealed
 // code (needs CODE_SECRET) and logs who did; the console never asks it.
 func (t *Tool) Show(ctx context.Context, queue, id string, reveal bool) ([]Shown, error) {
 	sel := t.selector(Options{IDs: []string{id}})
 	var found []Shown
 	var msgs []*envelope.Message
-	_, err := scan(ctx, t.conn, queue, t.cfg.ScanMax, nil, func(_ *reader, del *amqp.Delivery) (bool, error) {
+	_, err := t.readLog(ctx, queue, func(del *amqp.Delivery, present bool) error {
+		if !present {
+			return nil
+		}
 		in := t.x.inspect(ctx, queue, del)
 		if !sel.match(&in.Entry, taskID(in)) {
-			return false, nil
+			return nil
 		}
 		h, _ := jsonValue(del.Headers).(map[string]any)
 		s := Shown{Entry: in.Entry, Properties: propertiesOf(del), Headers: h, Deaths: deaths(del.Headers)}
 		s.Body, s.BodyBase64 = maskedBody(del.Body)
 		found = append(found, s)
 		msgs = append(msgs, in.msg)
-		return false, nil
+		return nil
 	})
 	if err != nil {
 		return nil, err

@@ -48,39 +48,50 @@ type ExportLine struct {
 const maxLoggedIDs = 1000
 
 // Count says how many messages in queue o selects (at most o.Limit), and
-// the queue's depth; it gives every message back.
+// the queue's depth. It reads the queue's log, not the queue (see
+// readLog), so it spends no delivery attempt.
 func (t *Tool) Count(ctx context.Context, queue string, o Options) (n, depth int, err error) {
 	sel := t.selector(o)
-	r, err := scan(ctx, t.conn, queue, t.cfg.ScanMax, nil, func(_ *reader, del *amqp.Delivery) (bool, error) {
+	v, err := t.readLog(ctx, queue, func(del *amqp.Delivery, present bool) error {
+		if !present {
+			return nil
+		}
 		in := t.x.inspect(ctx, queue, del)
 		if sel.match(&in.Entry, taskID(in)) {
 			n++
 		}
-		return o.Limit > 0 && n >= o.Limit, nil
+		if o.Limit > 0 && n >= o.Limit {
+			return errStop
+		}
+		return nil
 	})
-	if r != nil {
-		depth = r.depth
-	}
-	return n, depth, err
+	return n, v.Depth, err
 }
 
 // Export writes the messages o selects to w as export lines (JSON lines,
-// the format of purge --export) and gives every message back: it deletes
-// nothing. The console offers it as a download before a purge.
+// the format of purge --export), reading the queue's log: it deletes
+// nothing and spends no delivery attempt. The console offers it as a
+// download before a purge.
 func (t *Tool) Export(ctx context.Context, queue string, o Options, w io.Writer) (int, error) {
 	sel := t.selector(o)
 	now := t.now().UTC()
 	n := 0
-	_, err := scan(ctx, t.conn, queue, t.cfg.ScanMax, nil, func(_ *reader, del *amqp.Delivery) (bool, error) {
+	_, err := t.readLog(ctx, queue, func(del *amqp.Delivery, present bool) error {
+		if !present {
+			return nil
+		}
 		in := t.x.inspect(ctx, queue, del)
 		if !sel.match(&in.Entry, taskID(in)) {
-			return false, nil
+			return nil
 		}
 		if err := writeExport(w, queue, now, in, del); err != nil {
-			return true, err
+			return err
 		}
 		n++
-		return o.Limit > 0 && n >= o.Limit, nil
+		if o.Limit > 0 && n >= o.Limit {
+			return errStop
+		}
+		return nil
 	})
 	return n, err
 }
@@ -92,6 +103,11 @@ func (t *Tool) Export(ctx context.Context, queue string, o Options, w io.Writer)
 func (t *Tool) Purge(ctx context.Context, queue string, o Options, export string) (*PurgeReport, error) {
 	sel := t.selector(o)
 	rep := &PurgeReport{Queue: queue, Export: export, IDs: []string{}}
+	passer, closePass, err := t.passer(ctx, queue, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w; nothing was deleted", err)
+	}
+	defer closePass()
 	var (
 		file   *os.File
 		buf    *bufio.Writer
@@ -136,10 +152,10 @@ func (t *Tool) Purge(ctx context.Context, queue string, o Options, export string
 		}
 		return nil
 	}
-	r, err := scan(ctx, t.conn, queue, t.cfg.ScanMax, done, func(_ *reader, del *amqp.Delivery) (bool, error) {
+	r, err := scan(ctx, t.conn, queue, t.cfg.ScanMax, done, func(r *reader, del *amqp.Delivery) (bool, error) {
 		in := t.x.inspect(ctx, queue, del)
 		if !sel.match(&in.Entry, taskID(in)) {
-			return false, nil
+			return false, passer(r, del)
 		}
 		if out != nil {
 			if err := writeExport(out, queue, now, in, del); err != nil {
@@ -154,6 +170,9 @@ func (t *Tool) Purge(ctx context.Context, queue string, o Options, export string
 	if r != nil {
 		rep.Read, rep.Depth = r.read(), r.depth
 	}
+	// What was acked is gone from the DLQ but not from its log: record it
+	// so that list, show and stats leave it out.
+	t.forget(ctx, queue, r)
 	rep.Deleted = acked
 	rep.IDs = rep.IDs[:acked] // acks go in read order
 	if file != nil && acked == 0 {

@@ -35,6 +35,15 @@ type reader struct {
 	// tags are kept, never bodies, so memory is bounded by the count.
 	tags  []uint64
 	acked map[uint64]bool
+	// fps are the fingerprints of the deliveries held, and removed those
+	// of the acked ones, for the removed set (Tool.forget) once closed
+	// says the acks took effect.
+	fps     map[uint64]string
+	removed []string
+	closed  bool
+	// noSettle: the queue is classic (a DLQ's log), which has given
+	// everything back by the time it answers, so release need not wait.
+	noSettle bool
 }
 
 // openReader opens a channel and checks the queue with a passive declare,
@@ -53,7 +62,7 @@ func openReader(conn *amqp.Connection, queue string) (*reader, error) {
 		}
 		return nil, fmt.Errorf("queue %s: %w", queue, err)
 	}
-	return &reader{ch: ch, queue: queue, depth: q.Messages, acked: map[uint64]bool{}}, nil
+	return &reader{ch: ch, queue: queue, depth: q.Messages, acked: map[uint64]bool{}, fps: map[uint64]string{}}, nil
 }
 
 // next takes the next message, or reports false when the queue is empty.
@@ -66,11 +75,24 @@ func (r *reader) next() (*amqp.Delivery, bool, error) {
 		return nil, false, nil
 	}
 	r.tags = append(r.tags, d.DeliveryTag)
+	r.fps[d.DeliveryTag] = Fingerprint(&d)
 	return &d, true, nil
 }
 
 // ack deletes one held message from the queue.
 func (r *reader) ack(tag uint64) error {
+	if err := r.ch.Ack(tag, false); err != nil {
+		return fmt.Errorf("ack in %s: %w", r.queue, err)
+	}
+	r.acked[tag] = true
+	r.removed = append(r.removed, r.fps[tag])
+	return nil
+}
+
+// moved acks a held message whose copy was put back in the queue
+// (passer): gone from the delivery, not from the queue, so not recorded
+// as removed.
+func (r *reader) moved(tag uint64) error {
 	if err := r.ch.Ack(tag, false); err != nil {
 		return fmt.Errorf("ack in %s: %w", r.queue, err)
 	}
@@ -102,11 +124,13 @@ func (r *reader) release() error {
 			errs = append(errs, fmt.Errorf("give back %d messages to %s: %w (closing the channel gives them back)", r.held(), r.queue, err))
 		}
 	}
-	if last != 0 && len(errs) == 0 {
+	if last != 0 && len(errs) == 0 && !r.noSettle {
 		r.settle(r.depth - len(r.acked))
 	}
 	if err := r.ch.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) {
 		errs = append(errs, fmt.Errorf("close channel of %s: %w", r.queue, err))
+	} else if err == nil {
+		r.closed = true
 	}
 	return errors.Join(errs...)
 }
@@ -142,10 +166,16 @@ func (r *reader) settle(want int) {
 // read. scan always releases what is still held, also on error or when
 // ctx ends (then it returns ctx's error).
 func scan(ctx context.Context, conn *amqp.Connection, queue string, scanMax int, done func(r *reader) error, visit func(r *reader, d *amqp.Delivery) (stop bool, err error)) (r *reader, err error) {
+	return scanWith(ctx, conn, queue, scanMax, false, done, visit)
+}
+
+// scanWith is scan; noSettle skips the wait for returns (classic queues).
+func scanWith(ctx context.Context, conn *amqp.Connection, queue string, scanMax int, noSettle bool, done func(r *reader) error, visit func(r *reader, d *amqp.Delivery) (stop bool, err error)) (r *reader, err error) {
 	r, err = openReader(conn, queue)
 	if err != nil {
 		return nil, err
 	}
+	r.noSettle = noSettle
 	defer func() {
 		if rerr := r.release(); rerr != nil {
 			err = errors.Join(err, rerr)

@@ -15,6 +15,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
@@ -169,35 +170,73 @@ func (t *Tool) Replay(ctx context.Context, queue string, o Options) (*ReplayRepo
 	// confirm timeout) even after SIGINT: abandoning it would leave a copy
 	// on its way whose original we could no longer ack.
 	pubCtx := context.WithoutCancel(ctx)
+	// decide notes a selected message that is skipped or, in a dry run,
+	// would be replayed, and says whether replay is done with it.
+	decide := func(in inspected, note func(result, why string)) bool {
+		switch {
+		case in.Channel == "":
+			rep.Skipped++
+			note(Skipped, "no channel to replay to: it died in "+dash(in.DeathQueue)+" and its body names none")
+		case !o.Force && in.Expired(t.now()):
+			rep.Skipped++
+			rep.SkippedDeadline++
+			note(Skipped, "its deadline "+when(in.Deadline)+" has passed (--force replays it; the consumer will dead-letter it again as deadline)")
+		case !o.Force && in.Reason == status.ReasonMalformed:
+			rep.Skipped++
+			note(Skipped, "malformed: the consumer would reject it again (--force replays it)")
+		case o.DryRun:
+			rep.WouldReplay++
+			note(WouldReplay, "")
+		default:
+			return false
+		}
+		return true
+	}
+	if o.DryRun {
+		// A dry run is a read: it goes to the log (see readLog), so it
+		// spends no delivery attempt.
+		v, err := t.readLog(ctx, queue, func(del *amqp.Delivery, present bool) error {
+			if !present {
+				return nil
+			}
+			rep.Read++
+			in := t.x.inspect(ctx, queue, del)
+			if !sel.match(&in.Entry, taskID(in)) {
+				return nil
+			}
+			out := Outcome{ID: in.ID, Reason: in.Reason, Channel: in.Channel}
+			decide(in, func(result, why string) {
+				out.Result, out.Why = result, why
+				rep.Messages = append(rep.Messages, out)
+			})
+			if o.Limit > 0 && rep.WouldReplay >= o.Limit {
+				return errStop
+			}
+			return nil
+		})
+		rep.Depth = v.Depth
+		if err != nil && rep.Read == 0 {
+			return nil, err
+		}
+		return rep, err
+	}
+	passer, closePass, err := t.passer(ctx, queue, pub)
+	if err != nil {
+		return nil, err
+	}
+	defer closePass()
 	r, err := scan(ctx, t.conn, queue, t.cfg.ScanMax, nil, func(r *reader, del *amqp.Delivery) (bool, error) {
 		in := t.x.inspect(ctx, queue, del)
 		if !sel.match(&in.Entry, taskID(in)) {
-			return false, nil
+			return false, passer(r, del)
 		}
 		out := Outcome{ID: in.ID, Reason: in.Reason, Channel: in.Channel}
 		note := func(result, why string) {
 			out.Result, out.Why = result, why
 			rep.Messages = append(rep.Messages, out)
 		}
-		switch {
-		case in.Channel == "":
-			rep.Skipped++
-			note(Skipped, "no channel to replay to: it died in "+dash(in.DeathQueue)+" and its body names none")
-			return false, nil
-		case !o.Force && in.Expired(t.now()):
-			rep.Skipped++
-			rep.SkippedDeadline++
-			note(Skipped, "its deadline "+when(in.Deadline)+" has passed (--force replays it; the consumer will dead-letter it again as deadline)")
-			return false, nil
-		case !o.Force && in.Reason == status.ReasonMalformed:
-			rep.Skipped++
-			note(Skipped, "malformed: the consumer would reject it again (--force replays it)")
-			return false, nil
-		}
-		if o.DryRun {
-			rep.WouldReplay++
-			note(WouldReplay, "")
-			return o.Limit > 0 && rep.WouldReplay >= o.Limit, nil
+		if decide(in, note) {
+			return false, passer(r, del)
 		}
 		if err := limiter.Wait(ctx); err != nil {
 			return true, nil //nolint:nilerr // interrupted while waiting: this one stays in the DLQ, the replay stops cleanly
@@ -212,7 +251,7 @@ func (t *Tool) Replay(ctx context.Context, queue string, o Options) (*ReplayRepo
 		if err := pub.Publish(pubCtx, ct.Exchange, key, republishing(del)); err != nil {
 			rep.Failed++
 			note(Failed, err.Error())
-			t.log.Warn("replay failed; the message stays in the DLQ", zap.String("task_id", in.ID), zap.String("queue", queue), zap.Error(err))
+			t.log.Warn("replay failed; the message stays in the DLQ", zap.String("task_id", in.ID), telemetry.HeaderField(del.Headers), zap.String("queue", queue), zap.Error(err))
 			// Without a broker every further publish fails the same way.
 			stop := errors.Is(err, broker.ErrUnavailable) || errors.Is(err, broker.ErrBlocked)
 			return stop, nil
@@ -232,13 +271,16 @@ func (t *Tool) Replay(ctx context.Context, queue string, o Options) (*ReplayRepo
 		}
 		rep.Replayed++
 		note(Replayed, "")
-		t.log.Info("replayed", zap.String("task_id", in.ID), zap.String("queue", queue), zap.String("reason", in.Reason),
+		t.log.Info("replayed", zap.String("task_id", in.ID), telemetry.HeaderField(del.Headers), zap.String("queue", queue), zap.String("reason", in.Reason),
 			zap.String("exchange", ct.Exchange), t.who)
 		return o.Limit > 0 && rep.Replayed >= o.Limit, nil
 	})
 	if r != nil {
 		rep.Read, rep.Depth = r.read(), r.depth
 	}
+	// What was acked is gone from the DLQ but not from its log: record it
+	// so that list, show and stats leave it out.
+	t.forget(ctx, queue, r)
 	if ctx.Err() != nil {
 		rep.Interrupted = true
 		if errors.Is(err, ctx.Err()) {

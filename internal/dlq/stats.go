@@ -21,11 +21,12 @@ type QueueStats struct {
 	Newest   *time.Time     `json:"newest,omitempty"`
 }
 
-// ReasonNotScanned counts messages beyond the scan cap, whose reason was
-// not read.
+// ReasonNotScanned counts messages whose reason was not read: beyond the
+// scan cap, or in the DLQ but not in its log (older than DLQ_LOG_MAX_AGE,
+// or dead before the log existed).
 const ReasonNotScanned = "not_scanned"
 
-// DefaultScanMax is Stats' cap on messages read per queue.
+// DefaultScanMax is Stats' cap on dead letters read per queue's log.
 const DefaultScanMax = 100_000
 
 // StatsReport is QueueStats plus what `dlq stats` and the console show
@@ -52,16 +53,15 @@ func DeadLetterQueues(m *topology.Model) []string {
 }
 
 // Stats counts every DLQ's messages by reason, with the oldest and newest
-// death time. It reads each queue with basic.get and gives every message
-// back (it acks nothing); it keeps counts only, never bodies. st may be nil
-// (reasons are then the broker's and malformed). A queue of more than
-// DefaultScanMax messages has the rest counted as not_scanned.
-//
-// Two readers of one queue at once each see only part of it (what the
-// other holds is not ready), so concurrent calls may undercount; nothing
-// is lost either way.
+// death time. The total is the queue's depth (a passive declare); reasons
+// and times come from the queue's log (see readLog), so counting spends
+// no delivery attempt however often it is polled. st may be nil (reasons
+// are then the broker's and malformed, and what replay and purge removed
+// is known only from the depth). Messages the log does not have, or
+// beyond DefaultScanMax, are counted as not_scanned.
 func Stats(ctx context.Context, conn *amqp.Connection, m *topology.Model, st *status.Store) ([]QueueStats, error) {
-	reps, err := stats(ctx, conn, newInspector(m, st, 0, nil), DeadLetterQueues(m), DefaultScanMax)
+	t := NewTool(conn, m, st, ToolConfig{})
+	reps, err := t.Stats(ctx, DeadLetterQueues(m), DefaultScanMax)
 	out := make([]QueueStats, len(reps))
 	for i, r := range reps {
 		out[i] = r.QueueStats
@@ -69,18 +69,17 @@ func Stats(ctx context.Context, conn *amqp.Connection, m *topology.Model, st *st
 	return out, err
 }
 
-// Stats counts the given DLQs by reason, reading at most scanMax
-// messages of each (0 = all) and giving every one back.
+// Stats counts the given DLQs by reason, reading at most scanMax entries
+// of each log (0 = all).
 func (t *Tool) Stats(ctx context.Context, queues []string, scanMax int) ([]StatsReport, error) {
-	return stats(ctx, t.conn, t.x, queues, scanMax)
-}
-
-func stats(ctx context.Context, conn *amqp.Connection, x *inspector, queues []string, scanMax int) ([]StatsReport, error) {
 	out := make([]StatsReport, 0, len(queues))
 	for _, q := range queues {
-		rep := StatsReport{QueueStats: QueueStats{Queue: q, Channel: x.model.ChannelOfQueue(q), ByReason: map[string]int{}}, ByBrokerReason: map[string]int{}, ByHour: map[time.Time]int{}}
-		r, err := scan(ctx, conn, q, scanMax, nil, func(_ *reader, d *amqp.Delivery) (bool, error) {
-			e := x.inspect(ctx, q, d).Entry
+		rep := StatsReport{QueueStats: QueueStats{Queue: q, Channel: t.model.ChannelOfQueue(q), ByReason: map[string]int{}}, ByBrokerReason: map[string]int{}, ByHour: map[time.Time]int{}}
+		v, err := t.readLog(ctx, q, func(d *amqp.Delivery, present bool) error {
+			if !present {
+				return nil
+			}
+			e := t.x.inspect(ctx, q, d).Entry
 			rep.Scanned++
 			rep.ByReason[e.Reason]++
 			br := e.BrokerReason
@@ -97,14 +96,17 @@ func stats(ctx context.Context, conn *amqp.Connection, x *inspector, queues []st
 					rep.Newest = t
 				}
 			}
-			return false, nil
+			if scanMax > 0 && rep.Scanned >= scanMax {
+				return errStop
+			}
+			return nil
 		})
 		if err != nil {
 			return out, fmt.Errorf("stats of %s: %w", q, err)
 		}
-		// The depth at the start is the total; what scanning did not reach
-		// (the cap, or messages another reader held) is said, not guessed.
-		rep.Total = max(r.depth, rep.Scanned)
+		// The depth is the total; what the log does not have (retention,
+		// or older than the log) or the cap stopped is said, not guessed.
+		rep.Total = max(v.Depth, rep.Scanned)
 		if rest := rep.Total - rep.Scanned; rest > 0 {
 			rep.ByReason[ReasonNotScanned] = rest
 			rep.ByBrokerReason[ReasonNotScanned] = rest

@@ -24,6 +24,7 @@ type Tool struct {
 	log   *zap.Logger
 	conn  *amqp.Connection
 	model *topology.Model
+	st    *status.Store // nil: no status records, no removed set
 	x     *inspector
 	now   func() time.Time
 	// who names the person acting in the audit log lines of replay,
@@ -67,7 +68,7 @@ func NewTool(conn *amqp.Connection, m *topology.Model, st *status.Store, tc Tool
 	if tc.Warn == nil {
 		tc.Warn = func(string) {}
 	}
-	return &Tool{cfg: tc.DLQ, log: tc.Log, conn: conn, model: m, x: newInspector(m, st, tc.DLQ.StatusTimeout, tc.Warn),
+	return &Tool{cfg: tc.DLQ, log: tc.Log, conn: conn, model: m, st: st, x: newInspector(m, st, tc.DLQ.StatusTimeout, tc.Warn),
 		now: tc.Now, who: tc.Who, warn: tc.Warn}
 }
 

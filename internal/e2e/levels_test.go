@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -35,8 +36,9 @@ func burstSize(t *testing.T) int {
 // burstResult is what a burst of sends got back.
 type burstResult struct {
 	accepted    []string // recipients that got a 202
-	refused     int      // 503s with Retry-After: a full queue
+	refused     int      // 503s for a full queue (or one nearly full), with Retry-After
 	unavailable int      // other 503s (a confirm timeout on a loaded machine)
+	messages    []string // every 503's msg, in no particular order
 	err         error    // any other answer
 }
 
@@ -69,11 +71,12 @@ func burst(ctx context.Context, c *client.Client, n, workers int, prefix string)
 					mu.Unlock()
 				case errors.As(err, &ae) && ae.StatusCode == http.StatusServiceUnavailable:
 					mu.Lock()
-					if ae.RetryAfter > 0 {
+					if ae.RetryAfter > 0 && queueFull(ae.Msg) {
 						res.refused++
 					} else {
 						res.unavailable++
 					}
+					res.messages = append(res.messages, ae.Msg)
 					mu.Unlock()
 				default:
 					errs <- fmt.Errorf("%s: %w", rcpt, err)
@@ -88,6 +91,12 @@ func burst(ctx context.Context, c *client.Client, n, workers int, prefix string)
 		res.err = errors.Join(res.err, err)
 	}
 	return res
+}
+
+// queueFull tells a 503 for a full level queue (the broker's refusal, or
+// the API's admission before it) from other 503s.
+func queueFull(msg string) bool {
+	return strings.Contains(msg, " is full (bound ") || strings.Contains(msg, " is nearly full (")
 }
 
 // mailCounts counts the mails received per recipient.
@@ -206,7 +215,8 @@ func TestBurstOfNoticesIsMailedOnceWhileCodesStayFast(t *testing.T) {
 // is dead-lettered.
 func TestFullNormalQueueRefusesThenEveryAcceptedIsMailed(t *testing.T) {
 	const bound = 50
-	s := newSystem(t, "MAIL_NORMAL_QUEUE_MAX_LENGTH="+strconv.Itoa(bound))
+	// Admission off: this is the broker's own refusal (reject-publish).
+	s := newSystem(t, "MAIL_NORMAL_QUEUE_MAX_LENGTH="+strconv.Itoa(bound), "MAIL_QUEUE_ADMIT_FILL=1")
 	_, c := s.api()
 	res := burst(testenv.Context(t, time.Minute), c, 3*bound, 1, "bounded") // one at a time: the first bound fill it, the rest are refused
 	require.NoError(t, res.err)
@@ -234,4 +244,134 @@ func TestFullNormalQueueRefusesThenEveryAcceptedIsMailed(t *testing.T) {
 	require.Len(t, counts, bound)
 	testenv.WaitFor(t, 10*time.Second, "queue drained", func() bool { return s.depth("queue.mail.normal") == 0 })
 	require.Zero(t, s.depth("queue.mail.dlq"))
+}
+
+// Issue 20, "Done when" 1: with queue.mail.normal full and no consumer,
+// 1,500 notices and 60 verification codes are sent at once. Every notice
+// is refused with a 503 that names queue.mail.normal and has Retry-After
+// (none for a nack that was not its own: "no connection"); every code is
+// accepted, and mailed once after the consumer starts. Both ways a full
+// queue refuses: the broker's reject-publish (admission off) and the
+// API's admission before it.
+func TestFullNormalQueueRefusesNoticesButNeverCodes(t *testing.T) {
+	const bound, notices, codes = 50, 1500, 60
+	for _, tc := range []struct{ name, fill string }{{"reject-publish", "1"}, {"admission", "0.8"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSystem(t, "MAIL_NORMAL_QUEUE_MAX_LENGTH="+strconv.Itoa(bound), "MAIL_QUEUE_ADMIT_FILL="+tc.fill,
+				"LIMIT_EMAIL_PER_SECOND=0", "LIMIT_PER_API_KEY_PER_MINUTE=0", "VERIFY_MAX_PER_IP_PER_MINUTE=0")
+			_, c := s.api()
+			fill := burst(testenv.Context(t, time.Minute), c, bound+1, 1, "fill") // one at a time: 202s, then 503s
+			require.NoError(t, fill.err)
+			require.Zero(t, fill.unavailable, fill.messages)
+			require.Positive(t, fill.refused, "the queue is full")
+			// Admission may refuse a message or two early: between two
+			// depth readings the gauge counts a publish confirmed while the
+			// declare was on its way twice (it overcounts, never under).
+			require.GreaterOrEqual(t, len(fill.accepted), bound*8/10-2)
+
+			ctx := testenv.Context(t, 2*time.Minute)
+			done := make(chan burstResult, 1)
+			go func() { done <- burst(ctx, c, notices, 64, "bulk") }()
+			codeErrs := make([]error, codes)
+			var wg sync.WaitGroup
+			for i := range codes {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, codeErrs[i] = c.RequestVerificationCode(ctx, client.VerificationCodeRequest{Channel: client.ChannelEmail,
+						Recipient: fmt.Sprintf("code-%d@example.com", i), Purpose: "login"})
+				}()
+			}
+			wg.Wait()
+			res := <-done
+			require.NoError(t, res.err)
+			for i, err := range codeErrs {
+				require.NoError(t, err, "code %d", i)
+			}
+			t.Logf("%s: notices %d accepted, %d refused, %d other 503s", tc.name, len(res.accepted), res.refused, res.unavailable)
+			require.Empty(t, res.accepted, "the normal queue stayed full")
+			require.Equal(t, notices, res.refused, "every notice's 503 names the full queue and has Retry-After")
+			for _, msg := range res.messages {
+				require.Contains(t, msg, "queue.mail.normal is")
+				require.NotContains(t, msg, "no connection")
+			}
+
+			s.consumer("c1")
+			want := len(fill.accepted) + codes
+			testenv.WaitFor(t, time.Minute, "every code and accepted notice mailed", func() bool { return s.mail.Count() >= want })
+			counts := s.mailCounts()
+			for i := range codes {
+				require.Equal(t, 1, counts[fmt.Sprintf("code-%d@example.com", i)], "code %d", i)
+			}
+			for _, rcpt := range fill.accepted {
+				require.Equal(t, 1, counts[rcpt], rcpt)
+			}
+			require.Len(t, counts, want)
+			require.Zero(t, s.depth("queue.mail.dlq"))
+		})
+	}
+}
+
+// Issue 20, "Done when" 5: SMTP at 20 ms a mail and 8 workers (about 400
+// mails a second), 4,000 codes at full speed with the limits off. Before
+// admission every one got 202 and most were then dropped by queue.mail's
+// drop-head; now the API refuses codes once the queue is close to its
+// bound: every 202 is mailed, none is dead-lettered, the rest get 503
+// with Retry-After naming queue.mail.
+func TestCodesFasterThanTheConsumerAreRefusedNotDropped(t *testing.T) {
+	const n = 4000
+	s := newSystem(t, "LIMIT_EMAIL_PER_SECOND=0", "LIMIT_PER_API_KEY_PER_MINUTE=0", "VERIFY_MAX_PER_IP_PER_MINUTE=0",
+		"VERIFY_MAX_PER_HOUR=0", "VERIFY_MAX_PER_DAY=0")
+	s.mail.SetHook(func(e mailcatcher.Envelope) error {
+		if e.Stage == mailcatcher.StageData {
+			time.Sleep(20 * time.Millisecond) // a slow SMTP server, not waiting for an outcome
+		}
+		return nil
+	})
+	_, c := s.api()
+	s.consumer("c1", "CONCURRENCY=8", "SMTP_POOL_SIZE=8")
+
+	ctx := testenv.Context(t, 3*time.Minute)
+	var mu sync.Mutex
+	var accepted []string
+	refused, other := 0, map[string]int{}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	started := time.Now()
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				rcpt := fmt.Sprintf("code-%d@example.com", i)
+				_, err := c.RequestVerificationCode(ctx, client.VerificationCodeRequest{Channel: client.ChannelEmail, Recipient: rcpt, Purpose: "login"})
+				var ae *client.APIError
+				mu.Lock()
+				switch {
+				case err == nil:
+					accepted = append(accepted, rcpt)
+				case errors.As(err, &ae) && ae.StatusCode == http.StatusServiceUnavailable && ae.RetryAfter > 0 && strings.Contains(ae.Msg, "queue.mail is nearly full"):
+					refused++
+				default:
+					other[err.Error()]++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d codes in %s: %d accepted, %d refused (503, Retry-After), other: %v", n, time.Since(started).Round(time.Millisecond), len(accepted), refused, other)
+	require.Empty(t, other, "only 202 or a 503 naming the queue")
+	require.Equal(t, n, len(accepted)+refused)
+
+	testenv.WaitFor(t, 2*time.Minute, "every accepted code mailed", func() bool { return s.mail.Count() >= len(accepted) })
+	counts := s.mailCounts()
+	for _, rcpt := range accepted {
+		require.Equal(t, 1, counts[rcpt], rcpt)
+	}
+	require.Zero(t, s.depth("queue.mail.dlq"), "nothing dead-lettered (drop-head at the bound)")
 }

@@ -65,7 +65,8 @@ func newSystem(t *testing.T, extra ...string) *system {
 		"AMQP_URL=" + s.broker.URL, "REDIS_URL=" + testenv.RedisURL, "REDIS_PREFIX=" + s.redis.Prefix,
 		"RABBITMQ_MANAGEMENT_URL=" + testenv.ManagementURL, "LOG_FORMAT=json", "LOG_LEVEL=info",
 		"SMTP_HOST=" + host, "SMTP_PORT=" + port, "SMTP_TLS=none", "SMS_PROVIDER=log",
-		"API_KEYS=e2e:" + apiKey + ":send+read+admin", // admin: the console test logs in with it "METRICS_ADDR=127.0.0.1:0", "PATH=" + os.Getenv("PATH"),
+		"API_KEYS=e2e:" + apiKey + ":send+read+admin", // admin: the console test logs in with it
+		"METRICS_ADDR=127.0.0.1:0", "PATH=" + os.Getenv("PATH"),
 		"RETRY_BACKOFF=200ms,400ms,800ms",
 	}
 	s.env = append(s.env, extra...)

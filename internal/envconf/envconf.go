@@ -102,6 +102,16 @@ func (l *Loader) String(name, def, help string) string {
 	return v
 }
 
+// Computed reads a string whose default is worked out at run time (a host
+// name, a pid). -h shows shown, the default's form, instead: the generated
+// docs/commands.md must be the same on every machine and every run, and a
+// real value there would be a diff each time someone runs `make docs`.
+func (l *Loader) Computed(name, def, shown, help string) string {
+	l.doc(Var{Name: name, Default: shown, Help: help})
+	v, _ := l.raw(name, def)
+	return v
+}
+
 // Secret reads a string that must never be printed, not even its default.
 func (l *Loader) Secret(name, def, help string) string {
 	l.doc(Var{Name: name, Default: def, Help: help, Secret: true})
@@ -126,6 +136,25 @@ func (l *Loader) Int(name string, def, lo, hi int, help string) int {
 		return def
 	}
 	return n
+}
+
+// Float reads a decimal number in [lo, hi].
+func (l *Loader) Float(name string, def, lo, hi float64, help string) float64 {
+	l.doc(Var{Name: name, Default: strconv.FormatFloat(def, 'g', -1, 64), Help: help})
+	s, set := l.raw(name, "")
+	if !set {
+		return def
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		l.Fail(name, s, "not a number")
+		return def
+	}
+	if f < lo || f > hi {
+		l.Fail(name, s, "must be between %g and %g", lo, hi)
+		return def
+	}
+	return f
 }
 
 // Duration reads a Go duration (e.g. 60s, 5m, 1h30m) in [lo, hi].

@@ -80,6 +80,12 @@ type Message struct {
 	// Tenant is the sending API key's tenant, for logs and tools; access
 	// is decided on the status record's copy.
 	Tenant string `json:"tenant,omitempty"`
+	// Account is the WeCom application account (WECOM_ACCOUNTS) an
+	// application message is sent from; empty means "default".
+	Account string `json:"account,omitempty"`
+	// Media is a WeCom application message's file (image, file, video),
+	// sent instead of a rendered template.
+	Media *Media `json:"media,omitempty"`
 	// Level is the traffic level (topology's normal or low) whose queue the
 	// message was published to, so a retry or a snooze goes back to it.
 	// Empty means high, and is what codes carry: a consumer built before
@@ -88,6 +94,13 @@ type Message struct {
 	CreatedAt time.Time `json:"createdAt"`
 	// Attempt counts send attempts already made; 0 on the first delivery.
 	Attempt int `json:"attempt"`
+}
+
+// Media is the file of a WeCom media message, fetched by the consumer.
+type Media struct {
+	Type     string `json:"type"` // image, file or video
+	URL      string `json:"url"`
+	Filename string `json:"filename,omitempty"`
 }
 
 // Recipient is one member of a batch message.
@@ -130,7 +143,10 @@ func (m *Message) Validate() error {
 		return fmt.Errorf("%w: recipient contains a control character", ErrMalformed)
 	}
 	switch {
-	case m.Template == "":
+	case m.Media != nil && (m.Channel != "wecom" || m.Robot || m.Kind != Notification || m.Media.URL == "" ||
+		(m.Media.Type != "image" && m.Media.Type != "file" && m.Media.Type != "video")):
+		return fmt.Errorf("%w: media is for WeCom application notices: image, file or video with a url", ErrMalformed)
+	case m.Template == "" && m.Media == nil:
 		return fmt.Errorf("%w: no template", ErrMalformed)
 	case m.Kind == Verification && (m.SealedCode == "" || m.CodeDigest == "" || m.Purpose == ""):
 		return fmt.Errorf("%w: verification message without code or purpose", ErrMalformed)

@@ -158,9 +158,15 @@ func (c *client) close() { c.hc.CloseIdleConnections() }
 
 // post sends body and returns the status, and the response body when keep.
 func (c *client) post(ctx context.Context, path string, body []byte, keep bool) (int, []byte, error) {
+	st, _, b, err := c.postH(ctx, path, body, keep)
+	return st, b, err
+}
+
+// postH is post that also returns the answer's header.
+func (c *client) postH(ctx context.Context, path string, body []byte, keep bool) (int, http.Header, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(body))
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if c.key != "" {
@@ -168,15 +174,15 @@ func (c *client) post(ctx context.Context, path string, body []byte, keep bool) 
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if keep {
 		b, err := io.ReadAll(resp.Body)
-		return resp.StatusCode, b, err
+		return resp.StatusCode, resp.Header, b, err
 	}
 	_, err = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, nil, err
+	return resp.StatusCode, resp.Header, nil, err
 }
 
 func (c *client) doer(q *requests, endpoint string) DoFunc {

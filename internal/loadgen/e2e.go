@@ -45,22 +45,27 @@ type E2EResult struct {
 
 // E2ERound is one round: counts, and API accept → received latency.
 type E2ERound struct {
-	Accept        DriveResult `json:"accept"` // the API requests themselves
-	Accepted      int         `json:"accepted"`
-	Received      int         `json:"received"` // distinct accepted task ids the sinks got
-	Duplicates    int64       `json:"duplicates"`
-	DeadLettered  int         `json:"deadLettered"`
-	Expired       int         `json:"expired"`
-	Lost          int         `json:"lost"`
-	Unmatched     int         `json:"unmatched"`         // received, but not among the accepted (a 202 the client never saw)
-	Early         int         `json:"receivedBefore202"` // reached the sink before the client had read its 202 (latency 0)
-	BadSignatures int64       `json:"badSignatures"`
-	All           Latency     `json:"latency"`
-	Mail          Latency     `json:"mailLatency"`
-	SMS           Latency     `json:"smsLatency"`
-	DrainSec      float64     `json:"drainSec"`
-	APIMem        Mem         `json:"apiMem"`
-	ConsumerMem   Mem         `json:"consumerMem"`
+	Accept       DriveResult `json:"accept"` // the API requests themselves
+	Accepted     int         `json:"accepted"`
+	Received     int         `json:"received"` // distinct accepted task ids the sinks got
+	Duplicates   int64       `json:"duplicates"`
+	DeadLettered int         `json:"deadLettered"`
+	DeadMaxlen   int         `json:"deadLetteredMaxlen"` // of DeadLettered: dropped by a full queue (drop-head)
+	// Refused is the 503s (admission or a full queue: nothing accepted),
+	// and NoRetryAfter those of them without a Retry-After header.
+	Refused       int     `json:"unavailable503"`
+	NoRetryAfter  int     `json:"unavailable503WithoutRetryAfter"`
+	Expired       int     `json:"expired"`
+	Lost          int     `json:"lost"`
+	Unmatched     int     `json:"unmatched"`         // received, but not among the accepted (a 202 the client never saw)
+	Early         int     `json:"receivedBefore202"` // reached the sink before the client had read its 202 (latency 0)
+	BadSignatures int64   `json:"badSignatures"`
+	All           Latency `json:"latency"`
+	Mail          Latency `json:"mailLatency"`
+	SMS           Latency `json:"smsLatency"`
+	DrainSec      float64 `json:"drainSec"`
+	APIMem        Mem     `json:"apiMem"`
+	ConsumerMem   Mem     `json:"consumerMem"`
 }
 
 // E2EMedian holds the medians over rounds.
@@ -118,8 +123,8 @@ func E2E(ctx context.Context, o *Options, e E2EOptions) (*E2EResult, error) {
 		}
 		rd.BadSignatures = hook.BadSignatures()
 		res.Rounds = append(res.Rounds, rd)
-		o.progress("e2e round %d: %d accepted at %.0f/s (api p99 %.2f ms), received %d, dead %d, expired %d, lost %d, dups %d; accept→received p50 %.2f p99 %.2f max %.2f ms (mail p99 %.2f, sms p99 %.2f); rss api %.0f MB consumer %.0f MB",
-			r, rd.Accepted, rd.Accept.AcceptedRPS, rd.Accept.Latency.P99, rd.Received, rd.DeadLettered, rd.Expired, rd.Lost, rd.Duplicates,
+		o.progress("e2e round %d: %d accepted at %.0f/s (api p99 %.2f ms), %d refused 503 (%d without Retry-After), received %d, dead %d (maxlen %d), expired %d, lost %d, dups %d; accept→received p50 %.2f p99 %.2f max %.2f ms (mail p99 %.2f, sms p99 %.2f); rss api %.0f MB consumer %.0f MB",
+			r, rd.Accepted, rd.Accept.AcceptedRPS, rd.Accept.Latency.P99, rd.Refused, rd.NoRetryAfter, rd.Received, rd.DeadLettered, rd.DeadMaxlen, rd.Expired, rd.Lost, rd.Duplicates,
 			rd.All.P50, rd.All.P99, rd.All.Max, rd.Mail.P99, rd.SMS.P99, rd.APIMem.Peak(), rd.ConsumerMem.Peak())
 		if rd.Lost > 0 {
 			failures = append(failures, fmt.Sprintf("round %d lost %d of %d", r, rd.Lost, rd.Accepted))
@@ -256,24 +261,33 @@ func e2eRound(ctx context.Context, e E2EOptions, cl *client, q *requests, arr *A
 	var rd E2ERound
 	_, _, _ = arr.Take()
 	accs := make([][]accepted, max(e.Concurrency, 1))
+	refused, noRetry := make([]int, len(accs)), make([]int, len(accs))
 	smsEvery := 0
 	if e.SMSShare > 0 {
 		smsEvery = max(int(1/e.SMSShare+0.5), 1)
 	}
 	do := func(ctx context.Context, w int, seq int64) (int, error) {
 		sms := smsEvery > 0 && seq%int64(smsEvery) == 0
-		st, body, err := cl.post(ctx, "/api/verification-codes", q.code(sms), true)
-		if st == 202 {
+		st, hdr, body, err := cl.postH(ctx, "/api/verification-codes", q.code(sms), true)
+		switch st {
+		case 202:
 			if id := taskIDOf(body); id != "" {
 				accs[w] = append(accs[w], accepted{id: id, at: time.Now(), sms: sms})
+			}
+		case 503:
+			refused[w]++
+			if hdr.Get("Retry-After") == "" {
+				noRetry[w]++
 			}
 		}
 		return st, err
 	}
 	apiRSS, consRSS := SampleRSS(ctx, api.Pid()), SampleRSS(ctx, cons.Pid())
 	rd.Accept = Drive{Concurrency: e.Concurrency, Duration: e.Duration, Rate: e.Rate}.Run(ctx, do)
-	for _, a := range accs {
+	for w, a := range accs {
 		rd.Accepted += len(a)
+		rd.Refused += refused[w]
+		rd.NoRetryAfter += noRetry[w]
 	}
 	// The tail: every accepted message is either at a sink or dead-lettered.
 	drainStart := time.Now()
@@ -332,6 +346,9 @@ func e2eRound(ctx context.Context, e E2EOptions, cl *client, q *requests, arr *A
 				rd.Lost++
 			case "expired":
 				rd.Expired++
+			case "maxlen":
+				rd.DeadMaxlen++
+				rd.DeadLettered++
 			default:
 				rd.DeadLettered++
 			}

@@ -81,9 +81,9 @@ func WriteText(w io.Writer, r Report) {
 		}{{"api accept (CO-corrected)", e.Median.Accept}, {"accept → received, all", e.Median.All}, {"accept → received, mail", e.Median.Mail}, {"accept → received, sms", e.Median.SMS}} {
 			p("  %-32s %9.2f %9.2f %9.2f %9.2f", row.name, row.l.P50, row.l.P90, row.l.P99, row.l.Max)
 		}
-		p("  %-8s %9s %9s %6s %6s %8s %5s %6s %9s %9s", "round", "accepted", "received", "dups", "dead", "expired", "lost", "drain", "api MB", "cons MB")
+		p("  %-8s %9s %9s %6s %6s %6s %8s %5s %6s %6s %9s %9s", "round", "accepted", "received", "dups", "dead", "maxlen", "expired", "lost", "503s", "drain", "api MB", "cons MB")
 		for i, rd := range e.Rounds {
-			p("  %-8d %9d %9d %6d %6d %8d %5d %5.1fs %9.0f %9.0f", i+1, rd.Accepted, rd.Received, rd.Duplicates, rd.DeadLettered, rd.Expired, rd.Lost, rd.DrainSec, rd.APIMem.Peak(), rd.ConsumerMem.Peak())
+			p("  %-8d %9d %9d %6d %6d %6d %8d %5d %6d %5.1fs %9.0f %9.0f", i+1, rd.Accepted, rd.Received, rd.Duplicates, rd.DeadLettered, rd.DeadMaxlen, rd.Expired, rd.Lost, rd.Refused, rd.DrainSec, rd.APIMem.Peak(), rd.ConsumerMem.Peak())
 		}
 	}
 	if d := r.Delay; d != nil {
@@ -351,10 +351,10 @@ func WriteMarkdown(w io.Writer, in MarkdownInput) {
 			p("| %s | %.2f | %.2f | %.2f | %.2f |", row.name, row.l.P50, row.l.P90, row.l.P99, row.l.Max)
 		}
 		p("")
-		p("| round | accepted | received | duplicates | dead-lettered | expired | lost | drain s | api RSS MB | consumer RSS MB |")
-		p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		p("| round | accepted | received | duplicates | dead-lettered | of them maxlen | expired | lost | 503 (without Retry-After) | drain s | api RSS MB | consumer RSS MB |")
+		p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 		for i, rd := range e.Rounds {
-			p("| %d | %d | %d | %d | %d | %d | %d | %.1f | %.0f | %.0f |", i+1, rd.Accepted, rd.Received, rd.Duplicates, rd.DeadLettered, rd.Expired, rd.Lost, rd.DrainSec, rd.APIMem.Peak(), rd.ConsumerMem.Peak())
+			p("| %d | %d | %d | %d | %d | %d | %d | %d | %d (%d) | %.1f | %.0f | %.0f |", i+1, rd.Accepted, rd.Received, rd.Duplicates, rd.DeadLettered, rd.DeadMaxlen, rd.Expired, rd.Lost, rd.Refused, rd.NoRetryAfter, rd.DrainSec, rd.APIMem.Peak(), rd.ConsumerMem.Peak())
 		}
 	}
 	if d := r.Delay; d != nil {

@@ -106,12 +106,18 @@ type SMS struct {
 // 1000 users in one call, or a post of a group robot.
 type WeCom struct {
 	Robot    string   // the robot's name (WECOM_ROBOTS); empty for an application message
+	Account  string   // application message: the account (WECOM_ACCOUNTS) it is sent from; "" = default
+	MediaID  string   // application message of Format image, file or video: WeCom's media_id
 	ToUsers  []string // application message: userids
 	Format   string   // text or markdown
 	Content  string
 	Mentions []string // robot: userids to mention, or @all
 	TaskID   string
 	Tenant   string // the sender's tenant: a robot refuses other tenants' posts
+
+	// Title, Description and URL: application message of Format textcard
+	// or news (one article).
+	Title, Description, URL string
 }
 
 // WeComReceipt is what WeCom said when it accepted a message. Rejected

@@ -117,3 +117,14 @@ func (a *Adaptive) adapt(ctx context.Context, account string, b Bounds, dir stri
 
 // Gauge is msgpulse_adaptive_send_rate.
 func (a *Adaptive) Gauge() *prometheus.GaugeVec { return a.gauge }
+
+// RateRule holds sends under key to perSecond (below one a second: one
+// send per 1/perSecond seconds). A caller that scales an adaptive rate
+// (by an account's health) builds its rule with it.
+func RateRule(name, key string, perSecond float64) Rule {
+	w := Window{Length: time.Second, Limit: max(int(perSecond), 1)}
+	if perSecond < 1 {
+		w = Window{Length: time.Duration(float64(time.Second) / perSecond), Limit: 1}
+	}
+	return Rule{Name: name, Key: key, Windows: []Window{w}}
+}

@@ -66,6 +66,10 @@ type Record struct {
 	// Priority is the traffic level the message was queued at: high,
 	// normal or low.
 	Priority string `json:"priority,omitempty"`
+	// TraceID is the trace of the request that created the record (hex),
+	// when tracing was on: the console shows it so on-call can open the
+	// message's trace.
+	TraceID string `json:"traceId,omitempty"`
 }
 
 // Update changes a record; nil and zero fields are left as they are, and a
@@ -156,6 +160,7 @@ const (
 	fProvider    = "provider"
 	fTenant      = "tenant"
 	fPriority    = "priority"
+	fTraceID     = "traceId"
 )
 
 // Times are stamped in the scripts so that every writer uses one clock.
@@ -282,6 +287,7 @@ func fields(r Record) []any {
 		fProvider, r.Provider,
 		fTenant, r.Tenant,
 		fPriority, r.Priority,
+		fTraceID, r.TraceID,
 	}
 }
 
@@ -460,6 +466,7 @@ func parse(m map[string]string) (Record, error) {
 		Provider:   m[fProvider],
 		Tenant:     m[fTenant],
 		Priority:   m[fPriority],
+		TraceID:    m[fTraceID],
 	}
 	var err error
 	num := func(f string) int64 {

@@ -275,9 +275,9 @@ func (m *meta) validate() error {
 	switch m.WeComFormat {
 	case "":
 		m.WeComFormat = FormatText
-	case FormatText, FormatMarkdown:
+	case FormatText, FormatMarkdown, FormatTextCard, FormatNews:
 	default:
-		return fmt.Errorf("wecomFormat: %q is not text or markdown", m.WeComFormat)
+		return fmt.Errorf("wecomFormat: %q is not text, markdown, textcard or news", m.WeComFormat)
 	}
 	seenCh := map[Channel]bool{}
 	for _, c := range m.Channels {
@@ -513,6 +513,9 @@ func (s *Store) RenderSMS(code, locale string, vars map[string]string) (string, 
 type RenderedWeCom struct {
 	Format  string
 	Content string
+	// Title, Description and URL are a textcard's or a news article's,
+	// read from the rendered wecom.txt (see parseCard).
+	Title, Description, URL string
 }
 
 // RenderWeCom renders template code for WeCom in locale (with the same
@@ -526,7 +529,13 @@ func (s *Store) RenderWeCom(code, locale string, vars map[string]string) (Render
 	if err := e.pick(locale, s.defaultLocale).wecom.Execute(&out, data); err != nil {
 		return RenderedWeCom{}, fmt.Errorf("%w: %w", ErrRender, err)
 	}
-	return RenderedWeCom{Format: e.wecomFormat, Content: strings.TrimSpace(out.String())}, nil
+	r := RenderedWeCom{Format: e.wecomFormat, Content: strings.TrimSpace(out.String())}
+	if r.Format == FormatTextCard || r.Format == FormatNews {
+		if r.Title, r.Description, r.URL, err = parseCard(r.Content); err != nil {
+			return RenderedWeCom{}, fmt.Errorf("template %q (%s): %w", code, r.Format, err)
+		}
+	}
+	return r, nil
 }
 
 func (s *Store) entry(code string) (*entry, error) {

@@ -434,3 +434,28 @@ func TestIsCode(t *testing.T) {
 	}
 	require.Equal(t, KindCode, load(t, "", "en").templates[VerifyCode].kind, "the built-in says so itself")
 }
+
+func TestWeComTextCardAndNewsTemplates(t *testing.T) {
+	t.Parallel()
+	card := "title: {{.title}}\nurl: {{.link}}\ndescription: {{.content}}\nsecond line\n"
+	dir := setup(t, map[string]string{
+		"deploy_card/template.yaml": "variables: [title, content, link]\nchannels: [wecom]\nwecomFormat: textcard\n",
+		"deploy_card/en/wecom.txt":  card,
+		"deploy_news/template.yaml": "variables: [title, content, link]\nchannels: [wecom]\nwecomFormat: news\n",
+		"deploy_news/en/wecom.txt":  card,
+	})
+	s, err := Load(dir, "en")
+	require.NoError(t, err)
+	vars := map[string]string{"title": "Release 1.2", "content": "Rolled out", "link": "https://ci.example.com/r/12"}
+	for code, format := range map[string]string{"deploy_card": FormatTextCard, "deploy_news": FormatNews} {
+		got, err := s.RenderWeCom(code, "en", vars)
+		require.NoError(t, err)
+		require.Equal(t, format, got.Format)
+		require.Equal(t, "Release 1.2", got.Title)
+		require.Equal(t, "Rolled out\nsecond line", got.Description)
+		require.Equal(t, "https://ci.example.com/r/12", got.URL)
+	}
+	vars["link"] = "javascript:alert(1)"
+	_, err = s.RenderWeCom("deploy_card", "en", vars)
+	require.ErrorContains(t, err, "not an http(s) URL")
+}

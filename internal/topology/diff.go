@@ -127,7 +127,11 @@ func Diff(m *Model, s State) Plan {
 		if ot == "" {
 			ot = Classic
 		}
-		p.prop("queue", q.Name, ArgQueueType, string(ot), string(q.Type), "QUEUE_TYPE")
+		typeSource := "QUEUE_TYPE"
+		if q.Role == RoleDeadLetterLog {
+			typeSource = "" // a dead-letter log is classic whatever QUEUE_TYPE says
+		}
+		p.prop("queue", q.Name, ArgQueueType, string(ot), string(q.Type), typeSource)
 		p.prop("queue", q.Name, "durable", strconv.FormatBool(o.Durable), strconv.FormatBool(q.Durable), "")
 		p.prop("queue", q.Name, "auto_delete", strconv.FormatBool(o.AutoDelete), "false", "")
 		p.prop("queue", q.Name, "exclusive", strconv.FormatBool(o.Exclusive), "false", "")

@@ -101,8 +101,8 @@ func Export(m *Model, opts ExportOptions) ([]byte, error) {
 		for k, v := range q.Args {
 			args[k] = v
 		}
-		if q.Type == Quorum {
-			args[ArgQueueType] = string(Quorum)
+		if q.Type != Classic && q.Type != "" {
+			args[ArgQueueType] = string(q.Type)
 		}
 		d.Queues = append(d.Queues, defQueue{Name: q.Name, VHost: vhost, Durable: q.Durable, Arguments: args})
 	}

@@ -35,6 +35,11 @@ type Role string
 const (
 	RoleMain       Role = "main"
 	RoleDeadLetter Role = "dead-letter"
+	// RoleDeadLetterLog is a classic queue bound wherever a DLQ is bound,
+	// so it holds a copy of every dead letter that the DLQ tool can read
+	// without spending the DLQ's delivery attempts (see
+	// DeadLetterLogConfig).
+	RoleDeadLetterLog Role = "dead-letter-log"
 )
 
 // FillWarning is the fill (depth / x-max-length) from which tools flag a
@@ -69,6 +74,7 @@ const (
 	ArgMaxPriority        = "x-max-priority"
 	ArgQueueType          = "x-queue-type"
 	ArgQuorumInitialGroup = "x-quorum-initial-group-size"
+	ArgMaxLengthBytes     = "x-max-length-bytes"
 )
 
 // Level is a traffic level of a channel (seed 004's multi-level queues).
@@ -133,6 +139,7 @@ type Config struct {
 	QuorumInitialGroupSize int
 	Channels               map[string]ChannelConfig
 	Delay                  DelayConfig
+	DeadLetterLog          DeadLetterLogConfig
 }
 
 // DefaultChannel is seed 002's main queue: 60 s TTL, 1000 messages, drop-head.
@@ -140,7 +147,7 @@ var DefaultChannel = ChannelConfig{QueueTTL: 60 * time.Second, MaxLength: 1000}
 
 // DefaultConfig returns the model's defaults.
 func DefaultConfig() Config {
-	c := Config{QueueType: Classic, Channels: map[string]ChannelConfig{}, Delay: DefaultDelay()}
+	c := Config{QueueType: Classic, Channels: map[string]ChannelConfig{}, Delay: DefaultDelay(), DeadLetterLog: DefaultDeadLetterLog()}
 	for _, ch := range Channels {
 		cc := DefaultChannel
 		cc.LevelMaxLength = map[Level]int{Normal: DefaultLevelMaxLength, Low: DefaultLevelMaxLength}
@@ -185,6 +192,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("unknown channel %q (known: %s)", name, strings.Join(Channels, ", "))
 		}
 	}
+	if err := c.DeadLetterLog.Validate(); err != nil {
+		return err
+	}
 	return c.Delay.Validate()
 }
 
@@ -217,6 +227,8 @@ type Queue struct {
 	Channel string // the delivery channel it belongs to, if any
 	Level   Level  // a main queue's traffic level
 	Args    map[string]any
+	// LogOf is, on a dead-letter log, the DLQ it copies.
+	LogOf string
 	// Sources maps an argument to the environment variable that sets it, so
 	// a conflict message can say which knob to turn. Fixed arguments (the
 	// dead-letter exchange, drop-head) have none.
@@ -276,6 +288,8 @@ type Model struct {
 	Bindings  []Binding
 	Channels  []ChannelTopology
 	Delay     DelayTopology
+	// DeadLetterLog is the retention of every dead-letter log.
+	DeadLetterLog DeadLetterLogConfig
 	// Notes explain what the chosen options change (printed by the declarer).
 	Notes []string
 }
@@ -365,6 +379,7 @@ func Build(cfg Config, brokerVersion string) (*Model, error) {
 		m.Bindings = append(m.Bindings, Binding{Source: ct.DeadLetterExchange, Destination: ct.DeadLetterQueue, DestinationType: "queue", RoutingKey: ""})
 	}
 	m.addDelay(cfg.Delay, cfg.QueueType)
+	m.addDeadLetterLogs(cfg.DeadLetterLog)
 	if cfg.QueueType == Quorum {
 		if v.less(3, 10) {
 			return nil, fmt.Errorf("quorum queues need RabbitMQ 3.10 or later here (found %s): delay queues rely on message TTL and at-least-once dead-lettering", brokerVersion)
@@ -419,10 +434,13 @@ func (m *Model) applyQuorum(v version, groupSize int) {
 		"quorum queues: the high queues (queue.{ch}) keep overflow drop-head, so their dead-lettering stays at-most-once (at-least-once dead-lettering needs reject-publish, which would refuse new messages instead of dropping the oldest); the normal and low queues refuse publishes when full and dead-letter at-least-once.",
 		"quorum queues: delay queues use at-least-once dead-lettering (x-dead-letter-strategy, with reject-publish), so no delay hop can lose a message.")
 	if v.less(4, 0) {
-		m.Notes = append(m.Notes, "quorum queues: RabbitMQ 4.0 and later give every quorum queue a default delivery limit of 20, after which a message is dropped or dead-lettered; before 4.0 (this broker) there is none, so a DLQ that is read over and over keeps its messages (see docs/cluster.md).")
+		m.Notes = append(m.Notes, "quorum queues: RabbitMQ 4.0 and later give every quorum queue a default delivery limit of 20, after which a message is dropped or dead-lettered; before 4.0 (this broker) there is none. Either way the DLQ tool reads each DLQ's classic log queue, never the DLQ, so reading spends no attempt (see docs/cluster.md).")
 	}
 	for i := range m.Queues {
 		q := &m.Queues[i]
+		if q.Role == RoleDeadLetterLog {
+			continue // classic on purpose: see DeadLetterLogConfig
+		}
 		q.Type = Quorum
 		if groupSize > 0 {
 			q.Args[ArgQuorumInitialGroup] = int64(groupSize)

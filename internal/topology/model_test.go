@@ -3,6 +3,7 @@ package topology
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -141,7 +142,7 @@ func TestDiff(t *testing.T) {
 					args[k] = v
 				}
 			}
-			s.Queues[q.Name] = ObservedQueue{Type: "classic", Durable: true, Args: args}
+			s.Queues[q.Name] = ObservedQueue{Type: q.Type, Durable: true, Args: args}
 		}
 		s.Bindings = append(s.Bindings, m.Bindings...)
 		return s
@@ -312,5 +313,49 @@ func TestQueueFill(t *testing.T) {
 		require.Equal(t, tc.bound, bound, tc.name)
 		require.InDelta(t, tc.fill, fill, 1e-9, tc.name)
 		require.Equal(t, tc.status, status, tc.name)
+	}
+}
+
+// Every DLQ has a stream log with the DLQ's own bindings, under either
+// queue type, so every dead letter the broker routes to a DLQ lands in its
+// log too.
+func TestDeadLetterLogs(t *testing.T) {
+	for _, qt := range []QueueType{Classic, Quorum} {
+		t.Run(string(qt), func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.QueueType = qt
+			m := mustBuild(t, cfg, "3.10.8")
+			n := 0
+			for _, q := range m.Queues {
+				if q.Role != RoleDeadLetter && q.Role != RoleRelayDeadLetter {
+					continue
+				}
+				n++
+				l, ok := m.LogOf(q.Name)
+				if !ok {
+					t.Fatalf("%s has no dead-letter log", q.Name)
+				}
+				if l.Type != Classic || l.Name != q.Name+".log" || l.Args[ArgMessageTTL] != int64(1209600000) || l.Args[ArgMaxLengthBytes] != int64(1<<30) {
+					t.Fatalf("%s: log %+v", q.Name, l)
+				}
+				var to, toLog []Binding
+				for _, b := range m.Bindings {
+					switch b.Destination {
+					case q.Name:
+						b.Destination = "*"
+						to = append(to, b)
+					case l.Name:
+						b.Destination = "*"
+						toLog = append(toLog, b)
+					}
+				}
+				if len(to) == 0 || !reflect.DeepEqual(to, toLog) {
+					t.Fatalf("%s: bindings %v, log's %v", q.Name, to, toLog)
+				}
+			}
+			if n != 5 {
+				t.Fatalf("%d DLQs, want 5 (3 channels, relay, unrouted)", n)
+			}
+		})
 	}
 }

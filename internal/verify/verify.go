@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -89,6 +90,42 @@ func (s *Store) Digest(tenant, channel, recipient, purpose, code string) string 
 
 // Generate returns a uniformly random code of the configured length.
 func (s *Store) Generate() (string, error) {
+	var b [8]byte
+	return s.code(func() ([]byte, error) {
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, fmt.Errorf("verify: random: %w", err)
+		}
+		return b[:], nil
+	})
+}
+
+// For is the code of the request with task id taskID when that request
+// carries an Idempotency-Key: a keyed digest of the id, so a retry after an
+// ambiguous failure (the first copy may be queued) issues the very code the
+// first attempt sealed. The two copies then share their claim (task id and
+// code digest) and one is mailed, with a code that verifies. It is as
+// unpredictable as a random code to anyone without CODE_SECRET: the task id
+// the caller sees is only the digest's input.
+func (s *Store) For(taskID string) string {
+	sum, _ := hex.DecodeString(s.keys.Digest("msgpulse idempotent code v1", taskID))
+	n := 0
+	code, err := s.code(func() ([]byte, error) {
+		if n+8 > len(sum) { // 4 draws all rejected: about never; go on from a digest of the digest
+			sum, _ = hex.DecodeString(s.keys.Digest("msgpulse idempotent code v1", hex.EncodeToString(sum)))
+			n = 0
+		}
+		n += 8
+		return sum[n-8 : n], nil
+	})
+	if err != nil { // the draw above never fails
+		panic(err)
+	}
+	return code
+}
+
+// code draws 8-byte values from next until one is below the largest
+// multiple of 10^CodeLength, and writes it as CodeLength digits.
+func (s *Store) code(next func() ([]byte, error)) (string, error) {
 	// One uniform draw below 10^n by rejection sampling (no modulo bias);
 	// a digit at a time through big.Int cost n draws and a dozen
 	// allocations.
@@ -97,12 +134,12 @@ func (s *Store) Generate() (string, error) {
 		limit *= 10
 	}
 	top := math.MaxUint64 - math.MaxUint64%limit
-	var b [8]byte
 	for {
-		if _, err := rand.Read(b[:]); err != nil {
-			return "", fmt.Errorf("verify: random: %w", err)
+		b, err := next()
+		if err != nil {
+			return "", err
 		}
-		if v := binary.LittleEndian.Uint64(b[:]); v < top {
+		if v := binary.LittleEndian.Uint64(b); v < top {
 			out := make([]byte, s.cfg.CodeLength)
 			v %= limit
 			for i := len(out) - 1; i >= 0; i-- {
@@ -160,8 +197,14 @@ func (s *Store) Prepare(tenant, channel, recipient, purpose, taskID string) (*Is
 	if err != nil {
 		return nil, err
 	}
+	return s.PrepareCode(tenant, channel, recipient, purpose, taskID, code), nil
+}
+
+// PrepareCode is Prepare with the code given (For's, under an
+// Idempotency-Key).
+func (s *Store) PrepareCode(tenant, channel, recipient, purpose, taskID, code string) *Issued {
 	exp := time.Now().Add(s.cfg.TTL)
-	return &Issued{Code: code, Digest: s.Digest(tenant, channel, recipient, purpose, code), TaskID: taskID, ExpiresAt: exp, key: s.key(tenant, channel, recipient, purpose)}, nil
+	return &Issued{Code: code, Digest: s.Digest(tenant, channel, recipient, purpose, code), TaskID: taskID, ExpiresAt: exp, key: s.key(tenant, channel, recipient, purpose)}
 }
 
 // IssueCommands are the writes that store iss, replacing the code for its

@@ -2,6 +2,7 @@ package verify
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -226,4 +227,28 @@ func TestAnotherTenantCannotBurnOrReplaceACode(t *testing.T) {
 	res, err := s.Check(ctx, "shop", "sms", "+8613900001234", "login", ours.Code)
 	require.NoError(t, err)
 	require.Equal(t, Result{Valid: true, AttemptsLeft: 5}, res, "untouched by blog")
+}
+
+// For is a function of the task id alone: a retry under an Idempotency-Key
+// seals the code its first attempt sealed; another task gets another code.
+func TestForIsTheSameCodeForTheSameTask(t *testing.T) {
+	keys, err := seal.New("for-test-secret-0123456789abcdef")
+	require.NoError(t, err)
+	s, err := New(nil, keys, Config{CodeLength: 6})
+	require.NoError(t, err)
+	seen := map[string]bool{}
+	for i := range 200 {
+		id := fmt.Sprintf("task-%d", i)
+		c := s.For(id)
+		require.Len(t, c, 6)
+		require.Regexp(t, `^[0-9]{6}$`, c)
+		require.Equal(t, c, s.For(id))
+		seen[c] = true
+	}
+	require.Greater(t, len(seen), 190, "codes spread over their space")
+	other, err := seal.New("another-secret-0123456789abcdef0")
+	require.NoError(t, err)
+	o, err := New(nil, other, Config{CodeLength: 6})
+	require.NoError(t, err)
+	require.NotEqual(t, s.For("task-1")+s.For("task-2"), o.For("task-1")+o.For("task-2"), "the secret keys it")
 }

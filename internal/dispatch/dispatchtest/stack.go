@@ -22,12 +22,15 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/msgpulse/msgpulse/internal/accountstate"
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/delay"
 	"github.com/msgpulse/msgpulse/internal/dispatch"
+	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/mailcatcher"
+	"github.com/msgpulse/msgpulse/internal/media"
 	"github.com/msgpulse/msgpulse/internal/provider"
 	"github.com/msgpulse/msgpulse/internal/provider/mail"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
@@ -54,7 +57,22 @@ type Options struct {
 	// sends WeCom messages there, with its own client and the access
 	// token shared through Redis, like separate processes.
 	WeComBase string
-	Logger    *zap.Logger
+	// WeComAccounts are more WeCom applications (WECOM_ACCOUNTS) besides
+	// the test credentials' default; WeComLimits their limits.
+	WeComAccounts []wecom.Account
+	WeComLimits   map[string]wecom.Limits
+	// AccountDownFor is how long a refused account stays down before a
+	// probe; default 30s.
+	AccountDownFor time.Duration
+	// MergeWindow merges single WeCom application messages (0 = off).
+	MergeWindow time.Duration
+	// MediaCacheTTL is how long media ids are reused; default 60h.
+	MediaCacheTTL time.Duration
+	// MaxWorkers lets each channel's pool grow from the consumer's
+	// concurrency up to it (0 = fixed), resized every ScaleEvery.
+	MaxWorkers int
+	ScaleEvery time.Duration
+	Logger     *zap.Logger
 	// Weights are the levels' shares of the workers; nil = topology.DefaultLevelWeights.
 	Weights map[topology.Level]int
 }
@@ -187,6 +205,12 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	if s.opts.WeComBase != "" {
 		wc = s.weCom(rdb)
 	}
+	// The test servers listen on loopback: allowed, as with
+	// CALLBACK_ALLOW_PRIVATE=true.
+	mediaStore, err := media.New(rdb, media.Config{Prefix: s.Redis.Prefix, Egress: egress.Policy{AllowPrivate: true}, CacheTTL: s.opts.MediaCacheTTL})
+	require.NoError(t, err)
+	accounts, err := accountstate.New(rdb, accountstate.Config{Prefix: s.Redis.Prefix, DownFor: s.opts.AccountDownFor})
+	require.NoError(t, err)
 	rl, err := ratelimit.NewConfigStore(rdb, s.Redis.Prefix, zap.NewNop(), ratelimit.StoreConfig{RefreshEvery: time.Hour})
 	require.NoError(t, err)
 
@@ -201,8 +225,8 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	delayed := delay.NewPublisher(pub, s.Planner, s.Model.Delay, s.DelayMet)
 	d, err := dispatch.New(dispatch.Config{
 		Model: s.Model, Claims: claims, Status: statuses, Templates: tpl, Keys: s.Keys, Mail: m, SMS: sms, WeCom: wc,
-		Adaptive: s.Adaptive,
-		Delayed:  delayed, Limiter: ratelimit.New(rdb, s.Redis.Prefix), RateLimits: rl, Redis: rdb,
+		Adaptive: s.Adaptive, Accounts: accounts, WeComLimits: s.opts.WeComLimits, MergeWindow: s.opts.MergeWindow, Media: mediaStore,
+		Delayed: delayed, Limiter: ratelimit.New(rdb, s.Redis.Prefix), RateLimits: rl, Redis: rdb,
 		Retry: s.opts.Retry, SendTimeout: 5 * time.Second, Owner: name, Metrics: s.Metrics, DelayMetrics: s.DelayMet,
 		Logger: s.opts.Logger.Named(name),
 	})
@@ -218,8 +242,9 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	for _, ch := range topology.Channels {
 		ct, err := s.Model.Channel(ch)
 		require.NoError(t, err)
-		bc, err := broker.NewConsumer(broker.ConsumerConfig{Session: session, Queues: d.LevelQueues(ct, s.opts.Weights, concurrency), OnPanic: d.OnPanic(ch),
-			Concurrency: concurrency, Grace: 10 * time.Second, Tag: name})
+		maxW := max(s.opts.MaxWorkers, concurrency)
+		bc, err := broker.NewConsumer(broker.ConsumerConfig{Session: session, Queues: d.LevelQueues(ct, s.opts.Weights, maxW), OnPanic: d.OnPanic(ch),
+			Concurrency: concurrency, MaxConcurrency: maxW, ScaleEvery: s.opts.ScaleEvery, OnWorkers: s.Metrics.WorkersOf(ch), Grace: 10 * time.Second, Tag: name})
 		require.NoError(t, err)
 		workers.Add(1)
 		go func() { defer workers.Done(); _ = bc.Run(ctx) }()
@@ -381,13 +406,12 @@ func (r *RecordingSMS) Count() int {
 // token shared through Redis.
 func (s *Stack) weCom(rdb redis.UniversalClient) provider.WeComSender {
 	t := s.T
-	var c *wecom.Client
-	src, err := token.New(rdb, token.Config{Prefix: s.Redis.Prefix, Name: "wecom:test"},
-		func(ctx context.Context) (string, time.Duration, error) { return c.FetchToken(ctx) })
-	require.NoError(t, err)
-	c, err = wecom.New(wecom.Config{CorpID: wecomtest.CorpID, CorpSecret: wecomtest.CorpSecret, AgentID: wecomtest.AgentID, APIBase: s.opts.WeComBase,
+	c, err := wecom.NewAccounts(wecom.Config{CorpID: wecomtest.CorpID, CorpSecret: wecomtest.CorpSecret, AgentID: wecomtest.AgentID, APIBase: s.opts.WeComBase,
 		Robots:       map[string]string{"ops": wecomtest.RobotKey, "shop-ops": wecomtest.RobotKey},
-		RobotTenants: map[string][]string{"shop-ops": {"shop"}}}, src)
+		RobotTenants: map[string][]string{"shop-ops": {"shop"}}, Accounts: s.opts.WeComAccounts},
+		func(a wecom.Account, fetch func(context.Context) (string, time.Duration, error)) (wecom.Tokens, error) {
+			return token.New(rdb, token.Config{Prefix: s.Redis.Prefix, Name: "wecom:" + a.Key()}, fetch)
+		})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
@@ -417,4 +441,11 @@ func (s *Stack) WeCom(title string, users []string, mod func(*envelope.Message))
 	}
 	s.publish(m)
 	return ids
+}
+
+// Accounts reads the WeCom accounts' shared state, as the API does.
+func (s *Stack) Accounts() *accountstate.Store {
+	st, err := accountstate.New(s.Redis.Client, accountstate.Config{Prefix: s.Redis.Prefix})
+	require.NoError(s.T, err)
+	return st
 }

@@ -47,6 +47,9 @@ type Config struct {
 	// @tenant+tenant); a robot absent here or with none listed belongs to
 	// every tenant. A post from another tenant is refused, permanently.
 	RobotTenants map[string][]string
+	// Accounts are more applications (WECOM_ACCOUNTS), besides the
+	// single-account settings above, which are the account "default".
+	Accounts []Account
 	// DuplicateCheckInterval is WeCom's duplicate_check_interval: the same
 	// request within it is delivered once (it absorbs a crash-window resend).
 	DuplicateCheckInterval time.Duration
@@ -75,7 +78,10 @@ func (c *Config) Validate() error {
 	if app && (c.CorpID == "" || c.CorpSecret == "" || c.AgentID <= 0) {
 		return errors.New("wecom: an application needs WECOM_CORP_ID, WECOM_CORP_SECRET and WECOM_AGENT_ID")
 	}
-	if !app && len(c.Robots) == 0 {
+	if _, err := c.allAccounts(); err != nil {
+		return err
+	}
+	if !app && len(c.Accounts) == 0 && len(c.Robots) == 0 {
 		return errors.New("wecom: configure an application (WECOM_CORP_ID, WECOM_CORP_SECRET, WECOM_AGENT_ID) or robots (WECOM_ROBOTS)")
 	}
 	if d := c.DuplicateCheckInterval; d < time.Second || d > 4*time.Hour {
@@ -170,24 +176,48 @@ type Tokens interface {
 
 // Client sends through WeCom. It is safe for concurrent use.
 type Client struct {
-	cfg    Config
-	http   *http.Client
-	tokens Tokens
+	cfg   Config
+	http  *http.Client
+	apps  map[string]*app // by account name
+	order []string        // account names as configured
 }
 
-// New validates cfg and returns a Client. tokens may be nil when only
-// robots are configured.
+// New validates cfg and returns a Client whose default account (the
+// single-account settings) uses tokens. tokens may be nil when only robots
+// are configured; with WECOM_ACCOUNTS, use NewAccounts.
 func New(cfg Config, tokens Tokens) (*Client, error) {
+	return NewAccounts(cfg, func(a Account, _ func(context.Context) (string, time.Duration, error)) (Tokens, error) {
+		if tokens == nil || a.Name != DefaultAccount {
+			return nil, errors.New("wecom: an application needs a token source")
+		}
+		return tokens, nil
+	})
+}
+
+// NewAccounts validates cfg and returns a Client with a token source per
+// account, from tokensFor.
+func NewAccounts(cfg Config, tokensFor TokensFor) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	if cfg.CorpID != "" && tokens == nil {
-		return nil, errors.New("wecom: an application needs a token source")
 	}
 	// The vendors' shared client: a pool as large as the sends in flight,
 	// every phase bounded, redirects refused (they would carry the token or
 	// the robot key elsewhere).
-	return &Client{cfg: cfg, tokens: tokens, http: provider.NewHTTPClient(cfg.Timeout)}, nil
+	c := &Client{cfg: cfg, http: provider.NewHTTPClient(cfg.Timeout), apps: map[string]*app{}}
+	accounts, err := cfg.allAccounts()
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range accounts {
+		fetch := func(ctx context.Context) (string, time.Duration, error) { return c.fetchToken(ctx, a.CorpID, a.Secret) }
+		tokens, err := tokensFor(a, fetch)
+		if err != nil {
+			return nil, err
+		}
+		c.apps[a.Name] = &app{Account: a, tokens: tokens}
+		c.order = append(c.order, a.Name)
+	}
+	return c, nil
 }
 
 // Name implements provider.WeComSender.
@@ -199,7 +229,10 @@ func (c *Client) Account(m provider.WeCom) string {
 	if m.Robot != "" {
 		return "wecom-robot:" + m.Robot
 	}
-	return "wecom-app:" + c.cfg.CorpID + ":" + strconv.FormatInt(c.cfg.AgentID, 10)
+	if a, ok := c.apps[AccountName(m)]; ok {
+		return "wecom-app:" + a.Key()
+	}
+	return "wecom-app:unknown:" + AccountName(m)
 }
 
 // Close drops idle connections.
@@ -222,7 +255,11 @@ type answer struct {
 // FetchToken asks WeCom for a new access token and how long it lives. The
 // token package calls it, once per expiry for the whole fleet.
 func (c *Client) FetchToken(ctx context.Context) (string, time.Duration, error) {
-	q := url.Values{"corpid": {c.cfg.CorpID}, "corpsecret": {c.cfg.CorpSecret}}
+	return c.fetchToken(ctx, c.cfg.CorpID, c.cfg.CorpSecret)
+}
+
+func (c *Client) fetchToken(ctx context.Context, corpID, secret string) (string, time.Duration, error) {
+	q := url.Values{"corpid": {corpID}, "corpsecret": {secret}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.cfg.APIBase+"/cgi-bin/gettoken?"+q.Encode(), nil)
 	if err != nil {
 		return "", 0, err
@@ -242,6 +279,9 @@ func (c *Client) FetchToken(ctx context.Context) (string, time.Duration, error) 
 
 // SendWeCom implements provider.WeComSender.
 func (c *Client) SendWeCom(ctx context.Context, m provider.WeCom) (provider.WeComReceipt, error) {
+	if (media(m.Format) || card(m.Format)) && m.Robot == "" {
+		return c.sendApp(ctx, m)
+	}
 	if m.Format != "text" && m.Format != "markdown" {
 		return provider.WeComReceipt{}, &provider.Error{Provider: Name, Class: provider.Permanent, Code: "format", Message: "format " + strconv.Quote(m.Format) + " is not text or markdown"}
 	}
@@ -252,8 +292,9 @@ func (c *Client) SendWeCom(ctx context.Context, m provider.WeCom) (provider.WeCo
 }
 
 func (c *Client) sendApp(ctx context.Context, m provider.WeCom) (provider.WeComReceipt, error) {
-	if c.tokens == nil {
-		return provider.WeComReceipt{}, &provider.Error{Provider: Name, Class: provider.Permanent, Code: "not_configured", Message: "no WeCom application is configured (WECOM_CORP_ID, WECOM_CORP_SECRET, WECOM_AGENT_ID)"}
+	acct, ok := c.apps[AccountName(m)]
+	if !ok {
+		return provider.WeComReceipt{}, &provider.Error{Provider: Name, Class: provider.Permanent, Code: "not_configured", Message: "no WeCom application " + strconv.Quote(AccountName(m)) + " is configured (WECOM_ACCOUNTS, or WECOM_CORP_ID, WECOM_CORP_SECRET, WECOM_AGENT_ID for default)"}
 	}
 	if n := len(m.ToUsers); n == 0 || n > MaxUsers {
 		return provider.WeComReceipt{}, &provider.Error{Provider: Name, Class: provider.Permanent, Code: "touser", Message: fmt.Sprintf("%d users: one call takes 1 to %d", n, MaxUsers)}
@@ -261,8 +302,8 @@ func (c *Client) sendApp(ctx context.Context, m provider.WeCom) (provider.WeComR
 	body, err := json.Marshal(map[string]any{
 		"touser":                   strings.Join(m.ToUsers, "|"),
 		"msgtype":                  m.Format,
-		"agentid":                  c.cfg.AgentID,
-		m.Format:                   map[string]string{"content": m.Content},
+		"agentid":                  acct.AgentID,
+		m.Format:                   appContent(m),
 		"enable_duplicate_check":   1,
 		"duplicate_check_interval": int(c.cfg.DuplicateCheckInterval / time.Second),
 	})
@@ -272,7 +313,7 @@ func (c *Client) sendApp(ctx context.Context, m provider.WeCom) (provider.WeComR
 	// One resend at most: with a token refreshed because WeCom said the
 	// one we used is invalid, expired or missing.
 	for refreshed := false; ; refreshed = true {
-		tok, err := c.tokens.Token(ctx)
+		tok, err := acct.tokens.Token(ctx)
 		if err != nil {
 			return provider.WeComReceipt{}, err
 		}
@@ -286,7 +327,7 @@ func (c *Client) sendApp(ctx context.Context, m provider.WeCom) (provider.WeComR
 			return provider.WeComReceipt{}, err
 		}
 		if TokenProblem(a.ErrCode) && !refreshed {
-			if err := c.tokens.Invalidate(ctx, tok); err != nil {
+			if err := acct.tokens.Invalidate(ctx, tok); err != nil {
 				return provider.WeComReceipt{}, err
 			}
 			continue

@@ -254,3 +254,52 @@ func TestParseRobotListWithoutKeys(t *testing.T) {
 		require.Error(t, err, bad)
 	}
 }
+
+func TestParseAccountsAndPickOne(t *testing.T) {
+	t.Parallel()
+	list, err := wecom.ParseAccounts("a=ww1:1001:s1@shop+blog, b=ww2:1002:se:cret, c=ww3:1003:s3", true)
+	require.NoError(t, err)
+	require.Equal(t, []wecom.Account{
+		{Name: "a", CorpID: "ww1", AgentID: 1001, Secret: "s1", Tenants: []string{"shop", "blog"}},
+		{Name: "b", CorpID: "ww2", AgentID: 1002, Secret: "se:cret"},
+		{Name: "c", CorpID: "ww3", AgentID: 1003, Secret: "s3"},
+	}, list)
+	for _, bad := range []string{"a=ww1:1001", "a=ww1:x:s", "a=:1:s", "a=ww1:1:s@", "a=ww1:1:s,a=ww2:2:t", "a b=ww1:1:s"} {
+		_, err := wecom.ParseAccounts(bad, true)
+		require.Error(t, err, bad)
+		require.NotContains(t, err.Error(), "ww1:1:s", "errors never echo a secret")
+	}
+	_, err = wecom.ParseAccounts("a=ww1:1001@shop", false)
+	require.NoError(t, err, "the API needs no secret")
+	for _, tc := range []struct{ tenant, named, want, err string }{
+		{"shop", "", "a", ""}, {"blog", "", "a", ""}, {"other", "", "default", ""},
+		{"other", "b", "b", ""}, {"other", "a", "", `"a" is not listed for tenant "other"`},
+		{"shop", "zzz", "", `unknown WeCom account "zzz"`}, {"shop", "default", "default", ""},
+	} {
+		got, err := wecom.AccountFor(list, tc.tenant, tc.named)
+		if tc.err != "" {
+			require.ErrorContains(t, err, tc.err)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, tc.want, got, tc)
+	}
+	l, err := wecom.ParseLimits("a=20/600/0/100000")
+	require.NoError(t, err)
+	require.Equal(t, wecom.Limits{PerSecond: 20, PerMinute: 600, PerDay: 100000}, l["a"])
+	_, err = wecom.ParseLimits("a=1/2/3")
+	require.Error(t, err)
+	require.True(t, wecom.CredentialsRefused(40001) && wecom.CredentialsRefused(60020) && !wecom.CredentialsRefused(45009))
+}
+
+func TestTextCardAndNewsAreSent(t *testing.T) {
+	srv, c, _ := setup(t)
+	for _, format := range []string{"textcard", "news"} {
+		_, err := c.SendWeCom(context.Background(), provider.WeCom{ToUsers: []string{"card-" + format}, Format: format,
+			Title: "Release 1.2", Description: "Rolled out", URL: "https://ci.example.com/r/12"})
+		require.NoError(t, err, format)
+		require.Equal(t, []wecomtest.Received{{MsgType: format, Content: "Release 1.2\nRolled out\nhttps://ci.example.com/r/12"}}, srv.ReceivedBy("card-"+format))
+	}
+	_, err := c.SendWeCom(context.Background(), provider.WeCom{Robot: "ops", Format: "textcard", Title: "t", Description: "d", URL: "https://x"})
+	require.ErrorIs(t, err, provider.ErrPermanent, "robots take text and markdown")
+}

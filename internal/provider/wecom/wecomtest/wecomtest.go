@@ -45,7 +45,13 @@ type Server struct {
 	Latency time.Duration
 
 	mu          sync.Mutex
+	apps        map[string]App       // corpid + "/" + secret → application
 	tokens      map[string]time.Time // token → expiry
+	tokenApp    map[string]App       // token → the application it was issued to
+	appFetches  map[App]int
+	from        map[string][]App // user → the application of each message it got
+	media       map[string]uploaded
+	uploads     int
 	n           int
 	fetches     int
 	sendCalls   int
@@ -59,11 +65,14 @@ type Server struct {
 
 // New starts a server that is closed when t ends.
 func New(t testing.TB) *Server {
-	s := &Server{Unknown: map[string]bool{}, TokenTTL: 7200 * time.Second, tokens: map[string]time.Time{}, users: map[string][]Received{}}
+	s := &Server{Unknown: map[string]bool{}, TokenTTL: 7200 * time.Second, tokens: map[string]time.Time{}, users: map[string][]Received{},
+		apps: map[string]App{}, tokenApp: map[string]App{}, appFetches: map[App]int{}, from: map[string][]App{}, media: map[string]uploaded{}}
+	s.AddApp(CorpID, CorpSecret, AgentID)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /cgi-bin/gettoken", s.gettoken)
 	mux.HandleFunc("POST /cgi-bin/message/send", s.send)
 	mux.HandleFunc("POST /cgi-bin/webhook/send", s.webhook)
+	mux.HandleFunc("POST /cgi-bin/media/upload", s.upload)
 	s.Server = httptest.NewServer(mux)
 	t.Cleanup(s.Close)
 	return s
@@ -81,21 +90,46 @@ func fail(code int, msg string) map[string]any {
 	return map[string]any{"errcode": code, "errmsg": msg + ", hint: [test], more info at https://open.work.weixin.qq.com/devtool/query?e=" + fmt.Sprint(code)}
 }
 
+// App is one WeCom application: WeCom issues tokens per corp and
+// application secret, and a send must name the application's agentid.
+type App struct {
+	CorpID  string
+	AgentID int64
+}
+
+// AddApp adds an application (the test credentials are one already).
+func (s *Server) AddApp(corpID, secret string, agentID int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.apps[corpID+"/"+secret] = App{CorpID: corpID, AgentID: agentID}
+}
+
 func (s *Server) gettoken(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	s.mu.Lock()
+	known := false
+	for k := range s.apps {
+		if strings.HasPrefix(k, q.Get("corpid")+"/") {
+			known = true
+		}
+	}
+	app, ok := s.apps[q.Get("corpid")+"/"+q.Get("corpsecret")]
+	s.mu.Unlock()
 	switch {
-	case q.Get("corpid") != CorpID:
+	case !known:
 		s.answer(w, fail(40013, "invalid corpid"))
 		return
-	case q.Get("corpsecret") != CorpSecret:
+	case !ok:
 		s.answer(w, fail(40001, "invalid credential"))
 		return
 	}
 	s.mu.Lock()
 	s.n++
 	s.fetches++
+	s.appFetches[app]++
 	tok := fmt.Sprintf("token-%d", s.n)
 	s.tokens[tok] = time.Now().Add(s.TokenTTL)
+	s.tokenApp[tok] = app
 	ttl := s.TokenTTL
 	s.mu.Unlock()
 	s.answer(w, map[string]any{"errcode": 0, "errmsg": "ok", "access_token": tok, "expires_in": int(ttl / time.Second)})
@@ -127,8 +161,23 @@ type sendBody struct {
 	Markdown *struct {
 		Content string `json:"content"`
 	} `json:"markdown"`
-	EnableDuplicateCheck   int `json:"enable_duplicate_check"`
-	DuplicateCheckInterval int `json:"duplicate_check_interval"`
+	TextCard *struct {
+		Title       string `json:"title"`
+		Description string `json:"description"`
+		URL         string `json:"url"`
+	} `json:"textcard"`
+	News *struct {
+		Articles []struct {
+			Title       string `json:"title"`
+			Description string `json:"description"`
+			URL         string `json:"url"`
+		} `json:"articles"`
+	} `json:"news"`
+	Image                  *mediaRef `json:"image"`
+	File                   *mediaRef `json:"file"`
+	Video                  *mediaRef `json:"video"`
+	EnableDuplicateCheck   int       `json:"enable_duplicate_check"`
+	DuplicateCheckInterval int       `json:"duplicate_check_interval"`
 }
 
 // content checks msgtype and its content as WeCom does.
@@ -146,6 +195,25 @@ func (b *sendBody) content() (string, []string, int, string) {
 			return "", nil, 40058, "markdown missing"
 		}
 		c = b.Markdown.Content
+	case "textcard":
+		if b.TextCard == nil || b.TextCard.Title == "" || b.TextCard.Description == "" || b.TextCard.URL == "" {
+			return "", nil, 40058, "textcard title, description and url required"
+		}
+		// Received.Content is title, description and url, a line each.
+		return b.TextCard.Title + "\n" + b.TextCard.Description + "\n" + b.TextCard.URL, nil, 0, ""
+	case "news":
+		if b.News == nil || len(b.News.Articles) < 1 || len(b.News.Articles) > 8 || b.News.Articles[0].Title == "" || b.News.Articles[0].URL == "" {
+			return "", nil, 40058, "news needs 1 to 8 articles with title and url"
+		}
+		a := b.News.Articles[0]
+		return a.Title + "\n" + a.Description + "\n" + a.URL, nil, 0, ""
+	case "image", "file", "video":
+		ref := map[string]*mediaRef{"image": b.Image, "file": b.File, "video": b.Video}[b.MsgType]
+		if ref == nil || ref.MediaID == "" {
+			return "", nil, 40058, b.MsgType + ".media_id missing"
+		}
+		// The media id stands for the content: Received.Content holds it.
+		return ref.MediaID, nil, 0, ""
 	default:
 		return "", nil, 40008, "invalid message type"
 	}
@@ -171,16 +239,18 @@ func (s *Server) sendReply(r *http.Request, b *sendBody) map[string]any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.attempts++
-	if code, msg := s.checkToken(r.URL.Query().Get("access_token")); code != 0 {
+	tok := r.URL.Query().Get("access_token")
+	if code, msg := s.checkToken(tok); code != 0 {
 		return fail(code, msg)
 	}
+	app := s.tokenApp[tok]
 	s.sendCalls++
 	if len(s.throttle) > 0 {
 		code := s.throttle[0]
 		s.throttle = s.throttle[1:]
 		return fail(code, "api freq out of limit")
 	}
-	if b.AgentID != AgentID {
+	if b.AgentID != app.AgentID {
 		return fail(40056, "invalid agentid")
 	}
 	users := strings.Split(b.ToUser, "|")
@@ -194,6 +264,9 @@ func (s *Server) sendReply(r *http.Request, b *sendBody) map[string]any {
 	if code != 0 {
 		return fail(code, msg)
 	}
+	if m, ok := s.media[content]; (b.MsgType == "image" || b.MsgType == "file" || b.MsgType == "video") && (!ok || m.kind != b.MsgType || m.corp != app.CorpID) {
+		return fail(40007, "invalid media_id")
+	}
 	s.lastDupFlag = b.EnableDuplicateCheck
 	var invalid []string
 	for _, u := range users {
@@ -202,6 +275,7 @@ func (s *Server) sendReply(r *http.Request, b *sendBody) map[string]any {
 			continue
 		}
 		s.users[u] = append(s.users[u], Received{MsgType: b.MsgType, Content: content})
+		s.from[u] = append(s.from[u], app)
 	}
 	if len(invalid) == len(users) {
 		return map[string]any{"errcode": 81013, "errmsg": "user & party & tag all invalid", "invaliduser": strings.Join(invalid, "|")}
@@ -308,4 +382,87 @@ func (s *Server) DuplicateCheck() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.lastDupFlag
+}
+
+// TokenFetchesOf counts successful gettoken calls of one application.
+func (s *Server) TokenFetchesOf(corpID string, agentID int64) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.appFetches[App{CorpID: corpID, AgentID: agentID}]
+}
+
+// From returns the application each message a user got came from.
+func (s *Server) From(user string) []App {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]App(nil), s.from[user]...)
+}
+
+type mediaRef struct {
+	MediaID string `json:"media_id"`
+}
+
+type uploaded struct {
+	kind, corp, filename string
+	size                 int
+}
+
+// WeCom's temporary media limits.
+var mediaMax = map[string]int{"image": 10 << 20, "video": 10 << 20, "file": 20 << 20, "voice": 2 << 20}
+
+// upload is cgi-bin/media/upload: a multipart body whose file is the field
+// "media", of a known type, between 5 bytes and the type's limit.
+func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
+	s.answer(w, s.uploadReply(r))
+}
+
+func (s *Server) uploadReply(r *http.Request) map[string]any {
+	s.mu.Lock()
+	code, msg := s.checkToken(r.URL.Query().Get("access_token"))
+	app := s.tokenApp[r.URL.Query().Get("access_token")]
+	s.mu.Unlock()
+	if code != 0 {
+		return fail(code, msg)
+	}
+	kind := r.URL.Query().Get("type")
+	limit, ok := mediaMax[kind]
+	if !ok {
+		return fail(40004, "invalid media type")
+	}
+	if err := r.ParseMultipartForm(32 << 20); err != nil {
+		return fail(44001, "empty media data")
+	}
+	f, h, err := r.FormFile("media")
+	if err != nil {
+		return fail(41005, "media data missing")
+	}
+	defer func() { _ = f.Close() }()
+	n := int(h.Size)
+	switch {
+	case n < 5:
+		return fail(44001, "empty media data")
+	case n > limit:
+		return fail(40006, "invalid media size")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.uploads++
+	id := fmt.Sprintf("media-%d", s.uploads)
+	s.media[id] = uploaded{kind: kind, corp: app.CorpID, filename: h.Filename, size: n}
+	return map[string]any{"errcode": 0, "errmsg": "ok", "type": kind, "media_id": id, "created_at": fmt.Sprint(time.Now().Unix())}
+}
+
+// Uploads counts successful media uploads.
+func (s *Server) Uploads() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.uploads
+}
+
+// Uploaded returns the file name and size of an uploaded media id.
+func (s *Server) Uploaded(mediaID string) (filename string, size int, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.media[mediaID]
+	return m.filename, m.size, ok
 }

@@ -1,0 +1,255 @@
+// Package accountstate is the state of WeCom sending accounts that the
+// whole fleet shares through Redis: whether an account is down because
+// WeCom refused its credentials, the outcomes of its recent sends (its
+// health, seed 004's success rate), and the send rate the consumers last
+// held it to. Consumers write it; the API reads it for /api/queues/stats
+// and its console.
+//
+// It must never send, never touch AMQP, and never hold a secret: an account
+// is known here by its name only.
+package accountstate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// buckets is how many slices the health window is counted in.
+const buckets = 10
+
+// Config configures a Store.
+type Config struct {
+	Prefix string // REDIS_PREFIX
+	// Window is how far back health looks (WECOM_HEALTH_WINDOW); default 5m.
+	Window time.Duration
+	// DownFor is how long an account stays down after WeCom refused its
+	// credentials, before one message probes it again; default 30s.
+	DownFor time.Duration
+	// CacheFor is how long a consumer reuses a health or down answer
+	// instead of asking Redis per message; default 1s.
+	CacheFor time.Duration
+}
+
+// Validate fills defaults and reports the first invalid setting.
+func (c *Config) Validate() error {
+	if c.Prefix == "" {
+		return errors.New("accountstate: Prefix is required")
+	}
+	if c.Window == 0 {
+		c.Window = 5 * time.Minute
+	}
+	if c.DownFor == 0 {
+		c.DownFor = 30 * time.Second
+	}
+	if c.CacheFor == 0 {
+		c.CacheFor = time.Second
+	}
+	if c.Window < time.Second || c.DownFor < 10*time.Millisecond || c.CacheFor < 0 {
+		return fmt.Errorf("accountstate: window %s, down for %s: out of range", c.Window, c.DownFor)
+	}
+	return nil
+}
+
+// Store reads and writes account state. It is safe for concurrent use.
+type Store struct {
+	rdb redis.UniversalClient
+	cfg Config
+	now func() time.Time
+
+	mu     sync.Mutex
+	health map[string]cached
+	down   map[string]cachedDown
+}
+
+type cached struct {
+	at     time.Time
+	health float64
+}
+
+type cachedDown struct {
+	at  time.Time
+	why string
+}
+
+// New validates cfg and returns a Store.
+func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Store{rdb: rdb, cfg: cfg, now: time.Now, health: map[string]cached{}, down: map[string]cachedDown{}}, nil
+}
+
+// Window is the health window.
+func (s *Store) Window() time.Duration { return s.cfg.Window }
+
+// Each account's keys share a hash tag: one Redis Cluster slot per account.
+func (s *Store) key(account, what string) string {
+	return s.cfg.Prefix + "wecom:account:{" + account + "}:" + what
+}
+
+func (s *Store) bucketLen() time.Duration { return s.cfg.Window / buckets }
+
+// MarkDown marks account down for DownFor, with why (WeCom's words, never
+// a secret).
+func (s *Store) MarkDown(ctx context.Context, account, why string) error {
+	if err := s.rdb.Set(ctx, s.key(account, "down"), why, s.cfg.DownFor).Err(); err != nil {
+		return fmt.Errorf("accountstate: mark %s down: %w", account, err)
+	}
+	s.mu.Lock()
+	s.down[account] = cachedDown{at: s.now(), why: why}
+	s.mu.Unlock()
+	return nil
+}
+
+// Down returns why account is down, or "" when it is up. The answer may be
+// CacheFor old.
+func (s *Store) Down(ctx context.Context, account string) (string, error) {
+	s.mu.Lock()
+	c, ok := s.down[account]
+	s.mu.Unlock()
+	if ok && s.now().Sub(c.at) < s.cfg.CacheFor {
+		return c.why, nil
+	}
+	why, err := s.rdb.Get(ctx, s.key(account, "down")).Result()
+	if errors.Is(err, redis.Nil) {
+		why, err = "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("accountstate: is %s down: %w", account, err)
+	}
+	s.mu.Lock()
+	s.down[account] = cachedDown{at: s.now(), why: why}
+	s.mu.Unlock()
+	return why, nil
+}
+
+// Record counts one send of account in the current slice of the window.
+func (s *Store) Record(ctx context.Context, account string, ok bool) error {
+	b := s.bucketLen()
+	k := s.key(account, "sends:"+strconv.FormatInt(s.now().UnixMilli()/b.Milliseconds(), 10))
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HIncrBy(ctx, k, "all", 1)
+		if ok {
+			p.HIncrBy(ctx, k, "ok", 1)
+		}
+		p.PExpire(ctx, k, s.cfg.Window+2*b)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("accountstate: record a send of %s: %w", account, err)
+	}
+	return nil
+}
+
+// counts sums the window's sends and successes.
+func (s *Store) counts(ctx context.Context, account string) (all, ok int64, err error) {
+	b := s.bucketLen().Milliseconds()
+	now := s.now().UnixMilli() / b
+	cmds := make([]*redis.SliceCmd, 0, buckets)
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range int64(buckets) {
+			cmds = append(cmds, p.HMGet(ctx, s.key(account, "sends:"+strconv.FormatInt(now-i, 10)), "all", "ok"))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("accountstate: health of %s: %w", account, err)
+	}
+	for _, c := range cmds {
+		v := c.Val()
+		if len(v) == 2 {
+			all += toInt(v[0])
+			ok += toInt(v[1])
+		}
+	}
+	return all, ok, nil
+}
+
+func toInt(v any) int64 {
+	s, _ := v.(string)
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+// Health is the success rate of account's sends in the window, 1 when it
+// sent nothing. The answer may be CacheFor old.
+func (s *Store) Health(ctx context.Context, account string) (float64, error) {
+	s.mu.Lock()
+	c, ok := s.health[account]
+	s.mu.Unlock()
+	if ok && s.now().Sub(c.at) < s.cfg.CacheFor {
+		return c.health, nil
+	}
+	all, good, err := s.counts(ctx, account)
+	if err != nil {
+		return 0, err
+	}
+	h := 1.0
+	if all > 0 {
+		h = float64(good) / float64(all)
+	}
+	s.mu.Lock()
+	s.health[account] = cached{at: s.now(), health: h}
+	s.mu.Unlock()
+	return h, nil
+}
+
+// NoteRate stores the send rate (per second) the consumers hold account
+// to, for the stats; it is kept for a minute.
+func (s *Store) NoteRate(ctx context.Context, account string, perSecond float64) error {
+	return s.rdb.Set(ctx, s.key(account, "rate"), strconv.FormatFloat(perSecond, 'f', 4, 64), time.Minute).Err()
+}
+
+// State is one account in /api/queues/stats (wecomAccounts).
+type State struct {
+	Account string `json:"account"`
+	// Status is "up" or "down" (WeCom refused its credentials; its
+	// messages wait until their deadline).
+	Status     string `json:"status"`
+	DownReason string `json:"downReason,omitempty"`
+	// DownUntil is when the down mark lapses and one message probes the
+	// account again (absent when up).
+	DownUntil *time.Time `json:"downUntil,omitempty"`
+	Health    float64    `json:"health"`
+	// Sends and Succeeded count the health window's sends.
+	Sends     int64 `json:"sends"`
+	Succeeded int64 `json:"succeeded"`
+	// RatePerSecond is the rate the consumers last held the account to
+	// (adaptive rate × health); absent when none sent lately.
+	RatePerSecond *float64 `json:"ratePerSecond,omitempty"`
+	Tenants       []string `json:"tenants,omitempty"`
+}
+
+// Get reads account's state from Redis (no cache).
+func (s *Store) Get(ctx context.Context, account string) (State, error) {
+	st := State{Account: account, Status: "up", Health: 1}
+	why, err := s.rdb.Get(ctx, s.key(account, "down")).Result()
+	switch {
+	case err == nil:
+		st.Status, st.DownReason = "down", why
+		// A read only: PTTL never touches the mark. A mark that lapsed
+		// between the two reads (-2) or has no expiry (-1) gets no time.
+		if ttl, err := s.rdb.PTTL(ctx, s.key(account, "down")).Result(); err == nil && ttl > 0 {
+			until := s.now().Add(ttl).UTC().Truncate(time.Millisecond)
+			st.DownUntil = &until
+		}
+	case !errors.Is(err, redis.Nil):
+		return st, fmt.Errorf("accountstate: %s: %w", account, err)
+	}
+	if st.Sends, st.Succeeded, err = s.counts(ctx, account); err != nil {
+		return st, err
+	}
+	if st.Sends > 0 {
+		st.Health = float64(st.Succeeded) / float64(st.Sends)
+	}
+	if v, err := s.rdb.Get(ctx, s.key(account, "rate")).Float64(); err == nil {
+		st.RatePerSecond = &v
+	}
+	return st, nil
+}

@@ -1,0 +1,109 @@
+package dispatch_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/msgpulse/msgpulse/internal/dispatch/dispatchtest"
+	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/testenv"
+)
+
+// fileServer serves /logo.png (an image of 2 KB) and /huge.png (11 MB),
+// counting fetches.
+func fileServer(t *testing.T) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
+	var fetches atomic.Int32
+	logo := bytes.Repeat([]byte("\x89PNG"), 512)
+	huge := bytes.Repeat([]byte{0}, 11<<20)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fetches.Add(1)
+		switch r.URL.Path {
+		case "/logo.png":
+			_, _ = w.Write(logo)
+		case "/huge.png":
+			_, _ = w.Write(huge)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &fetches
+}
+
+func TestWeComImageIsUploadedOnceAndSentByMediaID(t *testing.T) {
+	s, srv := setupWeCom(t, dispatchtest.Options{MediaCacheTTL: 2 * time.Second})
+	files, fetches := fileServer(t)
+	s.StartConsumer("c1", 4)
+	image := func(user, url string) string {
+		return s.WeCom("", []string{user}, func(m *envelope.Message) {
+			m.Template, m.Variables = "", nil
+			m.Media = &envelope.Media{Type: "image", URL: url, Filename: "logo.png"}
+		})[0]
+	}
+	var ids []string
+	for _, u := range []string{"ann", "bob", "cyd"} {
+		id := image(u, files.URL+"/logo.png")
+		waitStatus(t, s, id, status.Sent) // one by one
+		ids = append(ids, id)
+	}
+	require.Equal(t, 1, srv.Uploads(), "one upload for three sends")
+	mediaID := srv.ReceivedBy("ann")[0].Content
+	for _, u := range []string{"ann", "bob", "cyd"} {
+		got := srv.ReceivedBy(u)
+		require.Len(t, got, 1, u)
+		require.Equal(t, "image", got[0].MsgType)
+		require.Equal(t, mediaID, got[0].Content, "the same media_id")
+	}
+	name, size, ok := srv.Uploaded(mediaID)
+	require.True(t, ok)
+	require.Equal(t, "logo.png", name)
+	require.Equal(t, 2048, size)
+	require.EqualValues(t, 3, fetches.Load())
+
+	// Once the cached media_id has expired, the same image is uploaded again.
+	testenv.WaitFor(t, 10*time.Second, "the media_id cache entry to expire", func() bool {
+		keys, err := s.Redis.Client.Keys(context.Background(), s.Redis.Prefix+"wecom:media:*").Result()
+		require.NoError(t, err)
+		return len(keys) == 0
+	})
+	waitStatus(t, s, image("dan", files.URL+"/logo.png"), status.Sent)
+	require.Equal(t, 2, srv.Uploads())
+	require.NotEqual(t, mediaID, srv.ReceivedBy("dan")[0].Content)
+
+	// Above WeCom's 10 MB for an image: failed for good, nothing uploaded.
+	rec := waitStatus(t, s, image("eve", files.URL+"/huge.png"), status.Failed)
+	require.Equal(t, status.ReasonPermanent, rec.Reason)
+	require.Contains(t, rec.LastError, "at most")
+	require.Equal(t, 2, srv.Uploads())
+	require.Empty(t, srv.ReceivedBy("eve"))
+}
+
+// The same image to 50 users at once, as single messages: one upload, and
+// the sends merged as text ones are.
+func TestConcurrentImagesUploadOnceAndMerge(t *testing.T) {
+	s, srv := setupWeCom(t, dispatchtest.Options{MergeWindow: 100 * time.Millisecond})
+	files, _ := fileServer(t)
+	var ids []string
+	for _, u := range users("img", 50) {
+		ids = append(ids, s.WeCom("", []string{u}, func(m *envelope.Message) {
+			m.Template, m.Variables, m.Level = "", nil, "normal"
+			m.Media = &envelope.Media{Type: "image", URL: files.URL + "/logo.png"}
+		})...)
+	}
+	s.StartConsumer("c1", 64)
+	for _, id := range ids {
+		waitStatus(t, s, id, status.Sent)
+	}
+	require.Equal(t, 1, srv.Uploads())
+	t.Logf("50 image messages: %d upload, %d message/send calls", srv.Uploads(), srv.SendCalls())
+	require.LessOrEqual(t, srv.SendCalls(), 2)
+}

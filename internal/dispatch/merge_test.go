@@ -1,0 +1,56 @@
+package dispatch_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/msgpulse/msgpulse/internal/dispatch/dispatchtest"
+	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/topology"
+)
+
+// 500 single notices with the same content to 500 users, queued together:
+// one or two message/send calls, each user served once, each with its own
+// status record, and the users WeCom does not know failed alone.
+func TestSingleWeComMessagesAreMerged(t *testing.T) {
+	s, srv := setupWeCom(t, dispatchtest.Options{MergeWindow: 100 * time.Millisecond})
+	to := users("m", 500)
+	srv.Unknown[to[42]] = true
+	ids := make([]string, len(to))
+	for i, u := range to {
+		ids[i] = s.WeCom("Maintenance", []string{u}, func(m *envelope.Message) { m.Level = string(topology.Normal) })[0]
+	}
+	// One that differs, and one that is high: neither joins the merge.
+	other := s.WeCom("Other", []string{"x-other"}, func(m *envelope.Message) { m.Level = string(topology.Normal) })[0]
+	high := s.WeCom("Maintenance", []string{"x-high"}, nil)[0]
+	s.StartConsumer("c1", 600)
+	for i, id := range ids {
+		if i == 42 {
+			rec := waitStatus(t, s, id, status.Failed)
+			require.Contains(t, rec.LastError, "invaliduser")
+			continue
+		}
+		rec := waitStatus(t, s, id, status.Sent)
+		require.Equal(t, 1, rec.Attempts)
+	}
+	waitStatus(t, s, other, status.Sent)
+	waitStatus(t, s, high, status.Sent)
+	merged := testutil.ToFloat64(s.Metrics.MergedSends)
+	t.Logf("500 messages went out in %v merged message/send calls (%d calls in all, with the 2 others)", merged, srv.SendCalls())
+	require.LessOrEqual(t, merged, 3.0, "the 500, and the other content")
+	require.LessOrEqual(t, srv.SendCalls(), 4, "at most 2 for the 500, one for the other content, one for high")
+	for i, u := range to {
+		if i != 42 {
+			require.Len(t, srv.ReceivedBy(u), 1, u)
+		}
+	}
+	require.Len(t, srv.ReceivedBy("x-high"), 1)
+	n, err := s.Status.Get(context.Background(), ids[0])
+	require.NoError(t, err)
+	require.Equal(t, status.Sent, n.Status)
+}

@@ -23,6 +23,10 @@ LOADGEN=(all --baseline --json --rounds 3 --duration 8s --concurrency 64
   --mix 1000 --mix-max 30s --burst 2000 --burst-in 5s)
 # shellcheck disable=SC2206 # LOADGEN_ARGS is a list of flags
 LOADGEN+=(${LOADGEN_ARGS:-})
+# The peer (issue 22): hibiken/asynq's no-op worker, from its own module so
+# that msgpulse never depends on asynq; as many tasks and workers as the
+# consumer runs get messages and CONCURRENCY.
+ASYNQ=(go run . -json -rounds 3 -tasks 8000 -concurrency 64 -redis "${ASYNQ_REDIS:-127.0.0.1:6379}")
 
 echo "== Go benchmarks: ${GOBENCH[*]}"
 bench_status=0
@@ -41,17 +45,43 @@ go build -o .run/loadgen ./cmd/loadgen
 loadgen_status=0
 .run/loadgen "${LOADGEN[@]}" > .run/loadgen.json || loadgen_status=$?
 
+# Seed 004's headline (loadgen headline): minutes per step, so only with
+# BENCH_HEADLINE=1; HEADLINE_ARGS adds flags (e.g. --step 30s).
+headline=()
+if [ "${BENCH_HEADLINE:-0}" = 1 ]; then
+  # shellcheck disable=SC2206 # HEADLINE_ARGS is a list of flags
+  HEADLINE=(headline --json --step 60s --p99 100ms --start 1000 --factor 1.5 ${HEADLINE_ARGS:-})
+  echo
+  echo "== loadgen ${HEADLINE[*]}"
+  if .run/loadgen "${HEADLINE[@]}" > .run/headline.json; then
+    headline=(--headline .run/headline.json)
+  else
+    echo "the headline run failed; BENCHMARKS.md goes without it" >&2
+  fi
+fi
+
+echo
+echo "== peer: (cd bench/asynq && ${ASYNQ[*]})"
+peer=()
+if (cd bench/asynq && "${ASYNQ[@]}") > .run/asynq.json; then
+  peer=(--peer .run/asynq.json)
+  cat .run/asynq.json
+else
+  echo "the asynq peer failed; BENCHMARKS.md goes without its row" >&2
+fi
+
 wall=$(( $(date +%s) - start ))
 if [ ! -s .run/loadgen.json ]; then
   echo "loadgen wrote no results (exit $loadgen_status); BENCHMARKS.md not updated" >&2
   exit 1
 fi
-.run/loadgen report --in .run/loadgen.json --gobench .run/bench.txt --out BENCHMARKS.md \
+.run/loadgen report --in .run/loadgen.json --gobench .run/bench.txt --out BENCHMARKS.md "${peer[@]}" "${headline[@]}" \
   --command "make bench   # scripts/bench.sh, which runs:" \
   --command "${GOBENCH[*]}" \
   --command "go build -o .run/loadgen ./cmd/loadgen" \
   --command ".run/loadgen ${LOADGEN[*]} > .run/loadgen.json" \
-  --command ".run/loadgen report --in .run/loadgen.json --gobench .run/bench.txt --out BENCHMARKS.md" \
+  --command "(cd bench/asynq && ${ASYNQ[*]}) > .run/asynq.json" \
+  --command ".run/loadgen report --in .run/loadgen.json --gobench .run/bench.txt --out BENCHMARKS.md ${peer[*]}" \
   --wall "$((wall / 60))m$((wall % 60))s"
 echo
 echo "== targets (BENCHMARKS.md; raw results in .run/loadgen.json and .run/bench.txt)"

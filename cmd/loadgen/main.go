@@ -37,6 +37,9 @@ Modes:
   delay      delayed delivery accuracy (delivered − due): a burst, a mix
   levels     verification code latency (request → SMTP sink) while a backlog
              of normal notices drains, next to the same with no backlog
+  headline   seed 004's headline: the highest offered rate holding p99 (202 →
+             sink) under --p99 for a whole --step, stepping the load up, for
+             single mail sends and WeCom batches, in recipients/s (not in all)
   all        api, consumer, e2e, delay and levels with --baseline: what make bench runs
   report     render BENCHMARKS.md from the JSON of a run
 
@@ -258,6 +261,13 @@ same prefetch, multiple acks) and the ratio.
 and for a mix of delays, with the relay and a recording consumer in this
 process, against the same path with no delay.
 `
+	synHeadline = `Starts the real api and consumer (mail, WeCom) against the SMTP sink and the
+WeCom test server, and for each --kinds offers --start recipients/s, then
+--factor times more per step, each held for --step, until a step does not
+hold: p99 from the API's 202 to the sink under --p99, nothing lost, and the
+API accepting at least 95% of the offered rate. Reports every step and the
+best rate that held. Mail: single sends; WeCom: batches of --batch.
+`
 	synLevels = `Starts the real api and consumer against an SMTP sink that takes
 --smtp-latency per mail, requests --codes verification codes at --code-rate
 with nothing else queued, then floods --backlog normal notices through
@@ -296,6 +306,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		cf consumerFlags
 		df delayFlags
 		lf levelsFlags
+		hf headlineFlags
 	)
 	var fs *flag.FlagSet
 	skip := ""
@@ -316,6 +327,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fs = newFlagSet(mode, synDelay, stderr)
 		c.register(fs, false)
 		df.register(fs, 3*time.Minute, 10*time.Second)
+	case "headline":
+		fs = newFlagSet(mode, synHeadline, stderr)
+		c.register(fs, false)
+		hf.register(fs)
 	case "levels":
 		fs = newFlagSet(mode, synLevels, stderr)
 		c.register(fs, false)
@@ -390,6 +405,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		rep.Delay, err = loadgen.Delay(ctx, o, df.options(), stderr)
 		return err
 	})
+	if mode == "headline" { // not part of all: its steps take minutes each
+		do("headline", func() (err error) {
+			rep.Headline, err = loadgen.Headline(ctx, o, hf.options())
+			return err
+		})
+	}
 	do("levels", func() (err error) {
 		rep.Levels, err = loadgen.Levels(ctx, o, lf.options())
 		return err
@@ -442,6 +463,8 @@ func report(args []string, stdout, stderr io.Writer) int {
 	gobench := fs.String("gobench", "", "go test -bench output to include (medians per benchmark)")
 	out := fs.String("out", "BENCHMARKS.md", "file to write; - for stdout")
 	wall := fs.String("wall", "", "wall time of the whole run, to print")
+	headline := fs.String("headline", "", "JSON written by 'loadgen headline --json' in the same run: its headline section joins the report")
+	peer := fs.String("peer", "", "JSON written by bench/asynq (-json): asynq's no-op worker from the same run, printed next to the consumer")
 	var cmds envFlags
 	fs.Func("command", "a command that produced the numbers, to list (repeatable)", func(s string) error { cmds = append(cmds, s); return nil })
 	if err := fs.Parse(args); err != nil {
@@ -463,6 +486,24 @@ func report(args []string, stdout, stderr io.Writer) int {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		_, _ = fmt.Fprintf(stderr, "loadgen report: %s: %v\n", *in, err)
 		return 1
+	}
+	if *headline != "" {
+		hb, err := os.ReadFile(*headline)
+		var hr loadgen.Report
+		if err == nil {
+			err = json.Unmarshal(hb, &hr)
+		}
+		if err != nil {
+			_, _ = fmt.Fprintln(stderr, "loadgen report: --headline:", err)
+			return 1
+		}
+		rep.Headline = hr.Headline
+	}
+	if *peer != "" {
+		if rep.Peer, err = loadgen.ReadPeer(*peer); err != nil {
+			_, _ = fmt.Fprintln(stderr, "loadgen report:", err)
+			return 1
+		}
 	}
 	rep.Targets = loadgen.Evaluate(rep)
 	mi := loadgen.MarkdownInput{Report: rep, Commands: cmds, WallTime: *wall}
@@ -514,4 +555,31 @@ func baselineServer(args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+type headlineFlags struct {
+	start, factor, max float64
+	step, p99, drain   time.Duration
+	concurrency        int
+	consumerC          int
+	batch              int
+	kinds              string
+}
+
+func (h *headlineFlags) register(fs *flag.FlagSet) {
+	fs.Float64Var(&h.start, "start", 1000, "headline: first offered rate, recipients/s")
+	fs.Float64Var(&h.factor, "factor", 1.5, "headline: each step offers this many times more")
+	fs.Float64Var(&h.max, "max", 100000, "headline: highest rate tried, recipients/s")
+	fs.DurationVar(&h.step, "step", 60*time.Second, "headline: how long each rate is held")
+	fs.DurationVar(&h.p99, "p99", 100*time.Millisecond, "headline: the p99 (202 → sink) a step must hold")
+	fs.DurationVar(&h.drain, "drain", 30*time.Second, "headline: longest wait for a step's tail")
+	fs.IntVar(&h.concurrency, "concurrency", 64, "headline: HTTP connections")
+	fs.IntVar(&h.consumerC, "consumer-concurrency", 64, "headline: the consumer's CONCURRENCY")
+	fs.IntVar(&h.batch, "batch", 1000, "headline: WeCom recipients per batch")
+	fs.StringVar(&h.kinds, "kinds", "mail,wecom", "headline: which kinds to step, in order")
+}
+
+func (h *headlineFlags) options() loadgen.HeadlineOptions {
+	return loadgen.HeadlineOptions{Start: h.start, Factor: max(h.factor, 1.01), Max: h.max, Step: h.step, P99: h.p99, Drain: h.drain,
+		Concurrency: h.concurrency, ConsumerConcurrency: h.consumerC, Batch: max(h.batch, 1), Kinds: strings.Split(h.kinds, ",")}
 }

@@ -161,7 +161,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		return err
 	}
 	srv, err := New(Deps{
-		Log: log, Model: model, Publisher: pub, Delayed: delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix),
+		Log: log, Model: model, Publisher: pub, Delayed: delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix).WithExactMax(cfg.Limits.ExactMax),
 		RateLimits: rateLimits, Codes: codes, Keys: keys, Status: statuses, Redis: redisClient, Templates: tpl, Registry: reg, Claims: claims,
 		DLQ:      CachedDLQStats(session, model, statuses, 5*time.Second),
 		Inspect:  inspect,

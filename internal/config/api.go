@@ -10,6 +10,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/callbackkey"
 	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
+	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/topology"
@@ -30,6 +31,8 @@ type Limits struct {
 	SMSPerSecond              int
 	WeComPerSecond            int
 	ConfigRefreshEvery        time.Duration
+	// ExactMax is LIMIT_EXACT_MAX (ratelimit.Limiter.WithExactMax).
+	ExactMax int
 }
 
 // API configures cmd/api.
@@ -146,17 +149,18 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	c.VerifyAttempts = l.Int("VERIFY_MAX_ATTEMPTS", 5, 1, 100, "wrong guesses before a code is burned")
 	c.Limits = Limits{
 		ResendInterval:   l.Duration("VERIFY_RESEND_INTERVAL", 60*time.Second, time.Second, 24*time.Hour, "cooldown between codes for one tenant+channel+recipient+purpose"),
-		PerRecipientHour: l.Int("VERIFY_MAX_PER_HOUR", 5, 0, 1_000_000, "codes per recipient per sliding hour, per tenant (0 = unlimited)"),
-		PerRecipientDay:  l.Int("VERIFY_MAX_PER_DAY", 10, 0, 1_000_000, "codes per recipient per sliding day, per tenant (0 = unlimited)"),
+		PerRecipientHour: l.Int("VERIFY_MAX_PER_HOUR", 5, 0, 1_000_000, "codes per recipient per sliding hour, per tenant (0 = unlimited); exact (a log entry per code) up to LIMIT_EXACT_MAX"),
+		PerRecipientDay:  l.Int("VERIFY_MAX_PER_DAY", 10, 0, 1_000_000, "codes per recipient per sliding day, per tenant (0 = unlimited); exact (a log entry per code) up to LIMIT_EXACT_MAX"),
 		PerRecipientDayAllTenants: l.Int("VERIFY_MAX_PER_RECIPIENT_PER_DAY_ALL_TENANTS", 0, 0, 1_000_000,
 			"codes per recipient per sliding day, all tenants together: the one limit tenants share, so one tenant can use it up for the others (0 = off)"),
-		PerIPMinute:        l.Int("VERIFY_MAX_PER_IP_PER_MINUTE", 20, 0, 1_000_000, "codes per end-user IP (clientIp) per sliding minute, per tenant (0 = unlimited)"),
-		PerAPIKeyMinute:    l.Int("LIMIT_PER_API_KEY_PER_MINUTE", 6000, 0, 100_000_000, "requests (codes and messages) per API key per sliding minute (0 = unlimited)"),
-		PerTenantMinute:    l.Int("LIMIT_PER_TENANT_PER_MINUTE", 0, 0, 100_000_000, "requests (codes and messages) per tenant, across its keys, per sliding minute (0 = unlimited)"),
-		EmailPerSecond:     l.Int("LIMIT_EMAIL_PER_SECOND", 500, 0, 1_000_000, "global cap on accepted email per sliding second (0 = unlimited)"),
-		SMSPerSecond:       l.Int("LIMIT_SMS_PER_SECOND", 200, 0, 1_000_000, "global cap on accepted SMS per sliding second (0 = unlimited)"),
-		WeComPerSecond:     l.Int("LIMIT_WECOM_PER_SECOND", 2000, 0, 1_000_000, "global cap on accepted WeCom messages (application and robot) per sliding second; each batch recipient counts, so keep it above 1000 (a full batch) (0 = unlimited)"),
+		PerIPMinute:        l.Int("VERIFY_MAX_PER_IP_PER_MINUTE", 20, 0, 1_000_000, "codes per end-user IP (clientIp) per sliding minute, per tenant (0 = unlimited); exact (a log entry per code) up to LIMIT_EXACT_MAX"),
+		PerAPIKeyMinute:    l.Int("LIMIT_PER_API_KEY_PER_MINUTE", 6000, 0, 100_000_000, "requests (codes and messages) per API key per sliding minute (0 = unlimited); exact up to LIMIT_EXACT_MAX, above it approximate (at most the limit per fixed window, at most 2x in any sliding one)"),
+		PerTenantMinute:    l.Int("LIMIT_PER_TENANT_PER_MINUTE", 0, 0, 100_000_000, "requests (codes and messages) per tenant, across its keys, per sliding minute (0 = unlimited); exact up to LIMIT_EXACT_MAX, above it approximate (at most the limit per fixed window, at most 2x in any sliding one)"),
+		EmailPerSecond:     l.Int("LIMIT_EMAIL_PER_SECOND", 500, 0, 1_000_000, "global cap on accepted email per sliding second (0 = unlimited); exact up to LIMIT_EXACT_MAX, above it approximate (at most the limit per fixed window, at most 2x in any sliding one)"),
+		SMSPerSecond:       l.Int("LIMIT_SMS_PER_SECOND", 200, 0, 1_000_000, "global cap on accepted SMS per sliding second (0 = unlimited); exact up to LIMIT_EXACT_MAX, above it approximate (at most the limit per fixed window, at most 2x in any sliding one)"),
+		WeComPerSecond:     l.Int("LIMIT_WECOM_PER_SECOND", 2000, 0, 1_000_000, "global cap on accepted WeCom messages (application and robot) per sliding second; each batch recipient counts, so keep it above 1000 (a full batch) (0 = unlimited); exact up to LIMIT_EXACT_MAX, above it approximate (at most the limit per fixed window, at most 2x in any sliding one)"),
 		ConfigRefreshEvery: l.Duration("RATE_LIMIT_REFRESH", 30*time.Second, time.Second, time.Hour, "full reload of rate-limit configs (changes also arrive at once by pub/sub)"),
+		ExactMax:           l.Int("LIMIT_EXACT_MAX", ratelimit.DefaultExactMax, 1, ratelimit.MaxLimit, "largest limit kept exact (a log entry per request); a window with a larger limit is counted by a sliding-window counter: never more than its limit per fixed window, at most 2x in any span of its length (a previous window's requests all at its end), about its limit under steady load (docs/commands.md)"),
 	}
 	c.StatusTTL = l.Duration("STATUS_TTL", 7*24*time.Hour, time.Minute, 365*24*time.Hour, "how long message status records are kept")
 	c.PublishTimeout = l.Duration("PUBLISH_TIMEOUT", 3*time.Second, 10*time.Millisecond, time.Minute, "longest wait for a broker confirm before answering 503")

@@ -14,6 +14,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider/mail"
 	"github.com/msgpulse/msgpulse/internal/provider/sms"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
+	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
@@ -60,6 +61,8 @@ type Consumer struct {
 	Templates        Templates
 	Delay            Delay
 
+	// LimitExactMax is LIMIT_EXACT_MAX (ratelimit.Limiter.WithExactMax).
+	LimitExactMax int
 	// Workers are each channel's pool bounds ({CH}_MIN_WORKERS,
 	// {CH}_MAX_WORKERS), by channel.
 	Workers map[string]WorkerBounds
@@ -113,6 +116,7 @@ func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader
 	c.CallbackAttempts = l.Int("CALLBACK_ATTEMPTS", 3, 1, 20, "callback attempts before giving up")
 	c.CallbackPrivate = loadCallbackPrivate(l)
 	c.RateLimitRefresh = l.Duration("RATE_LIMIT_REFRESH", 30*time.Second, time.Second, time.Hour, "full reload of per-provider rate-limit configs (changes also arrive at once by pub/sub)")
+	c.LimitExactMax = l.Int("LIMIT_EXACT_MAX", ratelimit.DefaultExactMax, 1, ratelimit.MaxLimit, "largest limit kept exact (a log entry per request); a window with a larger limit is counted by a sliding-window counter: never more than its limit per fixed window, at most 2x in any span of its length (a previous window's requests all at its end), about its limit under steady load (docs/commands.md)")
 	c.SMTP = loadSMTP(l)
 	c.SMS = loadSMS(l)
 	c.WeCom = loadWeCom(l, c.Channels)

@@ -91,6 +91,7 @@ var raisedLimits = map[string]string{
 	"LIMIT_PER_API_KEY_PER_MINUTE": "100000000",
 	"LIMIT_EMAIL_PER_SECOND":       "1000000",
 	"LIMIT_SMS_PER_SECOND":         "1000000",
+	"LIMIT_WECOM_PER_SECOND":       "1000000", // the headline's WeCom batches count each recipient
 }
 
 func limitsNote(local bool) string {
@@ -98,7 +99,7 @@ func limitsNote(local bool) string {
 		return "the target's own; recipients (unique per request) and clientIp (198.18.0.0/15) are spread so per-recipient and per-IP limits do not reject"
 	}
 	return "recipients unique per request and clientIp spread over 198.18.0.0/15, so per-recipient, resend and per-IP limits stay at their defaults; " +
-		"raised through config: LIMIT_PER_API_KEY_PER_MINUTE=100000000, LIMIT_EMAIL_PER_SECOND=1000000, LIMIT_SMS_PER_SECOND=1000000 (still checked)"
+		"raised through config: LIMIT_PER_API_KEY_PER_MINUTE=100000000, LIMIT_EMAIL_PER_SECOND=1000000, LIMIT_SMS_PER_SECOND=1000000, LIMIT_WECOM_PER_SECOND=1000000 (still checked)"
 }
 
 // requests builds request bodies with unique recipients and spread IPs.

@@ -70,6 +70,7 @@ func WriteText(w io.Writer, r Report) {
 			p("  consumer peak RSS: %.0f MB", m.RSSMB)
 		}
 	}
+	writeHeadline(p, r.Headline, false)
 	if e := r.E2E; e != nil {
 		p("")
 		p("End to end (%.0f codes/s for %.0fs, %.0f%% SMS, %d connections, medians of %d rounds)", e.Rate, e.DurationSec, e.SMSShare*100, e.Concurrency, len(e.Rounds))
@@ -312,6 +313,9 @@ func WriteMarkdown(w io.Writer, in MarkdownInput) {
 			p("| provider taking %.0f ms per send (consumer binary, webhook SMS provider) | %.0f | CONCURRENCY=%d PREFETCH=%d |", c.ProviderLatencyMs, m.Slow, c.ProviderConcurrency, c.ProviderPrefetch)
 		}
 		p("| SMTP sink on loopback (consumer binary) | %.0f | CONCURRENCY=%d SMTP_POOL_SIZE=%d |", m.SMTP, c.Concurrency, c.Concurrency)
+		if pr := r.Peer; pr != nil {
+			p("| peer: %s %s no-op worker (bench/asynq, its own module; %d tasks prefilled per round, rounds %s) | %.0f | concurrency %d |", pr.Tool, pr.Version, pr.Tasks, rates(pr.Rounds), pr.Median, pr.Concurrency)
+		}
 		if m.WeCom > 0 {
 			p("| WeCom server answering in %s (consumer binary, %d messages; the adaptive rate holds an application to 20-50/s) | %.0f | CONCURRENCY=%d PREFETCH=%d |", WeComLatency, WeComMessages, m.WeCom, c.ProviderConcurrency, c.ProviderPrefetch)
 		}
@@ -327,6 +331,7 @@ func WriteMarkdown(w io.Writer, in MarkdownInput) {
 			p("| %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |", i+1, rd.Noop, rd.Slow, rd.SMTP, rd.WeCom, rd.RawConsume, max(rd.SlowMem.Peak(), rd.SMTPMem.Peak()))
 		}
 	}
+	writeHeadline(p, r.Headline, true)
 	if e := r.E2E; e != nil {
 		p("")
 		p("## End to end")

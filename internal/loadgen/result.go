@@ -24,6 +24,8 @@ type Report struct {
 	E2E      *E2EResult      `json:"e2e,omitempty"`
 	Delay    *DelayResult    `json:"delay,omitempty"`
 	Levels   *LevelsResult   `json:"levels,omitempty"`
+	Peer     *PeerResult     `json:"peer,omitempty"` // bench/asynq, added by 'loadgen report --peer'
+	Headline *HeadlineResult `json:"headline,omitempty"`
 	Targets  []Target        `json:"targets"`
 	Errors   []string        `json:"errors,omitempty"`
 }
@@ -195,6 +197,9 @@ func Evaluate(r Report) []Target {
 		t.Met = b(ok)
 	}
 	ts = append(ts, t)
+	if r.Peer != nil {
+		ts = append(ts, peerTarget(r))
+	}
 	return ts
 }
 

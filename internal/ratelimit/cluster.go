@@ -22,10 +22,12 @@ import (
 
 // slotGroup is the part of a request whose keys share a hash tag.
 type slotGroup struct {
-	keys  []string // rule logs, then the cooldown key when hasCD
+	tag   string
+	keys  []string // per rule its log and counter, then the cooldown key when hasCD, then mark
 	rules []int    // the script's 1-based rule positions in the whole request
-	args  []any    // per rule: window count, then (length, limit) pairs
+	args  []any    // per rule: window count, then (length, limit, mode) triples
 	hasCD bool
+	mark  string // the reservation's mark when a window of the group is counted
 }
 
 // hashTag returns what Redis Cluster hashes for key: the part between the
@@ -41,28 +43,34 @@ func hashTag(key string) string {
 }
 
 // groupBySlot splits what Take built (keys and the script's arguments)
-// into slot groups, in the order their keys first appear.
-func groupBySlot(keys []string, args []any, nrules int, cooldownKey string) []*slotGroup {
+// into slot groups, in the order their keys first appear. A group with a
+// counted window gets a mark of its own, in its slot.
+func (l *Limiter) groupBySlot(keys []string, args []any, nrules int, cooldownKey, id string) []*slotGroup {
 	var order []*slotGroup
 	byTag := map[string]*slotGroup{}
 	group := func(key string) *slotGroup {
 		t := hashTag(key)
 		g := byTag[t]
 		if g == nil {
-			g = &slotGroup{}
+			g = &slotGroup{tag: t}
 			byTag[t] = g
 			order = append(order, g)
 		}
 		return g
 	}
-	a := 3
+	a := 4
 	for r := 1; r <= nrules; r++ {
 		nw, _ := args[a].(int)
-		g := group(keys[r-1])
-		g.keys = append(g.keys, keys[r-1])
+		g := group(keys[2*r-2])
+		g.keys = append(g.keys, keys[2*r-2], keys[2*r-1])
 		g.rules = append(g.rules, r)
-		g.args = append(g.args, args[a:a+1+2*nw]...)
-		a += 1 + 2*nw
+		g.args = append(g.args, args[a:a+1+3*nw]...)
+		for w := 0; w < nw; w++ {
+			if m, _ := args[a+3+3*w].(int); m == 1 && g.mark == "" {
+				g.mark = l.markKey(g.tag, id)
+			}
+		}
+		a += 1 + 3*nw
 	}
 	if cooldownKey != "" {
 		group(cooldownKey).hasCD = true
@@ -71,12 +79,20 @@ func groupBySlot(keys []string, args []any, nrules int, cooldownKey string) []*s
 		if g.hasCD {
 			g.keys = append(g.keys, cooldownKey)
 		}
+		if g.mark != "" {
+			g.keys = append(g.keys, g.mark)
+		}
 	}
 	return order
 }
 
 func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req Request, res *Reservation, keys []string, args []any, ruleIdx []int, winIdx [][]int) (*Reservation, error) {
-	groups := groupBySlot(keys, args, len(ruleIdx), res.CooldownKey)
+	groups := l.groupBySlot(keys, args, len(ruleIdx), res.CooldownKey, res.ID)
+	for _, g := range groups {
+		if g.mark != "" {
+			res.Marks = append(res.Marks, g.mark)
+		}
+	}
 	replies := make([][]any, len(groups))
 	errs := make([]error, len(groups))
 	// The Once entry has a slot of its own: its script (no rules, its
@@ -88,7 +104,7 @@ func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req R
 	)
 	err := rdb.Pipelined(ctx, cc, func(p redis.Pipeliner) (func() error, error) {
 		if o := req.Once; o != nil {
-			oargs := []any{o.Digest, o.IDs, res.ID, int64(0), 0}
+			oargs := []any{o.Digest, o.IDs, res.ID, int64(0), 0, int64(0)}
 			then := o.reserve(res.OnceKey, res.ID)
 			oargs = append(oargs, len(then))
 			for _, c := range then {
@@ -103,7 +119,11 @@ func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req R
 			if g.hasCD {
 				cd = args[1]
 			}
-			gargs := append([]any{res.ID, cd, len(g.rules)}, g.args...)
+			mark := any(int64(0))
+			if g.mark != "" {
+				mark = args[3]
+			}
+			gargs := append([]any{res.ID, cd, len(g.rules), mark}, g.args...)
 			gargs = append(gargs, 0) // no Then commands: they run once all admitted
 			cmds[i] = takeScript.EvalSha(ctx, p, g.keys, gargs...)
 		}
@@ -258,33 +278,51 @@ func thenBySlot(ctx context.Context, cc *redis.ClusterClient, cmds []rdb.Command
 // rollbackSpread is Rollback on a cluster: one rollback script per slot,
 // in one pipeline.
 func (l *Limiter) rollbackSpread(ctx context.Context, cc *redis.ClusterClient, res *Reservation) error {
-	var keys []string
-	keys = append(keys, res.Keys...)
-	groups := map[string][]string{}
+	type slot struct {
+		logs, counters []string
+		cd, mark       string
+	}
+	groups := map[string]*slot{}
 	var order []string
-	for _, k := range keys {
+	get := func(k string) *slot {
 		t := hashTag(k)
 		if groups[t] == nil {
 			order = append(order, t)
+			groups[t] = &slot{}
 		}
-		groups[t] = append(groups[t], k)
+		return groups[t]
 	}
-	cdTag := ""
+	for _, k := range res.Keys {
+		g := get(k)
+		g.logs = append(g.logs, k)
+	}
 	if res.CooldownKey != "" {
-		cdTag = hashTag(res.CooldownKey)
-		if groups[cdTag] == nil {
-			order = append(order, cdTag)
+		get(res.CooldownKey).cd = res.CooldownKey
+	}
+	for _, k := range res.Marks {
+		get(k).mark = k
+	}
+	for _, k := range res.Counters {
+		if g := groups[hashTag(k)]; g != nil && g.mark != "" {
+			g.counters = append(g.counters, k)
 		}
-		groups[cdTag] = append(groups[cdTag], res.CooldownKey) // last, as the script wants
 	}
 	err := rdb.Pipelined(ctx, cc, func(p redis.Pipeliner) (func() error, error) {
 		cmds := make([]*redis.Cmd, len(order))
 		for i, t := range order {
+			g := groups[t]
+			keys := append([]string(nil), g.logs...)
 			hasCD := "0"
-			if t == cdTag && res.CooldownKey != "" {
+			if g.cd != "" {
+				keys = append(keys, g.cd) // after the logs, as the script wants
 				hasCD = "1"
 			}
-			cmds[i] = rollbackScript.EvalSha(ctx, p, groups[t], res.ID, hasCD)
+			nc := 0
+			if g.mark != "" && len(g.counters) > 0 {
+				keys = append(append(keys, g.counters...), g.mark)
+				nc = len(g.counters)
+			}
+			cmds[i] = rollbackScript.EvalSha(ctx, p, keys, res.ID, hasCD, nc)
 		}
 		return func() error {
 			var errs []error

@@ -7,15 +7,17 @@
 // all of them admit the request and all record it, or none records anything.
 // Time is Redis server time, so replicas with skewed clocks still agree.
 //
-// It must never admit more than a window's limit within any span of that
+// It must never admit more than an exact window's limit within any span of that
 // window's length, never record a denied request, and never let a rollback
 // remove anything but the rolled-back reservation's own entries (another
 // request's cooldown included), nor charge or refuse a request twice when
 // its script runs twice (a pipeline sent again after NOSCRIPT or a read
 // timeout): a run that finds its own reservation admits without recording
-// more. It never approximates: each rule key holds a
-// sorted-set log of its admitted requests, so its memory is bounded by the
-// largest limit of that rule (which is why Config caps limits).
+// more. Limits up to the limiter's ExactMax (LIMIT_EXACT_MAX) are exact:
+// each rule key holds a sorted-set log of its admitted requests, so its
+// memory is bounded by that limit. Larger ones are counted by a
+// sliding-window counter (counter.go), which must never admit more than
+// the limit in one fixed window, and whose bound is documented there.
 //
 // Failures limits failed X-API-Key checks per source address the same way
 // (a sliding log per address, recorded and judged in one script, before

@@ -67,8 +67,13 @@ type Reservation struct {
 	ID          string   // member written to every log and value of the cooldown key
 	Keys        []string // full Redis keys of the logs holding ID
 	CooldownKey string   // full Redis key of the cooldown, "" when none was set
-	Replies     []any    // one per Request.Then command, in order
-	OnceKey     string   // full Redis key of the Once entry, "" when none
+	// Counters are the full Redis keys of the rules' window counters (windows
+	// over the limiter's ExactMax, see counter.go) and Marks the keys that
+	// say this reservation counted there: one per slot holding counters.
+	Counters []string
+	Marks    []string
+	Replies  []any  // one per Request.Then command, in order
+	OnceKey  string // full Redis key of the Once entry, "" when none
 }
 
 // LimitError says which limit denied a request and when to retry.
@@ -120,13 +125,16 @@ func WindowName(d time.Duration) string {
 
 // Limiter runs Takes and Rollbacks. It is safe for concurrent use.
 type Limiter struct {
-	rdb    redis.UniversalClient
-	prefix string
+	rdb      redis.UniversalClient
+	prefix   string
+	exactMax int
 }
 
-// New returns a Limiter whose keys all start with prefix.
+// New returns a Limiter whose keys all start with prefix. Windows whose
+// limit exceeds DefaultExactMax are counted approximately (counter.go);
+// WithExactMax changes that threshold.
 func New(rdb redis.UniversalClient, prefix string) *Limiter {
-	return &Limiter{rdb: rdb, prefix: prefix}
+	return &Limiter{rdb: rdb, prefix: prefix, exactMax: DefaultExactMax}
 }
 
 // Prefix is what every key of the limiter starts with.
@@ -139,6 +147,12 @@ func (l *Limiter) Prefix() string { return l.prefix }
 // cooldown keys apart.
 func (l *Limiter) logKey(tag, k string) string {
 	return l.prefix + "ratelimit:{" + tagOr(tag, k) + "}:log:" + k
+}
+func (l *Limiter) counterKey(tag, k string) string {
+	return l.prefix + "ratelimit:{" + tagOr(tag, k) + "}:ctr:" + k
+}
+func (l *Limiter) markKey(tag, id string) string {
+	return l.prefix + "ratelimit:{" + tag + "}:rsv:" + id
 }
 func (l *Limiter) cooldownKey(tag, k string) string {
 	return l.prefix + "ratelimit:{" + tagOr(tag, k) + "}:cooldown:" + k
@@ -160,32 +174,35 @@ func ceilMS(d time.Duration) int64 {
 // takeScript checks the cooldown and every window, and records only if all
 // admit.
 //
-// KEYS: the rule logs, then the cooldown key when ARGV[2] > 0.
-// ARGV: reservation id, cooldown ms (0 = none), number of rules, then per
-// rule: number of windows, then (length ms, limit) per window.
-// After the rules: the number of Then commands, then per command its
-// number of words and the words.
+// KEYS: per rule its log and its counter (counter.go), then the cooldown
+// key when ARGV[2] > 0, then the reservation's mark when ARGV[4] > 0.
+// ARGV: reservation id, cooldown ms (0 = none), number of rules, mark ms
+// (0 = no counter window), then per rule: number of windows, then (length
+// ms, limit, mode) per window, mode 0 for an exact window (the log), 1 for
+// a counted one. After the rules: the number of Then commands, then per
+// command its number of words and the words.
 // Returns {0, replies} when admitted (replies: one per Then command), else
 // {1, rule, window, retry ms} for the violation with the longest retry
 // (rule 0 = the cooldown); rule and window are 1-based positions in the
 // arguments.
 //
-// A window is (now-length, now]. Its entries are the highest-scored ones of
-// the log, so when count >= limit the entry whose departure makes room
-// for one more is at rank card-limit (0-based, ascending): ZRANGE by rank
-// is O(log N), unlike paging through the window.
+// An exact window is (now-length, now]. Its entries are the highest-scored
+// ones of the log, so when count >= limit the entry whose departure makes
+// room for one more is at rank card-limit (0-based, ascending): ZRANGE by
+// rank is O(log N), unlike paging through the window.
 //
 // It may run twice for one reservation: rdb.Pipelined sends a cluster
 // Take's whole pipeline again when one slot's script got NOSCRIPT, and
 // go-redis sends a cluster node's whole batch again after a read timeout,
 // both also to the slots where it had run. Its records are all or nothing,
-// so one of them holding the reservation id (the cooldown, else the first
-// log) means this reservation was admitted here already: it answers
-// admitted again and records nothing more. Checking it like a new request
-// would find its own cooldown and refuse it (issue 20: first requests
-// answered 429 "resend cooldown: wait 1m0s"). Then commands run again: the
-// cluster sends none, and a retry on one Redis is one only when go-redis
-// retries are on (rdb.FailFast turns them off).
+// so one of them holding the reservation id (the mark, else the cooldown,
+// else the first log) means this reservation was admitted here already: it
+// answers admitted again and records nothing more, counters included.
+// Checking it like a new request would find its own cooldown and refuse it
+// (issue 20: first requests answered 429 "resend cooldown: wait 1m0s").
+// Then commands run again: the cluster sends none, and a retry on one
+// Redis is one only when go-redis retries are on (rdb.FailFast turns them
+// off).
 var takeScript = redis.NewScript(takeLua)
 
 const takeLua = `
@@ -194,52 +211,120 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local id = ARGV[1]
 local cdms = tonumber(ARGV[2])
 local nrules = tonumber(ARGV[3])
+local markms = tonumber(ARGV[4])
+local cdkey = KEYS[2 * nrules + 1]
+local markkey = KEYS[2 * nrules + 1]
+if cdms > 0 then markkey = KEYS[2 * nrules + 2] end
 local again = false
-if cdms > 0 then
-  again = redis.call('GET', KEYS[nrules + 1]) == id
-elseif nrules > 0 then
-  again = redis.call('ZSCORE', KEYS[1], id) ~= false
+if markms > 0 then
+  again = redis.call('EXISTS', markkey) == 1
+elseif cdms > 0 then
+  again = redis.call('GET', cdkey) == id
 end
 local best = nil
 if cdms > 0 and not again then
-  local pttl = redis.call('PTTL', KEYS[nrules + 1])
+  local pttl = redis.call('PTTL', cdkey)
   if pttl == -1 then pttl = cdms end
   if pttl > 0 then best = {1, 0, 0, pttl} end
 end
-local a = 4
+local a = 5
 local spans = {}
+local logged = {}
+local counted = {}
+local firstlog = nil
 for r = 1, nrules do
-  local key = KEYS[r]
+  local key = KEYS[2 * r - 1]
+  local ckey = KEYS[2 * r]
   local nw = tonumber(ARGV[a])
   a = a + 1
   local span = 0
   local card = nil
+  local cw = {}
   for w = 1, nw do
     local len = tonumber(ARGV[a])
     local lim = tonumber(ARGV[a + 1])
-    a = a + 2
-    if len > span then span = len end
-    local count = redis.call('ZCOUNT', key, '(' .. string.format('%d', now - len), '+inf')
-    if count >= lim and not again then
-      if card == nil then card = redis.call('ZCARD', key) end
-      local e = redis.call('ZRANGE', key, card - lim, card - lim, 'WITHSCORES')
-      local retry = tonumber(e[2]) + len - now
-      if retry < 1 then retry = 1 end
-      if best == nil or retry > best[4] then best = {1, r, w, retry} end
+    local mode = ARGV[a + 2]
+    a = a + 3
+    if mode == '1' then
+      -- Sliding-window counter: the current fixed window's count plus the
+      -- previous one's, weighted by how much of it the sliding window
+      -- still covers.
+      local idx = math.floor(now / len)
+      local el = now - idx * len
+      local cur = tonumber(redis.call('HGET', ckey, len .. ':' .. idx)) or 0
+      local prev = tonumber(redis.call('HGET', ckey, len .. ':' .. (idx - 1))) or 0
+      cw[#cw + 1] = {len, idx}
+      if prev * (len - el) / len + cur + 1 > lim and not again then
+        local retry
+        if cur + 1 > lim then
+          retry = len - el + math.ceil(len * (1 - (lim - 1) / cur))
+        else
+          retry = math.ceil(len - len * (lim - 1 - cur) / prev) - el
+        end
+        if retry < 1 then retry = 1 end
+        if best == nil or retry > best[4] then best = {1, r, w, retry} end
+      end
+    else
+      if len > span then span = len end
+      local count = redis.call('ZCOUNT', key, '(' .. string.format('%d', now - len), '+inf')
+      if count >= lim and not again then
+        if card == nil then card = redis.call('ZCARD', key) end
+        local e = redis.call('ZRANGE', key, card - lim, card - lim, 'WITHSCORES')
+        local retry = tonumber(e[2]) + len - now
+        if retry < 1 then retry = 1 end
+        if best == nil or retry > best[4] then best = {1, r, w, retry} end
+      end
     end
   end
   spans[r] = span
+  counted[r] = cw
+  if span > 0 and firstlog == nil then firstlog = key end
+end
+if markms == 0 and cdms == 0 and firstlog ~= nil then
+  -- No mark nor cooldown: the first log says whether this ran already.
+  -- Its refusals were computed as a new request's; an admission found
+  -- here is this request's own, so they do not count.
+  if redis.call('ZSCORE', firstlog, id) ~= false then
+    again = true
+    best = nil
+  end
 end
 if best then return best end
 for r = 1, nrules do
   if again then break end
-  local key = KEYS[r]
-  redis.call('ZADD', key, now, id)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - spans[r])
-  redis.call('PEXPIRE', key, spans[r])
+  if spans[r] > 0 then
+    local key = KEYS[2 * r - 1]
+    redis.call('ZADD', key, now, id)
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - spans[r])
+    redis.call('PEXPIRE', key, spans[r])
+  end
+  local cw = counted[r]
+  if #cw > 0 then
+    local ckey = KEYS[2 * r]
+    local keep = 0
+    for _, c in ipairs(cw) do
+      redis.call('HINCRBY', ckey, c[1] .. ':' .. c[2], 1)
+      if 2 * c[1] > keep then keep = 2 * c[1] end
+    end
+    -- Fields older than the previous window are dead: drop them when the
+    -- hash holds more than the two live ones per window.
+    if redis.call('HLEN', ckey) > 2 * #cw then
+      local fs = redis.call('HKEYS', ckey)
+      for _, f in ipairs(fs) do
+        local len, idx = string.match(f, '^(%d+):(%d+)$')
+        if len == nil or tonumber(idx) < math.floor(now / tonumber(len)) - 1 then
+          redis.call('HDEL', ckey, f)
+        end
+      end
+    end
+    redis.call('PEXPIRE', ckey, keep)
+  end
 end
 if cdms > 0 and not again then
-  redis.call('SET', KEYS[nrules + 1], id, 'PX', cdms)
+  redis.call('SET', cdkey, id, 'PX', cdms)
+end
+if markms > 0 and not again then
+  redis.call('SET', markkey, now, 'PX', markms)
 end
 local replies = {}
 local ncmds = tonumber(ARGV[a]) or 0
@@ -253,14 +338,36 @@ return {0, replies}
 `
 
 // rollbackScript removes one reservation. KEYS: the logs, then the cooldown
-// key when ARGV[2] == '1'. ARGV[1]: the reservation id.
+// key when ARGV[2] == '1', then ARGV[3] counters and the mark when ARGV[3]
+// > 0. ARGV[1]: the reservation id. A counter is decremented in the fixed
+// windows the mark's time fell in, and only while the mark lives, which
+// it then deletes: a second rollback finds none and does nothing.
 var rollbackScript = redis.NewScript(`
+local nc = tonumber(ARGV[3]) or 0
 local n = #KEYS
-if ARGV[2] == '1' then
-  n = n - 1
-  if redis.call('GET', KEYS[#KEYS]) == ARGV[1] then
-    redis.call('DEL', KEYS[#KEYS])
+if nc > 0 then
+  local mark = KEYS[#KEYS]
+  local at = tonumber(redis.call('GET', mark))
+  if at then
+    for i = #KEYS - nc, #KEYS - 1 do
+      for _, f in ipairs(redis.call('HKEYS', KEYS[i])) do
+        local len, idx = string.match(f, '^(%d+):(%d+)$')
+        if len and tonumber(idx) == math.floor(at / tonumber(len)) then
+          if redis.call('HINCRBY', KEYS[i], f, -1) <= 0 then
+            redis.call('HDEL', KEYS[i], f)
+          end
+        end
+      end
+    end
+    redis.call('DEL', mark)
   end
+  n = n - nc - 1
+end
+if ARGV[2] == '1' then
+  if redis.call('GET', KEYS[n]) == ARGV[1] then
+    redis.call('DEL', KEYS[n])
+  end
+  n = n - 1
 end
 for i = 1, n do
   redis.call('ZREM', KEYS[i], ARGV[1])
@@ -277,13 +384,17 @@ func (l *Limiter) Take(ctx context.Context, req Request) (*Reservation, error) {
 	id := rand.Text()
 	res := &Reservation{ID: id}
 	var (
-		args = []any{id, int64(0), 0}
+		args = []any{id, int64(0), 0, int64(0)}
 		// The script skips nothing it is sent, so unlimited windows and rules
 		// without limits are left out here; ruleIdx and winIdx map its 1-based
 		// positions back to req for the LimitError.
 		ruleIdx []int
 		winIdx  [][]int
 		seen    = make(map[string]bool, len(req.Rules))
+		// keys: per rule its log and its counter, as the script wants them.
+		keys     []string
+		markTag  string
+		exactMax = l.exactMax
 	)
 	for i, r := range req.Rules {
 		if r.Key == "" {
@@ -295,6 +406,7 @@ func (l *Limiter) Take(ctx context.Context, req Request) (*Reservation, error) {
 		seen[r.Key] = true
 		var ws []int
 		var wargs []any
+		exact, counted := false, false
 		for j, w := range r.Windows {
 			if w.Limit < 0 || w.Length <= 0 {
 				return nil, fmt.Errorf("ratelimit: rule %q: window %d: length %s and limit %d must be positive", r.Name, j, w.Length, w.Limit)
@@ -303,19 +415,34 @@ func (l *Limiter) Take(ctx context.Context, req Request) (*Reservation, error) {
 				continue
 			}
 			ws = append(ws, j)
-			wargs = append(wargs, ceilMS(w.Length), w.Limit)
+			mode := 0
+			if w.Limit > exactMax {
+				mode, counted = 1, true
+			} else {
+				exact = true
+			}
+			wargs = append(wargs, ceilMS(w.Length), w.Limit, mode)
 		}
 		if len(ws) == 0 {
 			continue
 		}
 		ruleIdx = append(ruleIdx, i)
 		winIdx = append(winIdx, ws)
-		res.Keys = append(res.Keys, l.logKey(r.Tag, r.Key))
+		log, ctr := l.logKey(r.Tag, r.Key), l.counterKey(r.Tag, r.Key)
+		keys = append(keys, log, ctr)
+		if exact {
+			res.Keys = append(res.Keys, log)
+		}
+		if counted {
+			res.Counters = append(res.Counters, ctr)
+			if markTag == "" {
+				markTag = tagOr(r.Tag, r.Key)
+			}
+		}
 		args = append(args, len(ws))
 		args = append(args, wargs...)
 	}
 	args[2] = len(ruleIdx)
-	keys := append([]string(nil), res.Keys...)
 	if cd := req.Cooldown; cd != nil {
 		if cd.Key == "" || cd.For <= 0 {
 			return nil, fmt.Errorf("ratelimit: cooldown %q: needs a key and a positive duration", cd.Name)
@@ -323,6 +450,9 @@ func (l *Limiter) Take(ctx context.Context, req Request) (*Reservation, error) {
 		res.CooldownKey = l.cooldownKey(cd.Tag, cd.Key)
 		keys = append(keys, res.CooldownKey)
 		args[1] = ceilMS(cd.For)
+	}
+	if markTag != "" {
+		args[3] = ceilMS(markTTL)
 	}
 	if req.Once != nil {
 		if err := req.Once.check(); err != nil {
@@ -335,6 +465,12 @@ func (l *Limiter) Take(ctx context.Context, req Request) (*Reservation, error) {
 	}
 	if cc, ok := rdb.AsCluster(l.rdb); ok {
 		return l.takeSpread(ctx, cc, req, res, keys, args, ruleIdx, winIdx)
+	}
+	if markTag != "" {
+		// One Redis: one mark for the whole request, whatever its tag.
+		mk := l.markKey(markTag, id)
+		res.Marks = []string{mk}
+		keys = append(keys, mk)
 	}
 	script, then := takeScript, req.Then
 	if o := req.Once; o != nil {
@@ -407,7 +543,7 @@ func limitError(req Request, out []int64, ruleIdx []int, winIdx [][]int) error {
 // publish failed), so it does not count against anyone. It is idempotent, and
 // leaves a cooldown alone once a later request holds it.
 func (l *Limiter) Rollback(ctx context.Context, res *Reservation) error {
-	if res == nil || (len(res.Keys) == 0 && res.CooldownKey == "") {
+	if res == nil || (len(res.Keys) == 0 && res.CooldownKey == "" && len(res.Marks) == 0) {
 		return nil
 	}
 	if cc, ok := rdb.AsCluster(l.rdb); ok {
@@ -419,7 +555,13 @@ func (l *Limiter) Rollback(ctx context.Context, res *Reservation) error {
 		keys = append(keys, res.CooldownKey)
 		hasCD = "1"
 	}
-	if err := rollbackScript.Run(ctx, l.rdb, keys, res.ID, hasCD).Err(); err != nil {
+	nc := 0
+	if len(res.Marks) > 0 {
+		keys = append(keys, res.Counters...)
+		keys = append(keys, res.Marks[0])
+		nc = len(res.Counters)
+	}
+	if err := rollbackScript.Run(ctx, l.rdb, keys, res.ID, hasCD, nc).Err(); err != nil {
 		return fmt.Errorf("ratelimit: rollback: %w", err)
 	}
 	return nil

@@ -256,9 +256,17 @@ func setDefaults(rawURL string, o *redis.Options, opts []Option) {
 	if o.PoolSize == 0 {
 		o.PoolSize = DefaultPoolSize()
 	}
-	// Callers bound each call with a context deadline; honour it instead of
-	// only the socket timeouts.
-	o.ContextTimeoutEnabled = true
+	// ContextTimeoutEnabled stays off: with it, go-redis sends every
+	// Pipeline() of a full-duplex auto-pipelined client on a pooled
+	// connection of its own (the FD path cannot abandon a batch shared with
+	// other callers when one caller's context ends), so the consumer's
+	// pipelines from concurrent workers were never merged into one write
+	// (issue 22; TestPipelinesFromConcurrentCallersShareOneConnection).
+	// Every call is bounded by ReadTimeout and WriteTimeout instead, which
+	// FailFast sets to REDIS_TIMEOUT on api and consumer; a context's
+	// deadline only matters when shorter than those, and a cancelled
+	// context still stops a call before it is sent.
+	o.ContextTimeoutEnabled = false
 	// RESP3 makes go-redis peek the socket for push notifications before
 	// every command: one extra read syscall each, for a feature msgpulse
 	// does not use (its pub/sub has a connection of its own). A URL that

@@ -57,7 +57,7 @@ func TestNewOptions(t *testing.T) {
 			require.Equal(t, tc.write, o.WriteTimeout)
 			require.Equal(t, tc.pool, o.PoolSize)
 			require.Equal(t, tc.clientName, o.ClientName)
-			require.True(t, o.ContextTimeoutEnabled)
+			require.False(t, o.ContextTimeoutEnabled, "it would keep pipelines off the auto-pipeliner")
 		})
 	}
 }

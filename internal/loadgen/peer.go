@@ -1,0 +1,60 @@
+package loadgen
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+)
+
+// PeerResult is what bench/asynq printed (-json): hibiken/asynq's no-op
+// worker on the same machine in the same `make bench` run, the task queue
+// a Go user would pick instead of msgpulse. It is measured by a module of
+// its own, so msgpulse does not depend on asynq; loadgen only reads it.
+type PeerResult struct {
+	Tool        string    `json:"tool"`
+	Version     string    `json:"version"`
+	Tasks       int       `json:"tasks"`
+	Concurrency int       `json:"concurrency"`
+	Rounds      []float64 `json:"roundsPerSec"`
+	Median      float64   `json:"medianPerSec"`
+}
+
+// ReadPeer reads a PeerResult from path.
+func ReadPeer(path string) (*PeerResult, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var p PeerResult
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if p.Median <= 0 {
+		return nil, fmt.Errorf("%s: no median", path)
+	}
+	return &p, nil
+}
+
+// peerTarget compares the consumer process (the binary, SMTP to the lean
+// sink) with the peer's no-op worker, both from the same run.
+func peerTarget(r Report) Target {
+	t := Target{Figure: "Consumer process vs asynq's no-op worker, same run", Want: "more msg/s than asynq", Value: notMeasured}
+	if p, c := r.Peer, r.Consumer; p != nil && c != nil && c.Median.SMTP > 0 {
+		t.Value = fmt.Sprintf("%.0f msg/s (consumer binary, SMTP sink) vs %.0f tasks/s (%s %s, concurrency %d)", c.Median.SMTP, p.Median, p.Tool, p.Version, p.Concurrency)
+		met := c.Median.SMTP > p.Median
+		t.Met = &met
+	}
+	return t
+}
+
+// rates prints per-round rates as "a, b, c".
+func rates(xs []float64) string {
+	s := ""
+	for i, x := range xs {
+		if i > 0 {
+			s += ", "
+		}
+		s += fmt.Sprintf("%.0f", x)
+	}
+	return s
+}

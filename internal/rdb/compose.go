@@ -1,0 +1,272 @@
+package rdb
+
+import (
+	"context"
+	"crypto/sha1" //nolint:gosec // Redis names scripts by SHA-1
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Composer runs many scripts' calls as one script: the calls of a burst
+// (claims of several deliveries, their sent marks) cost Redis one EVALSHA
+// instead of one each (issue 22). Callers queue their scripts on a
+// Recorder exactly as on a pipeline (redis.Script.Run with the Recorder as
+// the Scripter); Exec then runs every recorded call, in order, inside one
+// composite script per hash tag (a Redis Cluster script may only touch one
+// slot) and hands each call its own reply.
+//
+// Each script keeps its own KEYS and ARGV: the composite wraps its source
+// in a function of those two, so a script needs no change. A call whose
+// script raises an error gets that error; the others still run, as they
+// would as separate scripts.
+//
+// It learns a script's source the first time it is run through a Recorder
+// (EVALSHA answers NOSCRIPT, go-redis falls back to EVAL with the source),
+// so it needs no list of scripts. It is safe for concurrent use.
+type Composer struct {
+	mu      sync.Mutex
+	sources map[string]int // sha → position in subs
+	subs    []string
+	script  *redis.Script // over subs, rebuilt when one is learned
+}
+
+// NewComposer returns an empty Composer.
+func NewComposer() *Composer { return &Composer{sources: map[string]int{}} }
+
+type call struct {
+	sub  int
+	keys []string
+	args []any
+	cmd  *redis.Cmd
+}
+
+// Recorder records script calls for Composer.Exec. Only scripts may be
+// queued on it.
+type Recorder struct {
+	c     *Composer
+	calls []call
+}
+
+// Recorder returns an empty Recorder.
+func (c *Composer) Recorder() *Recorder { return &Recorder{c: c} }
+
+// Len is how many calls r holds.
+func (r *Recorder) Len() int { return len(r.calls) }
+
+var errNotScript = errors.New("rdb: only scripts can be recorded for a composite")
+
+func (r *Recorder) record(sub int, keys []string, args []any) *redis.Cmd {
+	cmd := redis.NewCmd(context.Background())
+	r.calls = append(r.calls, call{sub: sub, keys: keys, args: args, cmd: cmd})
+	return cmd
+}
+
+// EvalSha records a call of a script the Composer knows; for one it does
+// not, it answers NOSCRIPT, so that redis.Script.Run sends its source.
+func (r *Recorder) EvalSha(_ context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	r.c.mu.Lock()
+	sub, ok := r.c.sources[sha1]
+	r.c.mu.Unlock()
+	if !ok {
+		cmd := redis.NewCmd(context.Background())
+		cmd.SetErr(redis.ErrNoScript)
+		return cmd
+	}
+	return r.record(sub, keys, args)
+}
+
+// Eval records a call of src, learning it.
+func (r *Recorder) Eval(_ context.Context, src string, keys []string, args ...any) *redis.Cmd {
+	return r.record(r.c.learn(src), keys, args)
+}
+
+// EvalRO and EvalShaRO are not recorded: composites write.
+func (r *Recorder) EvalRO(context.Context, string, []string, ...any) *redis.Cmd {
+	cmd := redis.NewCmd(context.Background())
+	cmd.SetErr(errNotScript)
+	return cmd
+}
+
+// EvalShaRO: see EvalRO.
+func (r *Recorder) EvalShaRO(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	return r.EvalRO(ctx, sha, keys, args...)
+}
+
+// ScriptExists is not recorded.
+func (r *Recorder) ScriptExists(context.Context, ...string) *redis.BoolSliceCmd {
+	cmd := redis.NewBoolSliceCmd(context.Background())
+	cmd.SetErr(errNotScript)
+	return cmd
+}
+
+// ScriptLoad is not recorded.
+func (r *Recorder) ScriptLoad(context.Context, string) *redis.StringCmd {
+	cmd := redis.NewStringCmd(context.Background())
+	cmd.SetErr(errNotScript)
+	return cmd
+}
+
+var _ redis.Scripter = (*Recorder)(nil)
+
+func (c *Composer) learn(src string) int {
+	sum := sha1.Sum([]byte(src)) //nolint:gosec // Redis names scripts by SHA-1
+	sha := hex.EncodeToString(sum[:])
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i, ok := c.sources[sha]; ok {
+		return i
+	}
+	c.subs = append(c.subs, src)
+	c.sources[sha] = len(c.subs) - 1
+	c.script = nil
+	return len(c.subs) - 1
+}
+
+// composite is the script over every known source: ARGV[1] is the number
+// of calls; then per call its script's position (1-based), its number of
+// keys and of arguments, and its arguments; KEYS are every call's keys in
+// order. It returns one reply per call, an error reply for a call whose
+// script raised one.
+func (c *Composer) composite() *redis.Script {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.script != nil {
+		return c.script
+	}
+	var b strings.Builder
+	b.WriteString("local subs = {}\n")
+	for i, src := range c.subs {
+		fmt.Fprintf(&b, "subs[%d] = function(KEYS, ARGV)\n%s\nend\n", i+1, src)
+	}
+	b.WriteString(`
+local out = {}
+local n = tonumber(ARGV[1])
+local k, a = 1, 2
+for i = 1, n do
+  local which, nk, na = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  a = a + 3
+  local ks, as = {}, {}
+  for j = 1, nk do ks[j] = KEYS[k + j - 1] end
+  for j = 1, na do as[j] = ARGV[a + j - 1] end
+  k, a = k + nk, a + na
+  local ok, r = pcall(subs[which], ks, as)
+  if not ok then
+    if type(r) == 'table' and r.err then out[i] = r else out[i] = {err = tostring(r)} end
+  elseif r == nil then
+    out[i] = false
+  else
+    out[i] = r
+  end
+end
+return out
+`)
+	c.script = redis.NewScript(b.String())
+	return c.script
+}
+
+// Exec runs the calls of every recorder in one round trip: one composite
+// script per hash tag (one for all on a single Redis), all in one pipeline,
+// loaded again after NOSCRIPT (it did not run then). Each recorded call
+// gets its reply or error; Exec returns the error of the round trip, if
+// any, which every call then carries too.
+func (c *Composer) Exec(ctx context.Context, rdb redis.UniversalClient, recs ...*Recorder) error {
+	var calls []*call
+	for _, r := range recs {
+		for i := range r.calls {
+			calls = append(calls, &r.calls[i])
+		}
+	}
+	if len(calls) == 0 {
+		return nil
+	}
+	groups := [][]*call{calls}
+	if _, ok := AsCluster(rdb); ok {
+		groups = byTag(calls)
+	}
+	script := c.composite()
+	var cmds []*redis.Cmd
+	err := Pipelined(ctx, rdb, func(p redis.Pipeliner) (func() error, error) {
+		cmds = make([]*redis.Cmd, len(groups))
+		for i, g := range groups {
+			var keys []string
+			args := []any{len(g)}
+			for _, cl := range g {
+				keys = append(keys, cl.keys...)
+				args = append(args, cl.sub+1, len(cl.keys), len(cl.args))
+				args = append(args, cl.args...)
+			}
+			cmds[i] = script.EvalSha(ctx, p, keys, args...)
+		}
+		return func() error {
+			for _, cmd := range cmds {
+				if err := cmd.Err(); err != nil && IsNoScript(err) {
+					return err
+				}
+			}
+			return nil
+		}, nil
+	}, func(ctx context.Context) error { return script.Load(ctx, rdb).Err() })
+	for i, g := range groups {
+		out, gerr := []any(nil), err
+		if gerr == nil && cmds != nil {
+			out, gerr = cmds[i].Slice()
+		}
+		if gerr == nil && len(out) != len(g) {
+			gerr = fmt.Errorf("rdb: composite: %d replies for %d calls", len(out), len(g))
+		}
+		for j, cl := range g {
+			switch {
+			case gerr != nil:
+				cl.cmd.SetErr(gerr)
+			default:
+				if e, ok := out[j].(error); ok {
+					cl.cmd.SetErr(e)
+				} else if out[j] == nil {
+					cl.cmd.SetErr(redis.Nil) // as a script's nil reply on its own
+				} else {
+					cl.cmd.SetVal(out[j])
+				}
+			}
+		}
+		if err == nil && gerr != nil {
+			err = gerr
+		}
+	}
+	return err
+}
+
+// byTag groups calls by the hash tag of their first key, keeping their
+// order within a group.
+func byTag(calls []*call) [][]*call {
+	idx := map[string]int{}
+	var out [][]*call
+	for _, cl := range calls {
+		t := ""
+		if len(cl.keys) > 0 {
+			t = tagOf(cl.keys[0])
+		}
+		i, ok := idx[t]
+		if !ok {
+			i = len(out)
+			idx[t] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], cl)
+	}
+	return out
+}
+
+// tagOf is what Redis Cluster hashes for key.
+func tagOf(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
+}

@@ -1,0 +1,108 @@
+package rdb_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/msgpulse/msgpulse/internal/rdb"
+	"github.com/msgpulse/msgpulse/internal/testenv"
+)
+
+// countEvals counts the scripts a client sends, pipelined or not.
+type countEvals struct{ n atomic.Int64 }
+
+func (h *countEvals) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countEvals) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *countEvals) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if n := cmd.Name(); n == "evalsha" || n == "eval" {
+				h.n.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// Many scripts' calls from several recorders run as one script (one per
+// hash tag on a cluster), in order, each getting its own reply: values,
+// nil, and an error that leaves the other calls alone.
+func TestComposerRunsManyCallsAsOneScript(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := testenv.Context(t, 10*time.Second)
+	incr := redis.NewScript(`return redis.call('INCRBY', KEYS[1], ARGV[1])`)
+	get := redis.NewScript(`local v = redis.call('GET', KEYS[1]); if v then return {v, ARGV[1]} end; return nil`)
+	boom := redis.NewScript(`return redis.call('HSET', KEYS[1])`) // wrong arity: an error
+
+	h := &countEvals{}
+	if cc, ok := rdb.AsCluster(r.Client); ok {
+		cc.AddHook(h)
+	} else {
+		r.Client.AddHook(h)
+	}
+	c := rdb.NewComposer()
+	// Warm: the composite over these three scripts is new to Redis once
+	// (NOSCRIPT, load, again); what is counted is the steady state.
+	warm := c.Recorder()
+	incr.Run(ctx, warm, []string{r.Prefix + "{w}:k"}, 1)
+	get.Run(ctx, warm, []string{r.Prefix + "{w}:k"}, "x")
+	boom.Run(ctx, warm, []string{r.Prefix + "{w}:h"})
+	require.NoError(t, c.Exec(ctx, r.Client, warm))
+	h.n.Store(0)
+	const n = 20
+	recs := make([]*rdb.Recorder, n)
+	incrs := make([]*redis.Cmd, n)
+	gets := make([]*redis.Cmd, n)
+	missing := make([]*redis.Cmd, n)
+	var bad *redis.Cmd
+	for i := range n {
+		recs[i] = c.Recorder()
+		key := fmt.Sprintf("%s{t%d}:k", r.Prefix, i%4) // four tags, five calls each
+		incrs[i] = incr.Run(ctx, recs[i], []string{key}, 1)
+		gets[i] = get.Run(ctx, recs[i], []string{key}, fmt.Sprint(i))
+		missing[i] = get.Run(ctx, recs[i], []string{key + ":none"}, "x")
+		if i == 3 {
+			bad = boom.Run(ctx, recs[i], []string{key + ":h"})
+		}
+	}
+	require.Zero(t, h.n.Load(), "recording sends nothing")
+	require.NoError(t, c.Exec(ctx, r.Client, recs...))
+	want := int64(1)
+	if _, ok := rdb.AsCluster(r.Client); ok {
+		want = 4 // one per tag
+	}
+	require.Equal(t, want, h.n.Load(), "one script per hash tag for %d calls", 3*n+1)
+	for i := range n {
+		v, err := incrs[i].Int64()
+		require.NoError(t, err)
+		require.EqualValues(t, i/4+1, v, "call %d ran in order", i)
+		g, err := gets[i].Slice()
+		require.NoError(t, err)
+		require.Equal(t, []any{fmt.Sprint(i/4 + 1), fmt.Sprint(i)}, g)
+		require.ErrorIs(t, missing[i].Err(), redis.Nil)
+	}
+	require.Error(t, bad.Err())
+	require.NotErrorIs(t, bad.Err(), redis.Nil)
+
+	// Forgotten by Redis: loaded again, and still run once.
+	require.NoError(t, r.Client.ScriptFlush(ctx).Err())
+	rec := c.Recorder()
+	again := incr.Run(ctx, rec, []string{r.Prefix + "{t0}:k"}, 10)
+	require.NoError(t, c.Exec(ctx, r.Client, rec))
+	v, err := again.Int64()
+	require.NoError(t, err)
+	require.EqualValues(t, 15, v)
+}

@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/msgpulse/msgpulse/internal/dispatch/dispatchtest"
 	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/testenv"
 )
@@ -71,9 +73,7 @@ func TestWeComImageIsUploadedOnceAndSentByMediaID(t *testing.T) {
 
 	// Once the cached media_id has expired, the same image is uploaded again.
 	testenv.WaitFor(t, 10*time.Second, "the media_id cache entry to expire", func() bool {
-		keys, err := s.Redis.Client.Keys(context.Background(), s.Redis.Prefix+"wecom:media:*").Result()
-		require.NoError(t, err)
-		return len(keys) == 0
+		return countKeys(t, s.Redis.Client, s.Redis.Prefix+"wecom:media:*") == 0
 	})
 	waitStatus(t, s, image("dan", files.URL+"/logo.png"), status.Sent)
 	require.Equal(t, 2, srv.Uploads())
@@ -106,4 +106,22 @@ func TestConcurrentImagesUploadOnceAndMerge(t *testing.T) {
 	require.Equal(t, 1, srv.Uploads())
 	t.Logf("50 image messages: %d upload, %d message/send calls", srv.Uploads(), srv.SendCalls())
 	require.LessOrEqual(t, srv.SendCalls(), 2)
+}
+
+// countKeys counts the keys matching pattern on every master: on a Redis
+// Cluster, KEYS through the cluster client asks one node only.
+func countKeys(t *testing.T, c redis.UniversalClient, pattern string) int {
+	t.Helper()
+	var n atomic.Int64
+	count := func(ctx context.Context, node redis.Cmdable) error {
+		keys, err := node.Keys(ctx, pattern).Result()
+		n.Add(int64(len(keys)))
+		return err
+	}
+	if cc, ok := rdb.AsCluster(c); ok {
+		require.NoError(t, cc.ForEachMaster(context.Background(), func(ctx context.Context, m *redis.Client) error { return count(ctx, m) }))
+	} else {
+		require.NoError(t, count(context.Background(), c))
+	}
+	return int(n.Load())
 }

@@ -58,7 +58,7 @@ func TestOneTraceFromRequestToProviderAcrossProcesses(t *testing.T) {
 	otlp := otlptest.New(t)
 	s := newSystem(t, "OTEL_EXPORTER_OTLP_ENDPOINT="+otlp.URL, "OTEL_BSP_SCHEDULE_DELAY=100")
 	s.api()
-	cons := s.consumer("traced")
+	cons := s.consumer("traced", "LOG_LEVEL=debug") // the per-message "sent" line is at debug
 	const codeRcpt, noticeRcpt, replayRcpt = "trace-code@example.com", "trace-notice@example.com", "trace-replay@example.com"
 	const title, content = "Quarterly-figures-7731", "Body-text-5522"
 	var failed atomic.Int32

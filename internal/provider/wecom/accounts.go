@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/provider"
 )
 
@@ -224,32 +225,29 @@ type Limits struct {
 	PerSecond, PerMinute, PerHour, PerDay int
 }
 
-// ParseLimits reads WECOM_ACCOUNT_LIMITS: name=s/m/h/d, comma-separated.
+// ParseLimits reads WECOM_ACCOUNT_LIMITS: name=s/m/h/d, comma-separated
+// (envconf.Pairs: no secret here, so an entry may be quoted in errors).
 func ParseLimits(s string) (map[string]Limits, error) {
-	out := map[string]Limits{}
-	for item := range strings.SplitSeq(s, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
-		}
-		name, value, _ := strings.Cut(item, "=")
-		name = strings.TrimSpace(name)
-		parts := strings.Split(value, "/")
-		if name == "" || len(parts) != 4 {
-			return nil, fmt.Errorf("account limits %q: want name=second/minute/hour/day, e.g. default=20/600/10000/100000 (0 = none)", item)
+	const want = "name=second/minute/hour/day, e.g. default=20/600/10000/100000 (0 = none)"
+	pairs, err := envconf.Pairs(s, ",", "account limits for", want)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]Limits, len(pairs))
+	for _, p := range pairs {
+		parts := strings.Split(p.Value, "/")
+		if len(parts) != 4 {
+			return nil, fmt.Errorf("account limits %q: want %s", p.Item, want)
 		}
 		var n [4]int
-		for i, p := range parts {
-			v, err := strconv.Atoi(strings.TrimSpace(p))
+		for i, part := range parts {
+			v, err := strconv.Atoi(strings.TrimSpace(part))
 			if err != nil || v < 0 {
-				return nil, fmt.Errorf("account limits %q: %q is not a whole number ≥ 0", item, p)
+				return nil, fmt.Errorf("account limits %q: %q is not a whole number ≥ 0", p.Item, part)
 			}
 			n[i] = v
 		}
-		if _, dup := out[name]; dup {
-			return nil, fmt.Errorf("account limits for %q given twice", name)
-		}
-		out[name] = Limits{PerSecond: n[0], PerMinute: n[1], PerHour: n[2], PerDay: n[3]}
+		out[p.Key] = Limits{PerSecond: n[0], PerMinute: n[1], PerHour: n[2], PerDay: n[3]}
 	}
 	return out, nil
 }

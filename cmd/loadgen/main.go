@@ -32,8 +32,9 @@ Modes:
   e2e        verification codes at --rate through the real api and consumer to
              built-in SMTP and SMS webhook sinks: accept → received latency,
              and accepted / sent / dead-lettered / expired / lost (lost must be 0)
-  consumer   one consumer's throughput on a prefilled queue: no-op provider,
-             a provider taking --provider-latency per send, an SMTP sink
+  consumer   one consumer's throughput on a prefilled queue of notices: no-op
+             provider, the binary with the SMS log provider, a provider taking
+             --provider-latency per send, an SMTP sink
   delay      delayed delivery accuracy (delivered − due): a burst, a mix
   levels     verification code latency (request → SMTP sink) while a backlog
              of normal notices drains, next to the same with no backlog
@@ -250,12 +251,15 @@ expired (read from the DLQs), or lost. Counts the 503s (admission: the
 queue is near its bound) and those without Retry-After. Exits 1 if any was
 lost. Reports peak RSS of api and consumer.
 `
-	synConsumer = `Prefills --messages and measures one consumer's messages/s: with a no-op
-provider (in-process), with a provider taking --provider-latency per send
-(the consumer binary with the webhook SMS provider against a sink that
-answers after that long), and with the SMTP provider against a lean SMTP
-sink (the consumer binary). --baseline adds raw consume+ack (amqp091-go,
-same prefetch, multiple acks) and the ratio.
+	synConsumer = `Prefills --messages notices (the normal level, where the API puts them)
+and measures one consumer's messages/s: with a no-op provider
+(in-process), the consumer binary with the SMS log provider (a line on
+stdout per message: the match for a peer's no-op worker), with a provider
+taking --provider-latency per send (the consumer binary with the webhook
+SMS provider against a sink that answers after that long), and with the
+SMTP provider against a lean SMTP sink (the consumer binary). --baseline
+adds raw consume+ack (amqp091-go, same queue and prefetch, multiple acks)
+and the ratio.
 `
 	synDelay = `Measures delivered − due for a burst of messages due at the same instant
 and for a mix of delays, with the relay and a recording consumer in this

@@ -1,9 +1,12 @@
 package loadgen
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,6 +22,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/provider"
+	"github.com/msgpulse/msgpulse/internal/provider/sms"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
@@ -49,6 +53,8 @@ type ConsumerResult struct {
 // ConsumerRound is one round's messages per second.
 type ConsumerRound struct {
 	Noop       float64 `json:"noopPerSec"`
+	Binary     float64 `json:"binaryNoopPerSec,omitempty"` // the binary, SMS "log" provider
+	BinaryMem  Mem     `json:"binaryNoopConsumerMem"`
 	Slow       float64 `json:"slowProviderPerSec,omitempty"`
 	SMTP       float64 `json:"smtpPerSec"`
 	WeCom      float64 `json:"wecomPerSec,omitempty"`
@@ -60,6 +66,7 @@ type ConsumerRound struct {
 // ConsumerMedian holds the medians over rounds.
 type ConsumerMedian struct {
 	Noop       float64 `json:"noopPerSec"`
+	Binary     float64 `json:"binaryNoopPerSec"`
 	Slow       float64 `json:"slowProviderPerSec"`
 	SMTP       float64 `json:"smtpPerSec"`
 	WeCom      float64 `json:"wecomPerSec"`
@@ -78,12 +85,14 @@ func (p *noop) SendSMS(context.Context, provider.SMS) (provider.Receipt, error) 
 	return provider.Receipt{Provider: "noop"}, nil
 }
 
-// Consumer measures one consumer's throughput on a prefilled queue: the
-// no-op provider (dispatch in this process: there is no such provider in
-// the binary), a provider that takes ProviderLatency per send (the real
-// consumer binary and its webhook SMS provider against a sink that answers
-// after that long), the SMTP provider against a lean SMTP sink (the real
-// binary), and with Baseline raw consume+ack with the same prefetch.
+// Consumer measures one consumer's throughput on a prefilled queue of
+// notices: the no-op provider (dispatch in this process: there is no such
+// provider in the binary), the consumer binary with the SMS log provider
+// (a line on stdout per message), a provider that takes ProviderLatency
+// per send (the binary and its webhook SMS provider against a sink that
+// answers after that long), the SMTP provider against a lean SMTP sink
+// (the binary), and with Baseline raw consume+ack of the same queue with
+// the same prefetch.
 func Consumer(ctx context.Context, o *Options, c ConsumerOptions) (*ConsumerResult, error) {
 	res := &ConsumerResult{Messages: c.Messages, Concurrency: c.Concurrency, Prefetch: c.Prefetch,
 		ProviderLatencyMs: float64(c.ProviderLatency) / float64(time.Millisecond), ProviderConcurrency: c.ProviderConcurrency}
@@ -119,6 +128,10 @@ func Consumer(ctx context.Context, o *Options, c ConsumerOptions) (*ConsumerResu
 			return nil, fmt.Errorf("no-op provider: %w", err)
 		}
 		o.progress("consumer round %d: no-op provider %.0f msg/s (CONCURRENCY=%d PREFETCH=%d, in-process)", r, rd.Noop, c.Concurrency, c.Prefetch)
+		if rd.Binary, rd.BinaryMem, err = binaryRound(ctx, o, bins, env, conn, c, logProvider); err != nil {
+			return nil, fmt.Errorf("consumer binary, SMS log provider: %w", err)
+		}
+		o.progress("consumer round %d: consumer binary, SMS log provider %.0f msg/s (CONCURRENCY=%d), rss %.0f MB", r, rd.Binary, c.Concurrency, rd.BinaryMem.Peak())
 		if c.ProviderLatency > 0 {
 			if rd.Slow, rd.SlowMem, err = binaryRound(ctx, o, bins, env, conn, c, topology.SMS); err != nil {
 				return nil, fmt.Errorf("provider taking %s: %w", c.ProviderLatency, err)
@@ -148,9 +161,12 @@ func Consumer(ctx context.Context, o *Options, c ConsumerOptions) (*ConsumerResu
 }
 
 func consumerMedian(rounds []ConsumerRound) ConsumerMedian {
-	var noops, slows, smtps, wecoms, raws, rss []float64
+	var noops, bins, slows, smtps, wecoms, raws, rss []float64
 	for _, r := range rounds {
 		noops, smtps = append(noops, r.Noop), append(smtps, r.SMTP)
+		if r.Binary > 0 {
+			bins = append(bins, r.Binary)
+		}
 		if r.WeCom > 0 {
 			wecoms = append(wecoms, r.WeCom)
 		}
@@ -160,9 +176,9 @@ func consumerMedian(rounds []ConsumerRound) ConsumerMedian {
 		if r.RawConsume > 0 {
 			raws = append(raws, r.RawConsume)
 		}
-		rss = append(rss, max(r.SlowMem.Peak(), r.SMTPMem.Peak()))
+		rss = append(rss, max(r.BinaryMem.Peak(), r.SMTPMem.Peak()))
 	}
-	m := ConsumerMedian{Noop: round2(median(noops)), Slow: round2(median(slows)), SMTP: round2(median(smtps)), WeCom: round2(median(wecoms)), RawConsume: round2(median(raws)), RSSMB: round2(median(rss))}
+	m := ConsumerMedian{Noop: round2(median(noops)), Binary: round2(median(bins)), Slow: round2(median(slows)), SMTP: round2(median(smtps)), WeCom: round2(median(wecoms)), RawConsume: round2(median(raws)), RSSMB: round2(median(rss))}
 	if m.RawConsume > 0 {
 		m.NoopRatio = round2(m.Noop / m.RawConsume)
 	}
@@ -235,8 +251,9 @@ func noopRound(ctx context.Context, o *Options, env *Env, conn *amqp.Connection,
 // SMS through the webhook provider to a sink answering after
 // ProviderLatency, mail through SMTP to the lean sink.
 func binaryRound(ctx context.Context, o *Options, bins *Binaries, env *Env, conn *amqp.Connection, c ConsumerOptions, channel string) (float64, Mem, error) {
-	if channel == topology.WeCom {
-		c.Messages = min(c.Messages, WeComMessages)
+	logRun := channel == logProvider
+	if logRun {
+		channel = topology.SMS
 	}
 	if err := prefill(ctx, conn, channel, c.Messages); err != nil {
 		return 0, Mem{}, err
@@ -259,6 +276,13 @@ func binaryRound(ctx context.Context, o *Options, bins *Binaries, env *Env, conn
 		// intermediate hops the relay moves on.
 		m["RELAY"] = "on"
 	case topology.SMS:
+		if logRun {
+			// The peer's fair match (issue 22): a provider that costs
+			// nothing but a line on stdout, counted from the consumer's
+			// output file; CONCURRENCY and PREFETCH as the no-op run's.
+			m["SMS_PROVIDER"] = sms.NameLog
+			break
+		}
 		sink, err := NewWebhookSink(arr, c.ProviderLatency)
 		if err != nil {
 			return 0, Mem{}, err
@@ -289,12 +313,19 @@ func binaryRound(ctx context.Context, o *Options, bins *Binaries, env *Env, conn
 	if err := waitConsumers(ctx, conn, queue, p, 30*time.Second); err != nil {
 		return 0, Mem{}, err
 	}
+	count := arr.Count
+	if logRun {
+		count = lineCounter(p.LogPath, logLine)
+	}
 	t0 := time.Now()
 	sampler := SampleRSS(ctx, p.Pid())
 	name := "consumer-" + map[string]string{topology.SMS: "slow-provider", topology.Mail: "smtp", topology.WeCom: "wecom"}[channel]
+	if logRun {
+		name = "consumer-log-provider"
+	}
 	profiled := o.profiler().fetch(ctx, pprofAddr, name, time.Second, o.progress)
 	defer profiled()
-	err = waitCount(ctx, c.Messages, 2*time.Minute+time.Duration(c.Messages)*c.ProviderLatency/time.Duration(max(c.ProviderConcurrency, 1)), arr.Count, func() error {
+	err = waitCount(ctx, c.Messages, 2*time.Minute+time.Duration(c.Messages)*c.ProviderLatency/time.Duration(max(c.ProviderConcurrency, 1)), count, func() error {
 		if exited, _ := p.Exited(); exited {
 			return p.exitError()
 		}
@@ -309,6 +340,41 @@ func binaryRound(ctx context.Context, o *Options, bins *Binaries, env *Env, conn
 		return 0, mem, fmt.Errorf("consumer stop: %w\n%s", err, p.Tail(20))
 	}
 	return round2(float64(c.Messages) / elapsed.Seconds()), mem, nil
+}
+
+// logProvider names binaryRound's run of the consumer binary with the SMS
+// "log" provider, which prints logLine and a line's worth of text per
+// message to stdout.
+const (
+	logProvider = "sms-log"
+	logLine     = "[sms:log] "
+)
+
+// lineCounter counts the lines holding marker that a process has written
+// to path so far, reading only what was added since the last call.
+func lineCounter(path, marker string) func() int {
+	var (
+		off  int64
+		n    int
+		tail []byte // an unfinished line
+	)
+	return func() int {
+		f, err := os.Open(path)
+		if err != nil {
+			return n
+		}
+		defer func() { _ = f.Close() }()
+		buf, err := io.ReadAll(io.NewSectionReader(f, off, 1<<40))
+		if err != nil {
+			return n
+		}
+		off += int64(len(buf))
+		buf = append(tail, buf...)
+		end := bytes.LastIndexByte(buf, '\n') + 1
+		n += bytes.Count(buf[:end], []byte(marker))
+		tail = append([]byte(nil), buf[end:]...)
+		return n
+	}
 }
 
 // rawConsumeRound is the baseline: amqp091-go consuming the same messages
@@ -330,10 +396,15 @@ func queueOf(channel string) string {
 	if err != nil {
 		return ""
 	}
-	return ct.Queue
+	return ct.Level(noticeLevel).Queue
 }
 
-// prefill publishes n notices to a channel's queue through the raw
+// noticeLevel is where the API puts notices, which the consumer runs are
+// made of: codes go to high, which flushes each delivery's Redis work at
+// once for latency, while normal batches a burst's (dispatch/burst.go).
+const noticeLevel = topology.Normal
+
+// prefill publishes n notices to a channel's notice queue through the raw
 // windowed publisher.
 func prefill(ctx context.Context, conn *amqp.Connection, channel string, n int) error {
 	m, err := topology.Build(benchTopology(), "")
@@ -350,19 +421,18 @@ func prefill(ctx context.Context, conn *amqp.Connection, channel string, n int) 
 			return err
 		}
 	}
-	if _, err := publishN(ctx, conn, 512, ct.Exchange, ct.RoutingKey, n, func(i int) amqp.Publishing { return msgs[i] }); err != nil {
+	lt := ct.Level(noticeLevel)
+	if _, err := publishN(ctx, conn, 512, ct.Exchange, lt.RoutingKey, n, func(i int) amqp.Publishing { return msgs[i] }); err != nil {
 		return fmt.Errorf("prefill: %w", err)
 	}
 	return nil
 }
 
-// The WeCom row: a server answering in about 50 ms, and fewer messages
-// than the other rows, because the consumer holds a WeCom application to
-// its adaptive rate (20 a second at first, at most 50).
-const (
-	WeComLatency  = 50 * time.Millisecond
-	WeComMessages = 1000
-)
+// WeComLatency is how long the WeCom test server takes to answer. The
+// WeCom row's notices, one user each, are merged into message/send calls
+// (WECOM_MERGE_WINDOW), so the application's adaptive rate of 20-50 calls
+// a second carries thousands of them.
+const WeComLatency = 50 * time.Millisecond
 
 // slowPrefetch is the slow-provider run's PREFETCH: at least two
 // deliveries per worker (the consumer's own default), so the prefetch never

@@ -84,15 +84,16 @@ func TestConsumerMode(t *testing.T) {
 	require.Len(t, res.Rounds, 1)
 	rd := res.Rounds[0]
 	require.Positive(t, rd.Noop)
+	// Counted from the binary's stdout: every one of the 200 was printed.
+	require.Positive(t, rd.Binary)
+	require.Positive(t, rd.BinaryMem.Peak())
 	require.Positive(t, rd.Slow)
 	// 200 sends of 20 ms each, at most 64 at once: at least 4 waves.
 	require.Less(t, rd.Slow, 64/0.020)
 	require.Positive(t, rd.SMTP)
+	// Notices to one user each are merged into message/send calls, so
+	// the adaptive rate (20 calls a second at first) does not bound them.
 	require.Positive(t, rd.WeCom)
-	// 200 messages at an adaptive rate that starts at 20 a second and
-	// climbs half a step per send: well below what 64 workers at 50 ms
-	// could do.
-	require.Less(t, rd.WeCom, 64/0.050)
 	require.Positive(t, res.Median.WeCom)
 	require.Positive(t, rd.RawConsume)
 	require.Positive(t, rd.SMTPMem.Peak())

@@ -18,16 +18,24 @@ func TestPeerRowAndTarget(t *testing.T) {
 	require.NoError(t, err)
 
 	r := goodReport()
-	require.Len(t, Evaluate(r), 7, "no peer, no target")
+	require.Len(t, Evaluate(r), 9, "no peer, no target")
 	r.Peer = p
 	r.Consumer.Median.SMTP = 16500
 	ts := Evaluate(r)
-	require.Len(t, ts, 8)
+	require.Len(t, ts, 10)
 	last := ts[len(ts)-1]
 	require.Equal(t, "met", last.Status(), last.Value)
 	require.Contains(t, last.Value, "16500 msg/s (consumer binary, SMTP sink) vs 15000 tasks/s (hibiken/asynq v0.26.0, concurrency 64)")
 	r.Consumer.Median.SMTP = 9000
-	require.Equal(t, "missed", Evaluate(r)[7].Status())
+	require.Equal(t, "missed", Evaluate(r)[9].Status())
+
+	// The binary with the log provider is the peer's match once measured.
+	r.Consumer.Median.Binary = 15500
+	last = Evaluate(r)[9]
+	require.Equal(t, "met", last.Status(), last.Value)
+	require.Contains(t, last.Value, "15500 msg/s (consumer binary, SMS log provider) vs 15000 tasks/s")
+	r.Consumer.Median.Binary = 14000
+	require.Equal(t, "missed", Evaluate(r)[9].Status())
 
 	r.Targets = Evaluate(r)
 	var buf bytes.Buffer

@@ -55,6 +55,9 @@ func WriteText(w io.Writer, r Report) {
 		p("  %-52s %10s", "", "msg/s")
 		m := c.Median
 		p("  %-52s %10.0f", fmt.Sprintf("no-op provider (CONCURRENCY=%d PREFETCH=%d)", c.Concurrency, c.Prefetch), m.Noop)
+		if m.Binary > 0 {
+			p("  %-52s %10.0f", "consumer binary, SMS log provider", m.Binary)
+		}
 		if m.Slow > 0 {
 			p("  %-52s %10.0f", fmt.Sprintf("provider taking %.0f ms (CONCURRENCY=%d)", c.ProviderLatencyMs, c.ProviderConcurrency), m.Slow)
 		}
@@ -309,6 +312,9 @@ func WriteMarkdown(w io.Writer, in MarkdownInput) {
 		p("| | msg/s | config |")
 		p("|---|---:|---|")
 		p("| no-op provider (dispatch in-process: claim, status, render, ack) | %.0f | CONCURRENCY=%d PREFETCH=%d |", m.Noop, c.Concurrency, c.Prefetch)
+		if m.Binary > 0 {
+			p("| consumer binary, SMS `log` provider (a line on stdout per message: the real process, no vendor) | %.0f | CONCURRENCY=%d PREFETCH=%d |", m.Binary, c.Concurrency, c.Prefetch)
+		}
 		if m.Slow > 0 {
 			p("| provider taking %.0f ms per send (consumer binary, webhook SMS provider) | %.0f | CONCURRENCY=%d PREFETCH=%d |", c.ProviderLatencyMs, m.Slow, c.ProviderConcurrency, c.ProviderPrefetch)
 		}
@@ -317,7 +323,7 @@ func WriteMarkdown(w io.Writer, in MarkdownInput) {
 			p("| peer: %s %s no-op worker (bench/asynq, its own module; %d tasks prefilled per round, rounds %s) | %.0f | concurrency %d |", pr.Tool, pr.Version, pr.Tasks, rates(pr.Rounds), pr.Median, pr.Concurrency)
 		}
 		if m.WeCom > 0 {
-			p("| WeCom server answering in %s (consumer binary, %d messages; the adaptive rate holds an application to 20-50/s) | %.0f | CONCURRENCY=%d PREFETCH=%d |", WeComLatency, WeComMessages, m.WeCom, c.ProviderConcurrency, c.ProviderPrefetch)
+			p("| WeCom server answering in %s (consumer binary; notices to one user each, merged into message/send calls within WECOM_MERGE_WINDOW under the application's adaptive rate of 20-50 calls/s) | %.0f | CONCURRENCY=%d PREFETCH=%d |", WeComLatency, m.WeCom, c.ProviderConcurrency, c.ProviderPrefetch)
 		}
 		if m.RawConsume > 0 {
 			p("| raw consume+ack, amqp091-go | %.0f | prefetch %d, multiple acks |", m.RawConsume, c.Prefetch)
@@ -325,10 +331,10 @@ func WriteMarkdown(w io.Writer, in MarkdownInput) {
 			p("no-op / raw consume+ack = **%.2f**.", m.NoopRatio)
 		}
 		p("")
-		p("| round | no-op | slow provider | SMTP | WeCom | raw consume+ack | consumer RSS MB |")
-		p("|---|---:|---:|---:|---:|---:|---:|")
+		p("| round | no-op | binary, log provider | slow provider | SMTP | WeCom | raw consume+ack | consumer RSS MB (log, SMTP) | RSS MB, slow provider |")
+		p("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 		for i, rd := range c.Rounds {
-			p("| %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |", i+1, rd.Noop, rd.Slow, rd.SMTP, rd.WeCom, rd.RawConsume, max(rd.SlowMem.Peak(), rd.SMTPMem.Peak()))
+			p("| %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |", i+1, rd.Noop, rd.Binary, rd.Slow, rd.SMTP, rd.WeCom, rd.RawConsume, max(rd.BinaryMem.Peak(), rd.SMTPMem.Peak()), rd.SlowMem.Peak())
 		}
 	}
 	writeHeadline(p, r.Headline, true)

@@ -21,8 +21,8 @@ func NewHTTPClient(timeout time.Duration) *http.Client {
 			// goes up to hundreds against a slow vendor): a smaller pool
 			// closes and redials a connection for most sends over HTTP/1.1,
 			// which measured as a fifth of the consumer's CPU at 512.
-			MaxIdleConns:          1024,
-			MaxIdleConnsPerHost:   1024,
+			MaxIdleConns:          4096,
+			MaxIdleConnsPerHost:   4096,
 			IdleConnTimeout:       90 * time.Second,
 			TLSHandshakeTimeout:   timeout,
 			ResponseHeaderTimeout: timeout,

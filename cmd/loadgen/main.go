@@ -270,7 +270,10 @@ WeCom test server, and for each --kinds offers --start recipients/s, then
 --factor times more per step, each held for --step, until a step does not
 hold: p99 from the API's 202 to the sink under --p99, nothing lost, and the
 API accepting at least 95% of the offered rate. Reports every step and the
-best rate that held. Mail: single sends; WeCom: batches of --batch.
+best rate that held. Mail: single sends; WeCom: batches of --batch; raw
+(from --raw-start messages/s): the broker path alone, a confirmed publish
+to a quorum queue consumed in-process, timed from confirm to delivery, the
+baseline the other two are read against.
 `
 	synLevels = `Starts the real api and consumer against an SMTP sink that takes
 --smtp-latency per mail, requests --codes verification codes at --code-rate
@@ -568,6 +571,7 @@ type headlineFlags struct {
 	consumerC          int
 	batch              int
 	kinds              string
+	rawStart           float64
 }
 
 func (h *headlineFlags) register(fs *flag.FlagSet) {
@@ -580,10 +584,11 @@ func (h *headlineFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&h.concurrency, "concurrency", 64, "headline: HTTP connections")
 	fs.IntVar(&h.consumerC, "consumer-concurrency", 64, "headline: the consumer's CONCURRENCY")
 	fs.IntVar(&h.batch, "batch", 1000, "headline: WeCom recipients per batch")
-	fs.StringVar(&h.kinds, "kinds", "mail,wecom", "headline: which kinds to step, in order")
+	fs.StringVar(&h.kinds, "kinds", "mail,wecom,raw", "headline: which kinds to step, in order (raw: the broker path alone, confirmed publish → consume, the baseline)")
+	fs.Float64Var(&h.rawStart, "raw-start", 2000, "headline: first offered rate of the raw kind, messages/s")
 }
 
 func (h *headlineFlags) options() loadgen.HeadlineOptions {
 	return loadgen.HeadlineOptions{Start: h.start, Factor: max(h.factor, 1.01), Max: h.max, Step: h.step, P99: h.p99, Drain: h.drain,
-		Concurrency: h.concurrency, ConsumerConcurrency: h.consumerC, Batch: max(h.batch, 1), Kinds: strings.Split(h.kinds, ",")}
+		Concurrency: h.concurrency, ConsumerConcurrency: h.consumerC, Batch: max(h.batch, 1), Kinds: strings.Split(h.kinds, ","), RawStart: h.rawStart}
 }

@@ -6,7 +6,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
 // Seed 004's headline: ten thousand messages a second with p99 under
@@ -16,7 +22,8 @@ import (
 // none lost: for single mail sends (POST /api/messages/send, one
 // recipient each, through the SMTP sink) and for WeCom batches of --batch
 // recipients (POST /api/messages/batch through the WeCom test server),
-// both counted in recipients per second.
+// both counted in recipients per second; and, as their baseline, the raw
+// broker path's rate at the same p99 (rawPath).
 
 // HeadlineOptions shape the headline run.
 type HeadlineOptions struct {
@@ -28,8 +35,9 @@ type HeadlineOptions struct {
 	Concurrency         int           // HTTP connections
 	ConsumerConcurrency int
 	Batch               int           // WeCom recipients per batch
+	RawStart            float64       // first offered rate of the raw kind, messages/s
 	Drain               time.Duration // longest wait for a step's tail
-	Kinds               []string      // "mail", "wecom"
+	Kinds               []string      // "mail", "wecom", "raw"
 }
 
 // HeadlineStep is one offered rate held for one step.
@@ -61,7 +69,9 @@ type HeadlineResult struct {
 }
 
 // Headline runs the real api and consumer (mail and WeCom) and steps the
-// offered load of each kind until a step does not hold.
+// offered load of each kind until a step does not hold; the kind "raw"
+// steps the broker path alone (rawPath) from RawStart, the baseline the
+// other kinds are read against.
 func Headline(ctx context.Context, o *Options, h HeadlineOptions) (*HeadlineResult, error) {
 	res := &HeadlineResult{P99Ms: float64(h.P99) / float64(time.Millisecond), StepSec: h.Step.Seconds(), Batch: h.Batch}
 	wecomArr := NewArrivals()
@@ -83,15 +93,34 @@ func Headline(ctx context.Context, o *Options, h HeadlineOptions) (*HeadlineResu
 	cl := newClient("http://"+sys.addr, benchKey, h.Concurrency)
 	defer cl.close()
 	run := randomID()
+	alive := func() error {
+		for _, p := range []*Proc{sys.api, sys.cons} {
+			if exited, _ := p.Exited(); exited {
+				return p.exitError()
+			}
+		}
+		return nil
+	}
 	for _, kind := range h.Kinds {
 		k := HeadlineKind{Kind: kind}
-		arr := sys.arr
-		per := 1
-		if kind == "wecom" {
+		arr, per, start := sys.arr, 1, h.Start
+		var send offer
+		switch kind {
+		case "raw":
+			raw, err := newRawPath(ctx, sys.conn, run)
+			if err != nil {
+				return res, fmt.Errorf("headline raw: %w", err)
+			}
+			defer raw.close()
+			arr, send, start = raw.arr, raw.offer, h.RawStart
+		case "wecom":
 			arr, per = wecomArr, h.Batch
+			send = apiOffer(cl, kind, run, per)
+		default:
+			send = apiOffer(cl, kind, run, per)
 		}
-		for rate := h.Start; rate <= h.Max && ctx.Err() == nil; rate *= h.Factor {
-			st, err := headlineStep(ctx, h, cl, arr, kind, run, rate, per, sys)
+		for rate := start; rate <= h.Max && ctx.Err() == nil; rate *= h.Factor {
+			st, err := headlineStep(ctx, h, arr, rate, per, send, alive)
 			if err != nil {
 				return res, fmt.Errorf("headline %s at %.0f/s: %w", kind, rate, err)
 			}
@@ -107,22 +136,15 @@ func Headline(ctx context.Context, o *Options, h HeadlineOptions) (*HeadlineResu
 	return res, nil
 }
 
-// headlineStep offers rate recipients/s of kind for one step, then waits
-// for the tail and measures every accepted recipient's 202 → sink time.
-func headlineStep(ctx context.Context, h HeadlineOptions, cl *client, arr *Arrivals, kind, run string, rate float64, per int, sys *system) (HeadlineStep, error) {
-	st := HeadlineStep{Offered: rate}
-	_, _, _ = arr.Take()
-	var (
-		mu   sync.Mutex
-		accs = map[string]time.Time{} // the id each recipient arrives under → its 202
-		seq  int64
-	)
+// offer sends the n-th request of a step: the ids its recipients arrive
+// under once accepted, and its status code (202 when accepted).
+type offer func(ctx context.Context, n int64) (ids []string, code int, err error)
+
+// apiOffer sends single mail notices (POST /api/messages/send) or WeCom
+// batches of per users (POST /api/messages/batch).
+func apiOffer(cl *client, kind, run string, per int) offer {
 	step := strconv.FormatInt(time.Now().UnixNano(), 36)
-	do := func(ctx context.Context, _ int, _ int64) (int, error) {
-		mu.Lock()
-		seq++
-		n := seq
-		mu.Unlock()
+	return func(ctx context.Context, n int64) ([]string, int, error) {
 		var path string
 		var body []byte
 		var users []string
@@ -140,14 +162,36 @@ func headlineStep(ctx context.Context, h HeadlineOptions, cl *client, arr *Arriv
 				`@example.com","variables":{"title":"Maintenance","content":"Tonight 22:00-23:00"}}`)
 		}
 		code, resp, err := cl.post(ctx, path, body, kind != "wecom")
-		if code == 202 {
+		if code != 202 {
+			return nil, code, err
+		}
+		if kind == "wecom" {
+			return users, code, err
+		}
+		if id := taskIDOf(resp); id != "" {
+			return []string{id}, code, err
+		}
+		return nil, code, err
+	}
+}
+
+// headlineStep offers rate recipients/s for one step (per recipients a
+// request), then waits for the tail and measures every accepted
+// recipient's accept → arrival time.
+func headlineStep(ctx context.Context, h HeadlineOptions, arr *Arrivals, rate float64, per int, send offer, alive func() error) (HeadlineStep, error) {
+	st := HeadlineStep{Offered: rate}
+	_, _, _ = arr.Take()
+	var (
+		mu   sync.Mutex
+		accs = map[string]time.Time{} // the id each recipient arrives under → its acceptance
+		seq  atomic.Int64
+	)
+	do := func(ctx context.Context, _ int, _ int64) (int, error) {
+		ids, code, err := send(ctx, seq.Add(1))
+		if len(ids) > 0 {
 			now := time.Now()
 			mu.Lock()
-			if kind == "wecom" {
-				for _, u := range users {
-					accs[u] = now
-				}
-			} else if id := taskIDOf(resp); id != "" {
+			for _, id := range ids {
 				accs[id] = now
 			}
 			mu.Unlock()
@@ -163,10 +207,8 @@ func headlineStep(ctx context.Context, h HeadlineOptions, cl *client, arr *Arriv
 	st.Rate = round2(float64(st.Accepted) / max(d.ElapsedSec, h.Step.Seconds()))
 	deadline := time.Now().Add(h.Drain)
 	for arr.Count() < st.Accepted && time.Now().Before(deadline) {
-		for _, p := range []*Proc{sys.api, sys.cons} {
-			if exited, _ := p.Exited(); exited {
-				return st, p.exitError()
-			}
+		if err := alive(); err != nil {
+			return st, err
 		}
 		if !pace(ctx, 20*time.Millisecond) {
 			return st, ctx.Err()
@@ -188,13 +230,87 @@ func headlineStep(ctx context.Context, h HeadlineOptions, cl *client, arr *Arriv
 	case st.Lost > 0:
 		st.Why = fmt.Sprintf("%d recipients not at the sink within %s", st.Lost, h.Drain)
 	case st.Rate < 0.95*rate:
-		st.Why = fmt.Sprintf("the API accepted only %.0f/s (%v)", st.Rate, codesString(d.Codes))
+		st.Why = fmt.Sprintf("only %.0f/s accepted (%v)", st.Rate, codesString(d.Codes))
 	case st.Latency.P99 >= float64(h.P99)/float64(time.Millisecond):
 		st.Why = fmt.Sprintf("p99 %.2f ms", st.Latency.P99)
 	default:
 		st.Held = true
 	}
 	return st, nil
+}
+
+// rawPath is the headline's baseline (issue 22): the broker path alone on
+// the same machine, in the same run. Messages of the size of a notice are
+// published with confirms (amqp091-go, a window of 256, as the raw
+// publish reference) to a quorum queue of their own, declared as the
+// channels' queues are, and consumed in this process with a prefetch of
+// 256, acked (multiple) whenever the consumer has caught up; each is timed
+// from its confirm, the raw path's 202, to its delivery.
+type rawPath struct {
+	conn  *amqp.Connection
+	pub   *ConfirmPublisher
+	ch    *amqp.Channel
+	queue string
+	arr   *Arrivals
+	body  []byte
+	done  chan struct{}
+}
+
+func newRawPath(ctx context.Context, conn *amqp.Connection, run string) (*rawPath, error) {
+	r := &rawPath{conn: conn, queue: "loadgen.headline.raw." + run, arr: NewArrivals(), done: make(chan struct{})}
+	b, err := envelope.Encode(sampleMessage(topology.Mail, 0))
+	if err != nil {
+		return nil, err
+	}
+	r.body = b
+	if r.ch, err = conn.Channel(); err != nil {
+		return nil, err
+	}
+	if _, err := r.ch.QueueDeclare(r.queue, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		return nil, fmt.Errorf("declare %s: %w", r.queue, err)
+	}
+	if err := r.ch.Qos(256, 0, false); err != nil {
+		return nil, err
+	}
+	deliveries, err := r.ch.ConsumeWithContext(ctx, r.queue, "", false, false, false, false, nil)
+	if err != nil {
+		return nil, err
+	}
+	go func() { // ends when the channel closes (close)
+		defer close(r.done)
+		for d := range deliveries {
+			r.arr.Add(d.MessageId, time.Now())
+			if len(deliveries) == 0 {
+				_ = d.Ack(true)
+			}
+		}
+	}()
+	if r.pub, err = NewConfirmPublisher(conn, 256); err != nil {
+		r.close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *rawPath) offer(ctx context.Context, n int64) ([]string, int, error) {
+	id := "raw-" + strconv.FormatInt(n, 10) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	err := r.pub.Publish(ctx, "", r.queue, amqp.Publishing{MessageId: id, DeliveryMode: amqp.Persistent, ContentType: "application/json", Body: r.body})
+	if err != nil {
+		return nil, 503, err
+	}
+	return []string{id}, 202, nil
+}
+
+func (r *rawPath) close() {
+	if r.pub != nil {
+		r.pub.Close()
+	}
+	if ch, err := r.conn.Channel(); err == nil {
+		_, _ = ch.QueueDelete(r.queue, false, false, false)
+		_ = ch.Close()
+	}
+	_ = r.ch.Close()
+	<-r.done
 }
 
 // writeHeadline renders the headline section (markdown when md, else
@@ -208,6 +324,9 @@ func writeHeadline(p func(string, ...any), h *HeadlineResult, md bool) {
 		p("## Seed 004's headline")
 		p("")
 		p("Highest offered rate whose every recipient went from the API's 202 to the sink with p99 under %.0f ms for a whole step of %.0f s, none lost; the offered load steps up until one does not hold. Mail: single sends (`POST /api/messages/send`) through the SMTP sink. WeCom: batches of %d recipients (`POST /api/messages/batch`) through the WeCom test server (answering in %s). In recipients per second.", h.P99Ms, h.StepSec, h.Batch, WeComLatency)
+		p("")
+		p("")
+		p("raw: the broker path alone on the same machine in the same run, the baseline: a notice-sized message published with confirms (amqp091-go, window 256) to a quorum queue and consumed in-process (prefetch 256, multiple acks), timed from its confirm to its delivery; messages per second.")
 		p("")
 		p("| kind | best held, recipients/s | steps (offered → accepted/s, p99 ms) |")
 		p("|---|---:|---|")

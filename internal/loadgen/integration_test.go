@@ -168,3 +168,26 @@ func TestLevelsMode(t *testing.T) {
 	require.Positive(t, res.DepthAtCodes, "the codes were sent while notices waited")
 	require.Positive(t, res.Loaded.P99)
 }
+
+// Every kind of the headline steps through the real system (the raw
+// kind through the broker alone), counting each recipient it accepted at
+// its sink. The p99 bound is loose here: this checks the counting, not
+// this machine's speed.
+func TestHeadlineModeStepsEveryKind(t *testing.T) {
+	ctx, o := setup(t)
+	res, err := Headline(ctx, o, HeadlineOptions{Start: 20, RawStart: 50, Factor: 2, Max: 100, Step: time.Second, P99: 5 * time.Second,
+		Concurrency: 4, ConsumerConcurrency: 8, Batch: 10, Drain: 30 * time.Second, Kinds: []string{"mail", "wecom", "raw"}})
+	require.NoError(t, err)
+	require.Len(t, res.Kinds, 3)
+	for _, k := range res.Kinds {
+		require.NotEmpty(t, k.Steps, k.Kind)
+		for _, st := range k.Steps {
+			require.Positive(t, st.Accepted, "%s at %.0f/s", k.Kind, st.Offered)
+			require.Equal(t, st.Accepted, st.Received, "%s at %.0f/s: %s", k.Kind, st.Offered, st.Why)
+			require.Zero(t, st.Lost)
+		}
+		require.Positive(t, k.Best, "%s: %+v", k.Kind, k.Steps)
+	}
+	require.Equal(t, "raw", res.Kinds[2].Kind)
+	require.InDelta(t, 50, res.Kinds[2].Steps[0].Offered, 1e-9, "raw starts at RawStart")
+}

@@ -164,6 +164,7 @@ type consumerFlags struct {
 	concurrency int
 	prefetch    int
 	providerC   int
+	wideC       int
 }
 
 func (f *consumerFlags) register(fs *flag.FlagSet, prefix string, latency time.Duration) {
@@ -172,11 +173,12 @@ func (f *consumerFlags) register(fs *flag.FlagSet, prefix string, latency time.D
 	fs.IntVar(&f.concurrency, prefix+"concurrency", 64, "consumer: CONCURRENCY of the no-op and SMTP runs")
 	fs.IntVar(&f.prefetch, "prefetch", 256, "consumer: PREFETCH of every run, and of raw consume+ack")
 	fs.IntVar(&f.providerC, "provider-concurrency", 512, "consumer: CONCURRENCY of the --provider-latency run")
+	fs.IntVar(&f.wideC, "wide-concurrency", 0, "consumer: also run the binary with the SMS log provider at this CONCURRENCY (PREFETCH 4×), to meet a peer measured at it (0: skip)")
 }
 
 func (f *consumerFlags) options(c common) loadgen.ConsumerOptions {
 	return loadgen.ConsumerOptions{Messages: f.messages, Concurrency: f.concurrency, Prefetch: f.prefetch, ProviderLatency: f.latency,
-		ProviderConcurrency: f.providerC, Rounds: c.rounds, Baseline: c.baseline}
+		ProviderConcurrency: f.providerC, WideConcurrency: f.wideC, Rounds: c.rounds, Baseline: c.baseline}
 }
 
 type delayFlags struct {
@@ -471,7 +473,8 @@ func report(args []string, stdout, stderr io.Writer) int {
 	out := fs.String("out", "BENCHMARKS.md", "file to write; - for stdout")
 	wall := fs.String("wall", "", "wall time of the whole run, to print")
 	headline := fs.String("headline", "", "JSON written by 'loadgen headline --json' in the same run: its headline section joins the report")
-	peer := fs.String("peer", "", "JSON written by bench/asynq (-json): asynq's no-op worker from the same run, printed next to the consumer")
+	var peers envFlags
+	fs.Func("peer", "JSON written by bench/asynq (-json): asynq's no-op worker from the same run, printed next to the consumer (repeatable: one per concurrency)", func(s string) error { peers = append(peers, s); return nil })
 	var cmds envFlags
 	fs.Func("command", "a command that produced the numbers, to list (repeatable)", func(s string) error { cmds = append(cmds, s); return nil })
 	if err := fs.Parse(args); err != nil {
@@ -506,11 +509,13 @@ func report(args []string, stdout, stderr io.Writer) int {
 		}
 		rep.Headline = hr.Headline
 	}
-	if *peer != "" {
-		if rep.Peer, err = loadgen.ReadPeer(*peer); err != nil {
+	for _, path := range peers {
+		p, err := loadgen.ReadPeer(path)
+		if err != nil {
 			_, _ = fmt.Fprintln(stderr, "loadgen report:", err)
 			return 1
 		}
+		rep.Peers = append(rep.Peers, p)
 	}
 	rep.Targets = loadgen.Evaluate(rep)
 	mi := loadgen.MarkdownInput{Report: rep, Commands: cmds, WallTime: *wall}

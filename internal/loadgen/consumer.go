@@ -33,6 +33,7 @@ type ConsumerOptions struct {
 	Prefetch            int           // PREFETCH of every run, and of raw consume+ack
 	ProviderLatency     time.Duration // 0: no slow-provider run
 	ProviderConcurrency int           // CONCURRENCY of the slow-provider run
+	WideConcurrency     int           // >0: the log-provider run again at this CONCURRENCY (PREFETCH 4×)
 	Rounds              int
 	Baseline            bool
 }
@@ -45,6 +46,7 @@ type ConsumerResult struct {
 	ProviderLatencyMs   float64           `json:"providerLatencyMs,omitempty"`
 	ProviderConcurrency int               `json:"providerConcurrency,omitempty"`
 	ProviderPrefetch    int               `json:"providerPrefetch,omitempty"`
+	WideConcurrency     int               `json:"wideConcurrency,omitempty"`
 	Config              map[string]string `json:"config"`
 	Rounds              []ConsumerRound   `json:"rounds"`
 	Median              ConsumerMedian    `json:"median"`
@@ -55,6 +57,7 @@ type ConsumerRound struct {
 	Noop       float64 `json:"noopPerSec"`
 	Binary     float64 `json:"binaryNoopPerSec,omitempty"` // the binary, SMS "log" provider
 	BinaryMem  Mem     `json:"binaryNoopConsumerMem"`
+	BinaryWide float64 `json:"binaryNoopWidePerSec,omitempty"` // the same at WideConcurrency
 	Slow       float64 `json:"slowProviderPerSec,omitempty"`
 	SMTP       float64 `json:"smtpPerSec"`
 	WeCom      float64 `json:"wecomPerSec,omitempty"`
@@ -67,6 +70,7 @@ type ConsumerRound struct {
 type ConsumerMedian struct {
 	Noop       float64 `json:"noopPerSec"`
 	Binary     float64 `json:"binaryNoopPerSec"`
+	BinaryWide float64 `json:"binaryNoopWidePerSec,omitempty"`
 	Slow       float64 `json:"slowProviderPerSec"`
 	SMTP       float64 `json:"smtpPerSec"`
 	WeCom      float64 `json:"wecomPerSec"`
@@ -94,7 +98,7 @@ func (p *noop) SendSMS(context.Context, provider.SMS) (provider.Receipt, error) 
 // (the binary), and with Baseline raw consume+ack of the same queue with
 // the same prefetch.
 func Consumer(ctx context.Context, o *Options, c ConsumerOptions) (*ConsumerResult, error) {
-	res := &ConsumerResult{Messages: c.Messages, Concurrency: c.Concurrency, Prefetch: c.Prefetch,
+	res := &ConsumerResult{Messages: c.Messages, Concurrency: c.Concurrency, Prefetch: c.Prefetch, WideConcurrency: c.WideConcurrency,
 		ProviderLatencyMs: float64(c.ProviderLatency) / float64(time.Millisecond), ProviderConcurrency: c.ProviderConcurrency}
 	if c.ProviderLatency > 0 {
 		res.ProviderPrefetch = slowPrefetch(c)
@@ -132,6 +136,17 @@ func Consumer(ctx context.Context, o *Options, c ConsumerOptions) (*ConsumerResu
 			return nil, fmt.Errorf("consumer binary, SMS log provider: %w", err)
 		}
 		o.progress("consumer round %d: consumer binary, SMS log provider %.0f msg/s (CONCURRENCY=%d), rss %.0f MB", r, rd.Binary, c.Concurrency, rd.BinaryMem.Peak())
+		if c.WideConcurrency > 0 {
+			w := c
+			w.Concurrency, w.Prefetch = c.WideConcurrency, widePrefetch(res)
+			var mem Mem
+			if rd.BinaryWide, mem, err = binaryRound(ctx, o, bins, env, conn, w, logProvider); err != nil {
+				return nil, fmt.Errorf("consumer binary, SMS log provider, CONCURRENCY=%d: %w", w.Concurrency, err)
+			}
+			rd.BinaryMem.PeakRSSMB = max(rd.BinaryMem.PeakRSSMB, mem.PeakRSSMB)
+			rd.BinaryMem.HWMMB = max(rd.BinaryMem.HWMMB, mem.HWMMB)
+			o.progress("consumer round %d: the same at CONCURRENCY=%d PREFETCH=%d: %.0f msg/s, rss %.0f MB", r, w.Concurrency, w.Prefetch, rd.BinaryWide, mem.Peak())
+		}
 		if c.ProviderLatency > 0 {
 			if rd.Slow, rd.SlowMem, err = binaryRound(ctx, o, bins, env, conn, c, topology.SMS); err != nil {
 				return nil, fmt.Errorf("provider taking %s: %w", c.ProviderLatency, err)
@@ -161,11 +176,14 @@ func Consumer(ctx context.Context, o *Options, c ConsumerOptions) (*ConsumerResu
 }
 
 func consumerMedian(rounds []ConsumerRound) ConsumerMedian {
-	var noops, bins, slows, smtps, wecoms, raws, rss []float64
+	var noops, bins, wides, slows, smtps, wecoms, raws, rss []float64
 	for _, r := range rounds {
 		noops, smtps = append(noops, r.Noop), append(smtps, r.SMTP)
 		if r.Binary > 0 {
 			bins = append(bins, r.Binary)
+		}
+		if r.BinaryWide > 0 {
+			wides = append(wides, r.BinaryWide)
 		}
 		if r.WeCom > 0 {
 			wecoms = append(wecoms, r.WeCom)
@@ -178,7 +196,7 @@ func consumerMedian(rounds []ConsumerRound) ConsumerMedian {
 		}
 		rss = append(rss, max(r.BinaryMem.Peak(), r.SMTPMem.Peak()))
 	}
-	m := ConsumerMedian{Noop: round2(median(noops)), Binary: round2(median(bins)), Slow: round2(median(slows)), SMTP: round2(median(smtps)), WeCom: round2(median(wecoms)), RawConsume: round2(median(raws)), RSSMB: round2(median(rss))}
+	m := ConsumerMedian{Noop: round2(median(noops)), Binary: round2(median(bins)), BinaryWide: round2(median(wides)), Slow: round2(median(slows)), SMTP: round2(median(smtps)), WeCom: round2(median(wecoms)), RawConsume: round2(median(raws)), RSSMB: round2(median(rss))}
 	if m.RawConsume > 0 {
 		m.NoopRatio = round2(m.Noop / m.RawConsume)
 	}
@@ -433,6 +451,10 @@ func prefill(ctx context.Context, conn *amqp.Connection, channel string, n int) 
 // (WECOM_MERGE_WINDOW), so the application's adaptive rate of 20-50 calls
 // a second carries thousands of them.
 const WeComLatency = 50 * time.Millisecond
+
+// widePrefetch is the wide log-provider run's PREFETCH: four deliveries
+// per worker, as the default run's 256 for 64.
+func widePrefetch(c *ConsumerResult) int { return 4 * c.WideConcurrency }
 
 // slowPrefetch is the slow-provider run's PREFETCH: at least two
 // deliveries per worker (the consumer's own default), so the prefetch never

@@ -79,7 +79,7 @@ func TestAPIMode(t *testing.T) {
 
 func TestConsumerMode(t *testing.T) {
 	ctx, o := setup(t)
-	res, err := Consumer(ctx, o, ConsumerOptions{Messages: 200, Concurrency: 16, Prefetch: 64, ProviderLatency: 20 * time.Millisecond, ProviderConcurrency: 64, Rounds: 1, Baseline: true})
+	res, err := Consumer(ctx, o, ConsumerOptions{Messages: 200, Concurrency: 16, Prefetch: 64, ProviderLatency: 20 * time.Millisecond, ProviderConcurrency: 64, WideConcurrency: 32, Rounds: 1, Baseline: true})
 	require.NoError(t, err)
 	require.Len(t, res.Rounds, 1)
 	rd := res.Rounds[0]
@@ -87,6 +87,8 @@ func TestConsumerMode(t *testing.T) {
 	// Counted from the binary's stdout: every one of the 200 was printed.
 	require.Positive(t, rd.Binary)
 	require.Positive(t, rd.BinaryMem.Peak())
+	require.Positive(t, rd.BinaryWide)
+	require.Positive(t, res.Median.BinaryWide)
 	require.Positive(t, rd.Slow)
 	// 200 sends of 20 ms each, at most 64 at once: at least 4 waves.
 	require.Less(t, rd.Slow, 64/0.020)

@@ -58,6 +58,9 @@ func WriteText(w io.Writer, r Report) {
 		if m.Binary > 0 {
 			p("  %-52s %10.0f", "consumer binary, SMS log provider", m.Binary)
 		}
+		if m.BinaryWide > 0 {
+			p("  %-52s %10.0f", fmt.Sprintf("the same at CONCURRENCY=%d PREFETCH=%d", c.WideConcurrency, widePrefetch(c)), m.BinaryWide)
+		}
 		if m.Slow > 0 {
 			p("  %-52s %10.0f", fmt.Sprintf("provider taking %.0f ms (CONCURRENCY=%d)", c.ProviderLatencyMs, c.ProviderConcurrency), m.Slow)
 		}
@@ -315,11 +318,14 @@ func WriteMarkdown(w io.Writer, in MarkdownInput) {
 		if m.Binary > 0 {
 			p("| consumer binary, SMS `log` provider (a line on stdout per message: the real process, no vendor) | %.0f | CONCURRENCY=%d PREFETCH=%d |", m.Binary, c.Concurrency, c.Prefetch)
 		}
+		if m.BinaryWide > 0 {
+			p("| the same, wider | %.0f | CONCURRENCY=%d PREFETCH=%d |", m.BinaryWide, c.WideConcurrency, widePrefetch(c))
+		}
 		if m.Slow > 0 {
 			p("| provider taking %.0f ms per send (consumer binary, webhook SMS provider) | %.0f | CONCURRENCY=%d PREFETCH=%d |", c.ProviderLatencyMs, m.Slow, c.ProviderConcurrency, c.ProviderPrefetch)
 		}
 		p("| SMTP sink on loopback (consumer binary) | %.0f | CONCURRENCY=%d SMTP_POOL_SIZE=%d |", m.SMTP, c.Concurrency, c.Concurrency)
-		if pr := r.Peer; pr != nil {
+		for _, pr := range r.Peers {
 			p("| peer: %s %s no-op worker (bench/asynq, its own module; %d tasks prefilled per round, rounds %s) | %.0f | concurrency %d |", pr.Tool, pr.Version, pr.Tasks, rates(pr.Rounds), pr.Median, pr.Concurrency)
 		}
 		if m.WeCom > 0 {
@@ -331,10 +337,10 @@ func WriteMarkdown(w io.Writer, in MarkdownInput) {
 			p("no-op / raw consume+ack = **%.2f**.", m.NoopRatio)
 		}
 		p("")
-		p("| round | no-op | binary, log provider | slow provider | SMTP | WeCom | raw consume+ack | consumer RSS MB (log, SMTP) | RSS MB, slow provider |")
-		p("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+		p("| round | no-op | binary, log provider | wider | slow provider | SMTP | WeCom | raw consume+ack | consumer RSS MB (log, SMTP) | RSS MB, slow provider |")
+		p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 		for i, rd := range c.Rounds {
-			p("| %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |", i+1, rd.Noop, rd.Binary, rd.Slow, rd.SMTP, rd.WeCom, rd.RawConsume, max(rd.BinaryMem.Peak(), rd.SMTPMem.Peak()), rd.SlowMem.Peak())
+			p("| %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |", i+1, rd.Noop, rd.Binary, rd.BinaryWide, rd.Slow, rd.SMTP, rd.WeCom, rd.RawConsume, max(rd.BinaryMem.Peak(), rd.SMTPMem.Peak()), rd.SlowMem.Peak())
 		}
 	}
 	writeHeadline(p, r.Headline, true)

@@ -24,7 +24,7 @@ type Report struct {
 	E2E      *E2EResult      `json:"e2e,omitempty"`
 	Delay    *DelayResult    `json:"delay,omitempty"`
 	Levels   *LevelsResult   `json:"levels,omitempty"`
-	Peer     *PeerResult     `json:"peer,omitempty"` // bench/asynq, added by 'loadgen report --peer'
+	Peers    []*PeerResult   `json:"peers,omitempty"` // bench/asynq, one per concurrency, added by 'loadgen report --peer'
 	Headline *HeadlineResult `json:"headline,omitempty"`
 	Targets  []Target        `json:"targets"`
 	Errors   []string        `json:"errors,omitempty"`
@@ -206,7 +206,7 @@ func Evaluate(r Report) []Target {
 	}
 	ts = append(ts, t)
 	ts = append(ts, headlineTargets(r.Headline)...)
-	if r.Peer != nil {
+	if len(r.Peers) > 0 {
 		ts = append(ts, peerTarget(r))
 	}
 	return ts

@@ -198,6 +198,9 @@ type job struct {
 
 	claim           *claim.Claim // ours, once the provider accepted the message
 	sendingRecorded bool         // the "sending" status rode with the claim
+	// sending is closed once a batch's "sending" statuses, written while
+	// its call is in flight, are in (nil when none is being written).
+	sending chan struct{}
 	// rejected: recipients of a WeCom message that WeCom refused for good
 	// (invaliduser, unlicenseduser), by userid, with the reason.
 	rejected map[string]string
@@ -222,6 +225,16 @@ func (j *job) taskIDs() []string {
 	return ids
 }
 
+// waitSending waits for a batch's "sending" statuses (see send) before any
+// other status of the job is written, so that one never lands over an
+// outcome.
+func (j *job) waitSending() {
+	if j.sending != nil {
+		<-j.sending
+		j.sending = nil
+	}
+}
+
 // LevelHandler returns the broker handler for one level's queue of a
 // channel: the pipeline is the same, the level labels its metrics.
 func (d *Dispatcher) LevelHandler(channel string, level topology.Level) broker.Handler {
@@ -236,6 +249,9 @@ func (d *Dispatcher) LevelHandler(channel string, level topology.Level) broker.H
 			d.cfg.DelayMetrics.Accuracy.Observe(d.now().Sub(due).Seconds())
 		}
 		j := &job{channel: channel, level: level, del: del, provider: d.providerName(channel)}
+		// Also on a panic: OnPanic then writes "failed", which a late
+		// "sending" must not overwrite.
+		defer j.waitSending()
 		for {
 			err := d.process(ctx, j)
 			if !errors.Is(err, errRedis) {
@@ -516,7 +532,22 @@ func (d *Dispatcher) send(ctx context.Context, j *job) error {
 		// API, a hand-made publish) would carry a code its sender chose.
 		return fmt.Errorf("%w: template %s carries a verification code and is sent only by POST /api/verification-codes", ErrTemplate, msg.Template)
 	}
-	if !j.sendingRecorded {
+	switch {
+	case j.sendingRecorded:
+	case len(msg.Recipients) > 0:
+		// A batch's records, up to 1,000, take Redis tens of milliseconds
+		// on a busy machine: the call does not wait for them (issue 22:
+		// they were a fifth of a WeCom batch's time to its recipients).
+		// The goroutine is the job's: decide, and the handler on its way
+		// out, wait for it (waitSending).
+		done := make(chan struct{})
+		ids, u := j.taskIDs(), d.sendingUpdate(j)
+		go func() {
+			defer close(done)
+			d.recordAll(ctx, msg.TaskID, ids, u)
+		}()
+		j.sending = done
+	default:
 		d.recordJob(ctx, j, d.sendingUpdate(j))
 	}
 	sctx, cancel := context.WithTimeout(ctx, d.cfg.SendTimeout)
@@ -572,6 +603,7 @@ func (d *Dispatcher) send(ctx context.Context, j *job) error {
 // decide is the one place that turns a step's outcome into ack, retry or
 // dead-letter.
 func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Action {
+	j.waitSending()
 	var snooze *SnoozeError
 	taskID := j.del.MessageId
 	if j.msg != nil {
@@ -745,6 +777,12 @@ func (d *Dispatcher) recordJob(ctx context.Context, j *job, u status.Update) []s
 		}
 		return nil
 	}
+	return d.recordAll(ctx, j.msg.TaskID, ids, u)
+}
+
+// recordAll writes u to the status records ids of the batch taskID, in
+// one round trip, and returns those it updated.
+func (d *Dispatcher) recordAll(ctx context.Context, taskID string, ids []string, u status.Update) []status.Record {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	var recs []status.Record
@@ -772,7 +810,7 @@ func (d *Dispatcher) recordJob(ctx context.Context, j *job, u status.Update) []s
 		}, nil
 	}, d.loadScripts)
 	if err != nil {
-		d.log.Warn("could not update the status records of a batch", zap.String("task_id", j.msg.TaskID), telemetry.LogField(ctx), zap.String("status", string(u.Status)), zap.Error(err))
+		d.log.Warn("could not update the status records of a batch", zap.String("task_id", taskID), telemetry.LogField(ctx), zap.String("status", string(u.Status)), zap.Error(err))
 	}
 	return recs
 }

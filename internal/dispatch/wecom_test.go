@@ -79,6 +79,40 @@ func TestWeComBatchGoesOutInOneCallAndUnknownUsersFail(t *testing.T) {
 	require.Equal(t, ids, b.TaskIDs)
 }
 
+// A batch's "sending" statuses are written while its call is in flight
+// (issue 22), and still count each attempt of every recipient; the
+// outcome is written after them: a batch of 1,000 WeCom refuses for good
+// ends failed after one attempt, one throttled and then sent ends sent
+// after two.
+func TestWeComBatchOutcomesAreWrittenAfterItsSendingStatuses(t *testing.T) {
+	tests := []struct {
+		name     string
+		codes    []int
+		want     status.State
+		attempts int
+	}{
+		{"refused for good", []int{40008}, status.Failed, 1},
+		{"throttled, then sent", []int{45009}, status.Sent, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, srv := setupWeCom(t, dispatchtest.Options{})
+			srv.Throttle(tt.codes...)
+			s.StartConsumer("c1", 4)
+			ids := s.WeCom("Outage", users("w", envelope.MaxRecipients), nil)
+			for _, id := range ids {
+				waitStatus(t, s, id, tt.want)
+			}
+			for _, id := range ids {
+				rec, err := s.Status.Get(context.Background(), id)
+				require.NoError(t, err)
+				require.Equal(t, tt.want, rec.Status, id)
+				require.Equal(t, tt.attempts, rec.Attempts, id)
+			}
+		})
+	}
+}
+
 // A token WeCom expired early interrupts a batch once: the send is
 // refused (42001), the token refreshed, and the batch sent again: two
 // message/send calls, each user served once.

@@ -89,7 +89,7 @@ func (m *Media) validate(channel, templateCode string, allowHTTP bool) *apiError
 		return badRequest("media filename: at most 128 characters, without / \\ \" or control characters")
 	}
 	u, err := url.Parse(m.URL)
-	if err != nil || u.Host == "" || len(m.URL) > 2048 || !(u.Scheme == "https" || (allowHTTP && u.Scheme == "http")) {
+	if err != nil || u.Host == "" || len(m.URL) > 2048 || (u.Scheme != "https" && (!allowHTTP || u.Scheme != "http")) {
 		return badRequest("media url must be an absolute https URL (http with CALLBACK_ALLOW_HTTP)")
 	}
 	return nil

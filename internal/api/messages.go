@@ -165,17 +165,12 @@ type admitted struct {
 	res       *ratelimit.Reservation
 }
 
-// admit runs one recipient through frequency control and, only if it is
-// admitted, stores its status record in the same round trip: what every
-// send does before it publishes.
-func (s *Server) admit(ctx context.Context, caller apikey.Key, req *Message, recipient string, now time.Time) (admitted, *apiError) {
-	return s.admitAs(ctx, caller, req, recipient, now, newTaskID(), nil)
-}
-
-// admitAs is admit under a given task id and, for a request with an
-// Idempotency-Key, its entry (once): when another request holds the key,
-// the *apiError wraps the *ratelimit.OnceError (see onceOf) and nothing
-// was written.
+// admitAs runs one recipient through frequency control under a given task
+// id and, only if it is admitted, stores its status record in the same
+// round trip (what every send does before it publishes); for a request
+// with an Idempotency-Key, its entry (once) too: when another request
+// holds the key, the *apiError wraps the *ratelimit.OnceError (see onceOf)
+// and nothing was written.
 func (s *Server) admitAs(ctx context.Context, caller apikey.Key, req *Message, recipient string, now time.Time, taskID string, once *ratelimit.Once) (admitted, *apiError) {
 	rec := status.Record{TaskID: taskID, Status: status.Queued, Channel: req.channel, Recipient: logging.Mask(recipient),
 		Kind: string(envelope.Notification), Template: req.TemplateCode, Tenant: caller.Tenant, CreatedAt: now, UpdatedAt: now,

@@ -51,11 +51,8 @@ func TestWeComImageIsUploadedOnceAndSentByMediaID(t *testing.T) {
 			m.Media = &envelope.Media{Type: "image", URL: url, Filename: "logo.png"}
 		})[0]
 	}
-	var ids []string
 	for _, u := range []string{"ann", "bob", "cyd"} {
-		id := image(u, files.URL+"/logo.png")
-		waitStatus(t, s, id, status.Sent) // one by one
-		ids = append(ids, id)
+		waitStatus(t, s, image(u, files.URL+"/logo.png"), status.Sent) // one by one
 	}
 	require.Equal(t, 1, srv.Uploads(), "one upload for three sends")
 	mediaID := srv.ReceivedBy("ann")[0].Content

@@ -75,7 +75,7 @@ func TestOnceRefusedWritesNothing(t *testing.T) {
 	_, err := e.lim.Take(e.ctx, ratelimit.Request{Rules: []ratelimit.Rule{full}})
 	require.NoError(t, err)
 	_, err = e.lim.Take(e.ctx, ratelimit.Request{Rules: []ratelimit.Rule{full}, Once: once("t1:c", "d", "id-1")})
-	limitErr(t, err)
+	_ = limitErr(t, err)
 	_, err = e.lim.Take(e.ctx, ratelimit.Request{Rules: []ratelimit.Rule{rule("other", "other", win(time.Minute, 5))}, Once: once("t1:c", "d", "id-2")})
 	require.NoError(t, err, "the refused request must not have reserved the key")
 }

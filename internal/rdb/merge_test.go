@@ -46,7 +46,7 @@ func TestPipelinesFromConcurrentCallersShareOneConnection(t *testing.T) {
 		c, err := rdb.Open(rdb.Single, testenv.RedisURL, append([]rdb.Option{rdb.WithClientName(name),
 			rdb.WithAutoPipeline(rdb.AutoPipelineFullDuplex), rdb.FailFast(2 * time.Second)}, opts...)...)
 		require.NoError(t, err)
-		defer c.Close()
+		defer func() { _ = c.Close() }()
 		const callers, rounds = 64, 20
 		start := make(chan struct{})
 		var wg sync.WaitGroup

@@ -104,7 +104,7 @@ func ParseAccounts(s string, secretRequired bool) ([]Account, error) {
 
 func validName(s string) bool {
 	for _, r := range s {
-		if !(r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+		if r != '_' && r != '-' && (r < '0' || r > '9') && (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') {
 			return false
 		}
 	}

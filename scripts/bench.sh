@@ -21,8 +21,13 @@ GOBENCH=(go test -run '^$' -bench . -benchmem -count 3 ./...)
 # 2 cores): 3 rounds of 8 s phases (api), 8,000 messages per consumer run
 # (2,048 sends in flight against the provider taking 200 ms: 5,000 msg/s
 # needs 1,000), 10 s at 1,000/s (e2e), a 30 s mix of delays.
+# The consumer's CONCURRENCY and the wider run's; the peer runs at both,
+# with as many tasks as the consumer runs get messages.
+CONCURRENCY=64
+WIDE_CONCURRENCY=256
+MESSAGES=8000
 LOADGEN=(all --baseline --json --rounds 3 --duration 8s --concurrency 64
-  --messages 8000 --wide-concurrency 256
+  --messages "$MESSAGES" --consumer-concurrency "$CONCURRENCY" --wide-concurrency "$WIDE_CONCURRENCY"
   --provider-latency 200ms --provider-concurrency 2048
   --e2e-rate 1000 --e2e-duration 10s
   --mix 1000 --mix-max 30s --burst 2000 --burst-in 5s)
@@ -32,8 +37,8 @@ LOADGEN+=(${LOADGEN_ARGS:-})
 # that msgpulse never depends on asynq; as many tasks as the consumer runs
 # get messages, at the two concurrencies the consumer's log-provider binary
 # runs at (CONCURRENCY, --wide-concurrency): each side is judged at its best.
-ASYNQ_CONCURRENCIES=(64 256)
-ASYNQ=(go run . -json -rounds 3 -tasks 8000 -redis "${ASYNQ_REDIS:-127.0.0.1:6379}")
+ASYNQ_CONCURRENCIES=("$CONCURRENCY" "$WIDE_CONCURRENCY")
+ASYNQ=(go run . -json -rounds 3 -tasks "$MESSAGES" -redis "${ASYNQ_REDIS:-127.0.0.1:6379}")
 
 echo "== Go benchmarks: ${GOBENCH[*]}"
 bench_status=0

@@ -333,7 +333,7 @@ func binaryRound(ctx context.Context, o *Options, bins *Binaries, env *Env, conn
 	}
 	count := arr.Count
 	if logRun {
-		count = lineCounter(p.LogPath, logLine)
+		count = lineCounter(p.LogPath, sms.LogLinePrefix)
 	}
 	t0 := time.Now()
 	sampler := SampleRSS(ctx, p.Pid())
@@ -361,12 +361,9 @@ func binaryRound(ctx context.Context, o *Options, bins *Binaries, env *Env, conn
 }
 
 // logProvider names binaryRound's run of the consumer binary with the SMS
-// "log" provider, which prints logLine and a line's worth of text per
+// "log" provider, which prints a line starting with sms.LogLinePrefix per
 // message to stdout.
-const (
-	logProvider = "sms-log"
-	logLine     = "[sms:log] "
-)
+const logProvider = "sms-log"
 
 // lineCounter counts the lines holding marker that a process has written
 // to path so far, reading only what was added since the last call.

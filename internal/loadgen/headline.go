@@ -242,10 +242,11 @@ func headlineStep(ctx context.Context, h HeadlineOptions, arr *Arrivals, rate fl
 // rawPath is the headline's baseline (issue 22): the broker path alone on
 // the same machine, in the same run. Messages of the size of a notice are
 // published with confirms (amqp091-go, a window of 256, as the raw
-// publish reference) to a quorum queue of their own, declared as the
-// channels' queues are, and consumed in this process with a prefetch of
-// 256, acked (multiple) whenever the consumer has caught up; each is timed
-// from its confirm, the raw path's 202, to its delivery.
+// publish reference) to a queue of their own, of the type the topology
+// model gives the mail notices' queue (quorum by default), and consumed in
+// this process with a prefetch of 256, acked (multiple) whenever the
+// consumer has caught up; each is timed from its confirm, the raw path's
+// 202, to its delivery.
 type rawPath struct {
 	conn  *amqp.Connection
 	pub   *ConfirmPublisher
@@ -257,25 +258,33 @@ type rawPath struct {
 }
 
 func newRawPath(ctx context.Context, conn *amqp.Connection, run string) (*rawPath, error) {
-	r := &rawPath{conn: conn, queue: "loadgen.headline.raw." + run, arr: NewArrivals(), done: make(chan struct{})}
+	qt, err := noticeQueueType()
+	if err != nil {
+		return nil, err
+	}
 	b, err := envelope.Encode(sampleMessage(topology.Mail, 0))
 	if err != nil {
 		return nil, err
 	}
-	r.body = b
+	r := &rawPath{conn: conn, queue: "loadgen.headline.raw." + run, arr: NewArrivals(), body: b}
 	if r.ch, err = conn.Channel(); err != nil {
 		return nil, err
 	}
-	if _, err := r.ch.QueueDeclare(r.queue, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
-		return nil, fmt.Errorf("declare %s: %w", r.queue, err)
+	fail := func(err error) (*rawPath, error) {
+		r.close()
+		return nil, err
+	}
+	if _, err := r.ch.QueueDeclare(r.queue, true, false, false, false, amqp.Table{topology.ArgQueueType: string(qt)}); err != nil {
+		return fail(fmt.Errorf("declare %s: %w", r.queue, err))
 	}
 	if err := r.ch.Qos(256, 0, false); err != nil {
-		return nil, err
+		return fail(err)
 	}
 	deliveries, err := r.ch.ConsumeWithContext(ctx, r.queue, "", false, false, false, false, nil)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
+	r.done = make(chan struct{})
 	go func() { // ends when the channel closes (close)
 		defer close(r.done)
 		for d := range deliveries {
@@ -286,10 +295,28 @@ func newRawPath(ctx context.Context, conn *amqp.Connection, run string) (*rawPat
 		}
 	}()
 	if r.pub, err = NewConfirmPublisher(conn, 256); err != nil {
-		r.close()
-		return nil, err
+		return fail(err)
 	}
 	return r, nil
+}
+
+// noticeQueueType is the type of the queue the API puts mail notices in.
+func noticeQueueType() (topology.QueueType, error) {
+	m, err := topology.Build(benchTopology(), "")
+	if err != nil {
+		return "", err
+	}
+	ct, err := m.Channel(topology.Mail)
+	if err != nil {
+		return "", err
+	}
+	name := ct.Level(noticeLevel).Queue
+	for _, q := range m.Queues {
+		if q.Name == name {
+			return q.Type, nil
+		}
+	}
+	return "", fmt.Errorf("no queue %s in the topology model", name)
 }
 
 func (r *rawPath) offer(ctx context.Context, n int64) ([]string, int, error) {
@@ -310,7 +337,9 @@ func (r *rawPath) close() {
 		_ = ch.Close()
 	}
 	_ = r.ch.Close()
-	<-r.done
+	if r.done != nil {
+		<-r.done
+	}
 }
 
 // writeHeadline renders the headline section (markdown when md, else

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/msgpulse/msgpulse/internal/provider/sms"
 )
 
 func TestHistSummary(t *testing.T) {
@@ -311,7 +313,7 @@ func TestLineCounterCountsWholeLinesAcrossReads(t *testing.T) {
 	f, err := os.Create(path)
 	require.NoError(t, err)
 	defer func() { _ = f.Close() }()
-	count := lineCounter(path, logLine)
+	count := lineCounter(path, sms.LogLinePrefix)
 	for _, step := range []struct {
 		write string
 		want  int
@@ -326,5 +328,5 @@ func TestLineCounterCountsWholeLinesAcrossReads(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, step.want, count(), "after %q", step.write)
 	}
-	require.Equal(t, 0, lineCounter(filepath.Join(t.TempDir(), "missing"), logLine)())
+	require.Equal(t, 0, lineCounter(filepath.Join(t.TempDir(), "missing"), sms.LogLinePrefix)())
 }

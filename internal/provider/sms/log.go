@@ -15,6 +15,9 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider"
 )
 
+// LogLinePrefix starts the line the log provider prints for each message.
+const LogLinePrefix = "[sms:log] "
+
 // logSender prints messages instead of sending them, for development. The
 // text goes to out (stdout), never to the zap logger: the text of a
 // verification SMS is the code, and log pipelines keep what they get.
@@ -47,7 +50,7 @@ func (s *logSender) SendSMS(ctx context.Context, m provider.SMS) (provider.Recei
 		id = "log-" + strconv.FormatUint(s.seq.Add(1), 10)
 	}
 	s.mu.Lock()
-	_, err := fmt.Fprintf(s.out, "[sms:log] to=%s task=%s template=%q text=%q\n", logging.Mask(m.To), m.TaskID, m.Template, m.Text)
+	_, err := fmt.Fprintf(s.out, LogLinePrefix+"to=%s task=%s template=%q text=%q\n", logging.Mask(m.To), m.TaskID, m.Template, m.Text)
 	s.mu.Unlock()
 	if err != nil {
 		return provider.Receipt{}, &provider.Error{Provider: NameLog, Class: provider.Transient, Code: "write", Err: err}

@@ -1,7 +1,8 @@
 // Package cli is the entry plumbing every msgpulse command shares: -h
 // prints the synopsis and the environment variables, a bad variable or an
 // unexpected argument exits 2 with one line naming it, then comes a logger
-// from LOG_LEVEL/LOG_FORMAT and a context that SIGINT or SIGTERM cancels.
+// from LOG_LEVEL/LOG_FORMAT, a service's garbage collector target
+// (GCTuner), and a context that SIGINT or SIGTERM cancels.
 //
 // It never decides what a command does, and it is the only place besides a
 // main that turns outcomes into exit codes.
@@ -13,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -31,6 +33,12 @@ const (
 // Config is what every program's configuration provides.
 type Config interface {
 	LogSettings() (level, format string)
+}
+
+// GCTuner is a Config that sets its process's garbage collector target: a
+// long-running service whose default differs from Go's (config.GC).
+type GCTuner interface {
+	GCPercent() int
 }
 
 // Command describes one program.
@@ -82,6 +90,9 @@ func main[C Config](c Command[C], args []string, lookup func(string) (string, bo
 		return ExitUsage
 	}
 	defer func() { _ = log.Sync() }()
+	if g, ok := any(cfg).(GCTuner); ok {
+		debug.SetGCPercent(g.GCPercent())
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return c.Run(ctx, cfg, log, args)

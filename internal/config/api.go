@@ -38,6 +38,7 @@ type Limits struct {
 // API configures cmd/api.
 type API struct {
 	Common
+	GC
 	Telemetry       telemetry.Config
 	Model           topology.Config
 	HTTPAddr        string
@@ -104,7 +105,7 @@ func loadCodeSecret(l *envconf.Loader) (string, bool) {
 // LoadAPI reads cmd/api's settings; check l.Err().
 func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	l := envconf.New(lookup)
-	c := API{Common: loadCommon(l), Model: loadTopology(l)}
+	c := API{Common: loadCommon(l), GC: loadGC(l), Model: loadTopology(l)}
 	c.Telemetry = loadTelemetry(l, "msgpulse-api")
 	c.PprofAddr = l.String("PPROF_ADDR", "", "address of a net/http/pprof server for profiling under load (empty = off; keep it on localhost or a private network)")
 	c.HTTPAddr = l.String("HTTP_ADDR", ":8080", "address the HTTP API listens on")

@@ -22,6 +22,7 @@ import (
 // Consumer configures cmd/consumer.
 type Consumer struct {
 	Common
+	GC
 	Telemetry    telemetry.Config
 	Model        topology.Config
 	Channels     []string
@@ -71,7 +72,7 @@ type Consumer struct {
 // LoadConsumer reads cmd/consumer's settings; check l.Err().
 func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader) {
 	l := envconf.New(lookup)
-	c := Consumer{Common: loadCommon(l), Model: loadTopology(l)}
+	c := Consumer{Common: loadCommon(l), GC: loadGC(l), Model: loadTopology(l)}
 	c.Telemetry = loadTelemetry(l, "msgpulse-consumer")
 	c.RedisTimeout = l.Duration("REDIS_TIMEOUT", time.Second, 10*time.Millisecond, 30*time.Second, "longest wait for each Redis call (connect, read, write, free pooled connection), never retried: a worker notices a dead Redis within it and pauses; overrides REDIS_URL timeouts")
 	c.PprofAddr = l.String("PPROF_ADDR", "", "address of a net/http/pprof server for profiling under load (empty = off; keep it on localhost or a private network)")

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -46,6 +47,7 @@ type ConsumerResult struct {
 	ProviderLatencyMs   float64           `json:"providerLatencyMs,omitempty"`
 	ProviderConcurrency int               `json:"providerConcurrency,omitempty"`
 	ProviderPrefetch    int               `json:"providerPrefetch,omitempty"`
+	ProviderMessages    int               `json:"providerMessages,omitempty"` // prefilled for the slow-provider run
 	WideConcurrency     int               `json:"wideConcurrency,omitempty"`
 	Config              map[string]string `json:"config"`
 	Rounds              []ConsumerRound   `json:"rounds"`
@@ -101,7 +103,7 @@ func Consumer(ctx context.Context, o *Options, c ConsumerOptions) (*ConsumerResu
 	res := &ConsumerResult{Messages: c.Messages, Concurrency: c.Concurrency, Prefetch: c.Prefetch, WideConcurrency: c.WideConcurrency,
 		ProviderLatencyMs: float64(c.ProviderLatency) / float64(time.Millisecond), ProviderConcurrency: c.ProviderConcurrency}
 	if c.ProviderLatency > 0 {
-		res.ProviderPrefetch = slowPrefetch(c)
+		res.ProviderPrefetch, res.ProviderMessages = slowPrefetch(c), slowMessages(c)
 	} else {
 		res.ProviderConcurrency = 0
 	}
@@ -124,7 +126,7 @@ func Consumer(ctx context.Context, o *Options, c ConsumerOptions) (*ConsumerResu
 	}
 	res.Config = publicConfig(consumerEnv(env, c.Concurrency, c.Prefetch), o.ExtraEnv)
 	if c.ProviderLatency > 0 {
-		res.Config["slow provider run"] = fmt.Sprintf("SMS_PROVIDER=webhook (answers after %s), CONCURRENCY=%d, PREFETCH=%d", c.ProviderLatency, c.ProviderConcurrency, slowPrefetch(c))
+		res.Config["slow provider run"] = fmt.Sprintf("SMS_PROVIDER=webhook (answers after %s), CONCURRENCY=%d, PREFETCH=%d, %d messages", c.ProviderLatency, c.ProviderConcurrency, slowPrefetch(c), slowMessages(c))
 	}
 	for r := 1; r <= c.Rounds; r++ {
 		var rd ConsumerRound
@@ -148,7 +150,9 @@ func Consumer(ctx context.Context, o *Options, c ConsumerOptions) (*ConsumerResu
 			o.progress("consumer round %d: the same at CONCURRENCY=%d PREFETCH=%d: %.0f msg/s, rss %.0f MB", r, w.Concurrency, w.Prefetch, rd.BinaryWide, mem.Peak())
 		}
 		if c.ProviderLatency > 0 {
-			if rd.Slow, rd.SlowMem, err = binaryRound(ctx, o, bins, env, conn, c, topology.SMS); err != nil {
+			sc := c
+			sc.Messages = slowMessages(c)
+			if rd.Slow, rd.SlowMem, err = binaryRound(ctx, o, bins, env, conn, sc, topology.SMS); err != nil {
 				return nil, fmt.Errorf("provider taking %s: %w", c.ProviderLatency, err)
 			}
 			o.progress("consumer round %d: provider taking %s: %.0f msg/s (CONCURRENCY=%d), rss %.0f MB", r, c.ProviderLatency, rd.Slow, c.ProviderConcurrency, rd.SlowMem.Peak())
@@ -230,6 +234,9 @@ func noopRound(ctx context.Context, o *Options, env *Env, conn *amqp.Connection,
 	if err := l.Err(); err != nil {
 		return 0, err
 	}
+	// The collector target the consumer binary would run with (GOGC, its
+	// default included), for the time this process is that consumer.
+	defer debug.SetGCPercent(debug.SetGCPercent(cfg.GCPercent()))
 	p := &noop{}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -452,6 +459,15 @@ const WeComLatency = 50 * time.Millisecond
 // widePrefetch is the wide log-provider run's PREFETCH: four deliveries
 // per worker, as the default run's 256 for 64.
 func widePrefetch(c *ConsumerResult) int { return 4 * c.WideConcurrency }
+
+// slowMessages is how many messages the slow-provider run prefills: at
+// least 20 per send in flight. Its first provider latency completes
+// nothing and its last drains with fewer sends in flight, about one latency
+// lost per run; 20 of them at full speed keep that under 5% of the run, as
+// a throughput figure should, where --messages (a few thousand, sized for
+// the fast runs) would make the fill and the 2,048 connections' dials half
+// of it.
+func slowMessages(c ConsumerOptions) int { return max(c.Messages, 20*c.ProviderConcurrency) }
 
 // slowPrefetch is the slow-provider run's PREFETCH: at least two
 // deliveries per worker (the consumer's own default), so the prefetch never

@@ -158,53 +158,109 @@ admission:
 			first = e
 		}
 	}
+	// Each recipient in order: rejected (e), admitted (a), or waiting for
+	// frequency control (neither).
+	type entry struct {
+		recipient string
+		e         *apiError
+		a         *admitted
+	}
+	entries := make([]entry, 0, len(b.Recipients))
 	seen := map[string]bool{}
 	for _, r := range b.Recipients {
 		norm, e := normalizeRecipient(req.channel, r)
 		switch {
 		case e != nil:
-			reject(truncate(r, 254), e)
+			entries = append(entries, entry{recipient: truncate(r, 254), e: e})
 			continue
 		case seen[norm]:
-			reject(r, badRequest("recipient %s is listed twice in this batch", norm))
+			entries = append(entries, entry{recipient: r, e: badRequest("recipient %s is listed twice in this batch", norm)})
 			continue
 		}
 		seen[norm] = true
-		if e := s.checkRobot(caller, req.channel, norm); e != nil {
-			reject(norm, e)
+		entries = append(entries, entry{recipient: norm, e: s.checkRobot(caller, req.channel, norm)})
+	}
+	admittedSoFar := func() []admitted {
+		var as []admitted
+		for _, en := range entries {
+			if en.a != nil {
+				as = append(as, *en.a)
+			}
+		}
+		return as
+	}
+	// Until the Idempotency-Key's entry is held, recipients go one by one:
+	// the first admitted reserves it, so that a refused recipient reserves
+	// nothing. The rest share every rule with each other (per key, per
+	// tenant, per channel) and go together (admitBulk).
+	var rest []int
+	for i := range entries {
+		en := &entries[i]
+		if en.e != nil {
 			continue
 		}
 		var once *ratelimit.Once
 		if held == nil {
 			once = in.once(batchID, s.lease(len(b.Recipients)))
 		}
-		a, e := s.admitAs(ctx, caller, req, norm, now, taskID(norm), once)
-		if e != nil && once != nil {
+		if once == nil {
+			rest = append(rest, i)
+			continue
+		}
+		a, e := s.admitAs(ctx, caller, req, en.recipient, now, taskID(en.recipient), once)
+		var oe *ratelimit.OnceError
+		if e != nil {
+			oe = onceOf(e)
+		}
+		if oe != nil {
 			// Nothing of this attempt is admitted yet: the entry is
 			// reserved with the first admission.
-			if oe := onceOf(e); oe != nil {
-				if id, ok := s.takeOver(in, oe, batchID); ok && !takeover {
-					batchID, takeover = id, true
-					goto admission
-				}
-				return s.onceAnswer(c, in, oe)
+			if id, ok := s.takeOver(in, oe, batchID); ok && !takeover {
+				batchID, takeover = id, true
+				goto admission
 			}
+			return s.onceAnswer(c, in, oe)
 		}
 		if e != nil && e.Status == http.StatusServiceUnavailable {
 			// Redis is not answering: the next recipients would each wait
 			// for it too. Nothing of this batch is kept.
-			s.rollbackBatch(ctx, "", accepted, nil)
+			s.rollbackBatch(ctx, "", admittedSoFar(), nil)
 			s.releaseBatch(ctx, held, batchID)
 			return e
 		}
 		if e != nil {
-			reject(norm, e)
+			en.e = e
 			continue
 		}
-		if once != nil {
-			held = a.res
+		held = a.res
+		en.a = &a
+	}
+	if len(rest) > 0 {
+		recipients, ids := make([]string, len(rest)), make([]string, len(rest))
+		for j, i := range rest {
+			recipients[j] = entries[i].recipient
+			ids[j] = taskID(recipients[j])
 		}
-		accepted = append(accepted, a)
+		as, refused, fatal := s.admitBulk(ctx, caller, req, recipients, ids, now)
+		if fatal != nil {
+			s.rollbackBatch(ctx, "", admittedSoFar(), nil)
+			s.releaseBatch(ctx, held, batchID)
+			return fatal
+		}
+		for j, i := range rest {
+			if j < len(as) {
+				entries[i].a = &as[j]
+			} else {
+				entries[i].e = refused
+			}
+		}
+	}
+	for _, en := range entries {
+		if en.e != nil {
+			reject(en.recipient, en.e)
+			continue
+		}
+		accepted = append(accepted, *en.a)
 	}
 	if len(accepted) == 0 {
 		return first // what a single send would have got
@@ -347,8 +403,15 @@ func (s *Server) rollbackBatch(ctx context.Context, batchID string, accepted []a
 			s.log.Warn("could not delete the task list of a failed batch; it expires with STATUS_TTL", zap.String("batch_id", batchID), zap.Error(err))
 		}
 	}
+	// Recipients admitted together share one reservation (admitBulk):
+	// it is undone once, with all of them.
+	undone := map[*ratelimit.Reservation]bool{}
 	for _, a := range accepted {
-		s.rollback(ctx, undo{reservation: a.res, taskID: a.taskID})
+		u := undo{taskID: a.taskID}
+		if !undone[a.res] {
+			undone[a.res], u.reservation = true, a.res
+		}
+		s.rollback(ctx, u)
 	}
 }
 

@@ -172,6 +172,25 @@ func TestFailedBatchPublishRollsBackEveryRecipient(t *testing.T) {
 	}
 }
 
+// A batch's recipients are admitted together (one reservation): a batch
+// that fails to publish gives every one of them back to the limits.
+func TestFailedBatchGivesBackWhatItCounted(t *testing.T) {
+	lim := defaultLimits()
+	lim.PerAPIKeyMinute = 3
+	refusing := &refusingWhile{}
+	refusing.on.Store(true)
+	h := setup(t, options{limits: lim, publisher: func(p Publisher) Publisher { refusing.Publisher = p; return refusing }})
+	three := func(m map[string]any) { m["recipients"] = []string{"a@example.com", "b@example.com", "c@example.com"} }
+	require.Equal(t, http.StatusServiceUnavailable, h.do("POST", "/api/messages/batch", noticeBody("EMAIL", three)).Status)
+	refusing.on.Store(false)
+	r := h.do("POST", "/api/messages/batch", noticeBody("EMAIL", three))
+	require.Equal(t, http.StatusAccepted, r.Status, r.Msg)
+	var res BatchResult
+	r.data(t, &res)
+	require.Len(t, res.Accepted, 3, "the failed batch's three were given back")
+	require.Empty(t, res.Rejected)
+}
+
 // A batch belongs to its sender's tenant, like its messages: another
 // tenant gets the answer of an unknown batch.
 func TestBatchIsVisibleToItsTenantOnly(t *testing.T) {
@@ -201,6 +220,19 @@ type failingAfter struct {
 
 func (f *failingAfter) Publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
 	if f.n.Add(-1) < 0 {
+		return broker.ErrNacked
+	}
+	return f.Publisher.Publish(ctx, exchange, key, msg)
+}
+
+// refusingWhile nacks every publish while on is set.
+type refusingWhile struct {
+	Publisher
+	on atomic.Bool
+}
+
+func (f *refusingWhile) Publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
+	if f.on.Load() {
 		return broker.ErrNacked
 	}
 	return f.Publisher.Publish(ctx, exchange, key, msg)

@@ -16,6 +16,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/logging"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/template"
@@ -172,12 +173,7 @@ type admitted struct {
 // holds the key, the *apiError wraps the *ratelimit.OnceError (see onceOf)
 // and nothing was written.
 func (s *Server) admitAs(ctx context.Context, caller apikey.Key, req *Message, recipient string, now time.Time, taskID string, once *ratelimit.Once) (admitted, *apiError) {
-	rec := status.Record{TaskID: taskID, Status: status.Queued, Channel: req.channel, Recipient: logging.Mask(recipient),
-		Kind: string(envelope.Notification), Template: req.TemplateCode, Tenant: caller.Tenant, CreatedAt: now, UpdatedAt: now,
-		Priority: string(req.level)}
-	rec.Status, rec.ScheduledAt = req.acceptedAs(now)
-	rec.TraceID = telemetry.TraceID(ctx)
-	insert, err := s.d.Status.InsertCommands(rec)
+	insert, err := s.d.Status.InsertCommands(acceptedRecord(ctx, caller, req, recipient, taskID, now))
 	if err != nil {
 		return admitted{}, internal(err)
 	}
@@ -199,6 +195,57 @@ func (s *Server) admitAs(ctx context.Context, caller apikey.Key, req *Message, r
 		return admitted{}, limited(err)
 	}
 	return admitted{recipient: recipient, taskID: taskID, res: res}, nil
+}
+
+// acceptedRecord is the status record a message starts with once admitted.
+func acceptedRecord(ctx context.Context, caller apikey.Key, req *Message, recipient, taskID string, now time.Time) status.Record {
+	rec := status.Record{TaskID: taskID, Channel: req.channel, Recipient: logging.Mask(recipient),
+		Kind: string(envelope.Notification), Template: req.TemplateCode, Tenant: caller.Tenant, CreatedAt: now, UpdatedAt: now,
+		Priority: string(req.level)}
+	rec.Status, rec.ScheduledAt = req.acceptedAs(now)
+	rec.TraceID = telemetry.TraceID(ctx)
+	return rec
+}
+
+// admitBulk runs recipients that share every rule (a batch's, once its
+// Idempotency-Key entry is held, if it has one) through frequency control
+// together, each with its status record, in one Limiter.TakeUpTo: one
+// script where a Take per recipient would cost Redis a script and a dozen
+// commands each. The first ones that fit are admitted, as one by one they
+// would be; refused is the limit's 429 for all the others (nil when none
+// was refused). A non-nil fatal is the 503 (or 500) for the whole batch:
+// what could have landed of these recipients is being undone.
+func (s *Server) admitBulk(ctx context.Context, caller apikey.Key, req *Message, recipients, taskIDs []string, now time.Time) (as []admitted, refused, fatal *apiError) {
+	each := make([][]rdb.Command, len(recipients))
+	for i, r := range recipients {
+		insert, err := s.d.Status.InsertCommands(acceptedRecord(ctx, caller, req, r, taskIDs[i], now))
+		if err != nil {
+			return nil, nil, internal(err)
+		}
+		each[i] = insert
+	}
+	b, err := s.d.Limiter.TakeUpTo(ctx, rlRequest(s.commonRules(caller, req.channel)), each)
+	if err != nil {
+		// The script is not a transaction: any record may have landed.
+		// On a Redis Cluster the units admitted before the error hold
+		// reservations of their own.
+		for i, id := range taskIDs {
+			u := undo{taskID: id}
+			if i < b.Admitted {
+				u.reservation = b.Reservation(i)
+			}
+			s.rollbackLater(ctx, u)
+		}
+		return nil, nil, limited(err)
+	}
+	as = make([]admitted, b.Admitted)
+	for i := range as {
+		as[i] = admitted{recipient: recipients[i], taskID: taskIDs[i], res: b.Reservation(i)}
+	}
+	if b.Refused != nil {
+		refused = limited(b.Refused)
+	}
+	return as, refused, nil
 }
 
 // message is the envelope of req without its task and recipient.

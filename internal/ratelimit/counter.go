@@ -56,3 +56,45 @@ func (l *Limiter) WithExactMax(n int) *Limiter {
 
 // ExactMax is the largest limit the limiter keeps exact.
 func (l *Limiter) ExactMax() int { return l.exactMax }
+
+// counterLua holds the Lua both take scripts count with (see above).
+//
+// counterRetry is how long until one more request fits a window whose
+// current fixed window holds cur (this request's own included when it is
+// a bulk's next unit) and the previous one prev, el ms into the current
+// one: if the current window alone is full, until it ends and enough of
+// it has slid out; else until enough of the previous one has.
+//
+// count adds by to the fixed windows cw ({length, index} pairs) of the
+// counter hash ckey, drops fields older than the previous window once the
+// hash holds more than the two live ones per window, and keeps the hash
+// for two window lengths.
+const counterLua = `
+local function counterRetry(len, lim, el, cur, prev)
+  local retry
+  if cur + 1 > lim then
+    retry = len - el + math.ceil(len * (1 - (lim - 1) / cur))
+  else
+    retry = math.ceil(len - len * (lim - 1 - cur) / prev) - el
+  end
+  if retry < 1 then retry = 1 end
+  return retry
+end
+local function count(ckey, cw, by, now)
+  local keep = 0
+  for _, c in ipairs(cw) do
+    redis.call('HINCRBY', ckey, c[1] .. ':' .. c[2], by)
+    if 2 * c[1] > keep then keep = 2 * c[1] end
+  end
+  if redis.call('HLEN', ckey) > 2 * #cw then
+    local fs = redis.call('HKEYS', ckey)
+    for _, f in ipairs(fs) do
+      local len, idx = string.match(f, '^(%d+):(%d+)$')
+      if len == nil or tonumber(idx) < math.floor(now / tonumber(len)) - 1 then
+        redis.call('HDEL', ckey, f)
+      end
+    end
+  end
+  redis.call('PEXPIRE', ckey, keep)
+end
+`

@@ -74,6 +74,10 @@ type Reservation struct {
 	Marks    []string
 	Replies  []any  // one per Request.Then command, in order
 	OnceKey  string // full Redis key of the Once entry, "" when none
+	// Units is how many units a bulk reservation (TakeUpTo on one Redis)
+	// holds: each is counted once in the counters and logged as ID:1 …
+	// ID:Units. 0 for Take's, which log ID and count one.
+	Units int
 }
 
 // LimitError says which limit denied a request and when to retry.
@@ -205,7 +209,7 @@ func ceilMS(d time.Duration) int64 {
 // off).
 var takeScript = redis.NewScript(takeLua)
 
-const takeLua = `
+const takeLua = counterLua + `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local id = ARGV[1]
@@ -255,13 +259,7 @@ for r = 1, nrules do
       local prev = tonumber(redis.call('HGET', ckey, len .. ':' .. (idx - 1))) or 0
       cw[#cw + 1] = {len, idx}
       if prev * (len - el) / len + cur + 1 > lim and not again then
-        local retry
-        if cur + 1 > lim then
-          retry = len - el + math.ceil(len * (1 - (lim - 1) / cur))
-        else
-          retry = math.ceil(len - len * (lim - 1 - cur) / prev) - el
-        end
-        if retry < 1 then retry = 1 end
+        local retry = counterRetry(len, lim, el, cur, prev)
         if best == nil or retry > best[4] then best = {1, r, w, retry} end
       end
     else
@@ -298,26 +296,8 @@ for r = 1, nrules do
     redis.call('ZREMRANGEBYSCORE', key, '-inf', now - spans[r])
     redis.call('PEXPIRE', key, spans[r])
   end
-  local cw = counted[r]
-  if #cw > 0 then
-    local ckey = KEYS[2 * r]
-    local keep = 0
-    for _, c in ipairs(cw) do
-      redis.call('HINCRBY', ckey, c[1] .. ':' .. c[2], 1)
-      if 2 * c[1] > keep then keep = 2 * c[1] end
-    end
-    -- Fields older than the previous window are dead: drop them when the
-    -- hash holds more than the two live ones per window.
-    if redis.call('HLEN', ckey) > 2 * #cw then
-      local fs = redis.call('HKEYS', ckey)
-      for _, f in ipairs(fs) do
-        local len, idx = string.match(f, '^(%d+):(%d+)$')
-        if len == nil or tonumber(idx) < math.floor(now / tonumber(len)) - 1 then
-          redis.call('HDEL', ckey, f)
-        end
-      end
-    end
-    redis.call('PEXPIRE', ckey, keep)
+  if #counted[r] > 0 then
+    count(KEYS[2 * r], counted[r], 1, now)
   end
 end
 if cdms > 0 and not again then
@@ -339,11 +319,13 @@ return {0, replies}
 
 // rollbackScript removes one reservation. KEYS: the logs, then the cooldown
 // key when ARGV[2] == '1', then ARGV[3] counters and the mark when ARGV[3]
-// > 0. ARGV[1]: the reservation id. A counter is decremented in the fixed
+// > 0. ARGV[1]: the reservation id; ARGV[4]: its units when it is a bulk
+// one (TakeUpTo), else 0 or absent. A counter is decremented in the fixed
 // windows the mark's time fell in, and only while the mark lives, which
 // it then deletes: a second rollback finds none and does nothing.
 var rollbackScript = redis.NewScript(`
 local nc = tonumber(ARGV[3]) or 0
+local units = tonumber(ARGV[4]) or 0
 local n = #KEYS
 if nc > 0 then
   local mark = KEYS[#KEYS]
@@ -353,7 +335,7 @@ if nc > 0 then
       for _, f in ipairs(redis.call('HKEYS', KEYS[i])) do
         local len, idx = string.match(f, '^(%d+):(%d+)$')
         if len and tonumber(idx) == math.floor(at / tonumber(len)) then
-          if redis.call('HINCRBY', KEYS[i], f, -1) <= 0 then
+          if redis.call('HINCRBY', KEYS[i], f, -math.max(units, 1)) <= 0 then
             redis.call('HDEL', KEYS[i], f)
           end
         end
@@ -370,38 +352,46 @@ if ARGV[2] == '1' then
   n = n - 1
 end
 for i = 1, n do
-  redis.call('ZREM', KEYS[i], ARGV[1])
+  if units == 0 then
+    redis.call('ZREM', KEYS[i], ARGV[1])
+  end
+  -- A bulk reservation's units are members ID:1 … ID:units (takeUpToLua).
+  for u = 1, units, 500 do
+    local m = {}
+    for v = u, math.min(u + 499, units) do m[#m + 1] = ARGV[1] .. ':' .. v end
+    redis.call('ZREM', KEYS[i], unpack(m))
+  end
 end
 return 0
 `)
 
-// Take admits the request and records it in every rule and the cooldown, or
-// records nothing and returns a *LimitError. Other errors mean Redis could
-// not be asked; the caller decides whether to fail open or closed.
-func (l *Limiter) Take(ctx context.Context, req Request) (*Reservation, error) {
-	// The id is the log member, so it must be unique per reservation even
-	// when two replicas take in the same millisecond.
-	id := rand.Text()
-	res := &Reservation{ID: id}
-	var (
-		args = []any{id, int64(0), 0, int64(0)}
-		// The script skips nothing it is sent, so unlimited windows and rules
-		// without limits are left out here; ruleIdx and winIdx map its 1-based
-		// positions back to req for the LimitError.
-		ruleIdx []int
-		winIdx  [][]int
-		seen    = make(map[string]bool, len(req.Rules))
-		// keys: per rule its log and its counter, as the script wants them.
-		keys     []string
-		markTag  string
-		exactMax = l.exactMax
-	)
+// prepared is a request in the take scripts' terms.
+type prepared struct {
+	// keys: per rule its log and its counter, then the cooldown key.
+	keys []string
+	// args: reservation id, cooldown ms, number of rules, mark ms, then
+	// the rules' windows (takeScript's ARGV up to the Then commands).
+	args []any
+	// The scripts skip nothing they are sent, so unlimited windows and
+	// rules without limits are left out; ruleIdx and winIdx map their
+	// 1-based positions back to the request for the LimitError.
+	ruleIdx []int
+	winIdx  [][]int
+	// markTag is the tag of the first counted rule ("" when none counts).
+	markTag string
+}
+
+// prepare checks req and turns it into the scripts' keys and arguments,
+// filling res's Keys, Counters and CooldownKey.
+func (l *Limiter) prepare(req Request, res *Reservation) (prepared, error) {
+	p := prepared{args: []any{res.ID, int64(0), 0, int64(0)}}
+	seen := make(map[string]bool, len(req.Rules))
 	for i, r := range req.Rules {
 		if r.Key == "" {
-			return nil, fmt.Errorf("ratelimit: rule %d (%q): empty key", i, r.Name)
+			return p, fmt.Errorf("ratelimit: rule %d (%q): empty key", i, r.Name)
 		}
 		if seen[r.Key] {
-			return nil, fmt.Errorf("ratelimit: rule %q: key %q used twice in one request", r.Name, r.Key)
+			return p, fmt.Errorf("ratelimit: rule %q: key %q used twice in one request", r.Name, r.Key)
 		}
 		seen[r.Key] = true
 		var ws []int
@@ -409,14 +399,14 @@ func (l *Limiter) Take(ctx context.Context, req Request) (*Reservation, error) {
 		exact, counted := false, false
 		for j, w := range r.Windows {
 			if w.Limit < 0 || w.Length <= 0 {
-				return nil, fmt.Errorf("ratelimit: rule %q: window %d: length %s and limit %d must be positive", r.Name, j, w.Length, w.Limit)
+				return p, fmt.Errorf("ratelimit: rule %q: window %d: length %s and limit %d must be positive", r.Name, j, w.Length, w.Limit)
 			}
 			if w.Limit == 0 {
 				continue
 			}
 			ws = append(ws, j)
 			mode := 0
-			if w.Limit > exactMax {
+			if w.Limit > l.exactMax {
 				mode, counted = 1, true
 			} else {
 				exact = true
@@ -426,34 +416,50 @@ func (l *Limiter) Take(ctx context.Context, req Request) (*Reservation, error) {
 		if len(ws) == 0 {
 			continue
 		}
-		ruleIdx = append(ruleIdx, i)
-		winIdx = append(winIdx, ws)
+		p.ruleIdx = append(p.ruleIdx, i)
+		p.winIdx = append(p.winIdx, ws)
 		log, ctr := l.logKey(r.Tag, r.Key), l.counterKey(r.Tag, r.Key)
-		keys = append(keys, log, ctr)
+		p.keys = append(p.keys, log, ctr)
 		if exact {
 			res.Keys = append(res.Keys, log)
 		}
 		if counted {
 			res.Counters = append(res.Counters, ctr)
-			if markTag == "" {
-				markTag = tagOr(r.Tag, r.Key)
+			if p.markTag == "" {
+				p.markTag = tagOr(r.Tag, r.Key)
 			}
 		}
-		args = append(args, len(ws))
-		args = append(args, wargs...)
+		p.args = append(p.args, len(ws))
+		p.args = append(p.args, wargs...)
 	}
-	args[2] = len(ruleIdx)
+	p.args[2] = len(p.ruleIdx)
 	if cd := req.Cooldown; cd != nil {
 		if cd.Key == "" || cd.For <= 0 {
-			return nil, fmt.Errorf("ratelimit: cooldown %q: needs a key and a positive duration", cd.Name)
+			return p, fmt.Errorf("ratelimit: cooldown %q: needs a key and a positive duration", cd.Name)
 		}
 		res.CooldownKey = l.cooldownKey(cd.Tag, cd.Key)
-		keys = append(keys, res.CooldownKey)
-		args[1] = ceilMS(cd.For)
+		p.keys = append(p.keys, res.CooldownKey)
+		p.args[1] = ceilMS(cd.For)
 	}
-	if markTag != "" {
-		args[3] = ceilMS(markTTL)
+	if p.markTag != "" {
+		p.args[3] = ceilMS(markTTL)
 	}
+	return p, nil
+}
+
+// Take admits the request and records it in every rule and the cooldown, or
+// records nothing and returns a *LimitError. Other errors mean Redis could
+// not be asked; the caller decides whether to fail open or closed.
+func (l *Limiter) Take(ctx context.Context, req Request) (*Reservation, error) {
+	// The id is the log member, so it must be unique per reservation even
+	// when two replicas take in the same millisecond.
+	id := rand.Text()
+	res := &Reservation{ID: id}
+	p, err := l.prepare(req, res)
+	if err != nil {
+		return nil, err
+	}
+	keys, args, ruleIdx, winIdx, markTag := p.keys, p.args, p.ruleIdx, p.winIdx, p.markTag
 	if req.Once != nil {
 		if err := req.Once.check(); err != nil {
 			return nil, err
@@ -561,7 +567,7 @@ func (l *Limiter) Rollback(ctx context.Context, res *Reservation) error {
 		keys = append(keys, res.Marks[0])
 		nc = len(res.Counters)
 	}
-	if err := rollbackScript.Run(ctx, l.rdb, keys, res.ID, hasCD, nc).Err(); err != nil {
+	if err := rollbackScript.Run(ctx, l.rdb, keys, res.ID, hasCD, nc, res.Units).Err(); err != nil {
 		return fmt.Errorf("ratelimit: rollback: %w", err)
 	}
 	return nil

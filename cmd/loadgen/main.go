@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -375,6 +376,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		_, _ = fmt.Fprintf(stderr, "loadgen %s: %s\n", mode, msg)
 		return 2
 	}
+	ho, err := hf.options()
+	if err != nil && mode == "headline" {
+		_, _ = fmt.Fprintf(stderr, "loadgen %s: %v\n", mode, err)
+		return 2
+	}
 	o.BinDir, o.ExtraEnv, o.ProfileDir = c.binDir, c.extraEnv, c.profile
 	if c.profile != "" {
 		if err := os.MkdirAll(c.profile, 0o750); err != nil {
@@ -416,7 +422,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	})
 	if mode == "headline" { // not part of all: its steps take minutes each
 		do("headline", func() (err error) {
-			rep.Headline, err = loadgen.Headline(ctx, o, hf.options())
+			rep.Headline, err = loadgen.Headline(ctx, o, ho)
 			return err
 		})
 	}
@@ -577,6 +583,8 @@ type headlineFlags struct {
 	batch              int
 	kinds              string
 	rawStart           float64
+	targets            string
+	refine             int
 }
 
 func (h *headlineFlags) register(fs *flag.FlagSet) {
@@ -591,9 +599,24 @@ func (h *headlineFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&h.batch, "batch", 1000, "headline: WeCom recipients per batch")
 	fs.StringVar(&h.kinds, "kinds", "mail,wecom,raw", "headline: which kinds to step, in order (raw: the broker path alone, confirmed publish → consume, the baseline)")
 	fs.Float64Var(&h.rawStart, "raw-start", 2000, "headline: first offered rate of the raw kind, messages/s")
+	fs.StringVar(&h.targets, "targets", "mail=3000,wecom=10000", "headline: kind=rate, the first offered rate of those kinds (issue 22's targets, so that the target itself is a step: up by --factor from it while steps hold, else down); others start at --start")
+	fs.IntVar(&h.refine, "refine", 2, "headline: steps between the best rate that held and the lowest that did not (geometric means)")
 }
 
-func (h *headlineFlags) options() loadgen.HeadlineOptions {
+func (h *headlineFlags) options() (loadgen.HeadlineOptions, error) {
+	targets := map[string]float64{}
+	for _, kv := range strings.Split(h.targets, ",") {
+		if strings.TrimSpace(kv) == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		r, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if !ok || err != nil || r <= 0 {
+			return loadgen.HeadlineOptions{}, fmt.Errorf("--targets: %q: want kind=rate, the rate positive", kv)
+		}
+		targets[strings.TrimSpace(k)] = r
+	}
 	return loadgen.HeadlineOptions{Start: h.start, Factor: max(h.factor, 1.01), Max: h.max, Step: h.step, P99: h.p99, Drain: h.drain,
-		Concurrency: h.concurrency, ConsumerConcurrency: h.consumerC, Batch: max(h.batch, 1), Kinds: strings.Split(h.kinds, ","), RawStart: h.rawStart}
+		Concurrency: h.concurrency, ConsumerConcurrency: h.consumerC, Batch: max(h.batch, 1), Kinds: strings.Split(h.kinds, ","), RawStart: h.rawStart,
+		Targets: targets, Refine: max(h.refine, 0)}, nil
 }

@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,11 @@ type HeadlineOptions struct {
 	ConsumerConcurrency int
 	Batch               int           // WeCom recipients per batch
 	RawStart            float64       // first offered rate of the raw kind, messages/s
+	// Targets are the first offered rate of a kind (mail, wecom): its
+	// target, so that the very rate the issue asks for is one of the steps.
+	// A kind without one starts at Start.
+	Targets map[string]float64
+	Refine  int // steps between the best rate that held and the lowest that did not
 	Drain               time.Duration // longest wait for a step's tail
 	Kinds               []string      // "mail", "wecom", "raw"
 }
@@ -119,21 +125,76 @@ func Headline(ctx context.Context, o *Options, h HeadlineOptions) (*HeadlineResu
 		default:
 			send = apiOffer(cl, kind, run, per)
 		}
-		for rate := start; rate <= h.Max && ctx.Err() == nil; rate *= h.Factor {
+		if t, ok := h.Targets[kind]; ok && kind != "raw" {
+			start = t
+		}
+		err := searchRates(ctx, start, h.Factor, h.Max, h.Refine, func(rate float64) (bool, error) {
 			st, err := headlineStep(ctx, h, arr, rate, per, send, alive)
 			if err != nil {
-				return res, fmt.Errorf("headline %s at %.0f/s: %w", kind, rate, err)
+				return false, fmt.Errorf("headline %s at %.0f/s: %w", kind, rate, err)
 			}
 			k.Steps = append(k.Steps, st)
 			o.progress("headline %s: offered %.0f recipients/s, accepted %.0f/s, p99 %.2f ms, lost %d: %s", kind, rate, st.Rate, st.Latency.P99, st.Lost, map[bool]string{true: "held", false: "did not hold (" + st.Why + ")"}[st.Held])
-			if !st.Held {
-				break
+			if st.Held {
+				k.Best = max(k.Best, st.Rate)
 			}
-			k.Best = st.Rate
-		}
+			return st.Held, nil
+		})
 		res.Kinds = append(res.Kinds, k)
+		if err != nil {
+			return res, err
+		}
 	}
 	return res, nil
+}
+
+// searchRates steps one kind's offered load: from first up by factor while
+// the steps hold (up to highest), or, when first does not hold, down by
+// factor until one does (at most four steps down); then refine more steps,
+// each at the geometric mean of the best rate that held and the lowest
+// that did not, so that the limit is found within factor^(1/2^refine).
+// try runs one step and says whether it held.
+func searchRates(ctx context.Context, first, factor, highest float64, refine int, try func(rate float64) (bool, error)) error {
+	held, failed := 0.0, 0.0 // the best rate that held, the lowest that did not (0: none yet)
+	step := func(rate float64) error {
+		ok, err := try(rate)
+		switch {
+		case err != nil:
+			return err
+		case ok:
+			held = max(held, rate)
+		case failed == 0 || rate < failed:
+			failed = rate
+		}
+		return nil
+	}
+	if err := step(first); err != nil {
+		return err
+	}
+	for rate := first; ctx.Err() == nil; {
+		if held == rate {
+			if rate *= factor; rate > highest {
+				break
+			}
+		} else if rate /= factor; rate < first/math.Pow(factor, 4) {
+			break
+		}
+		if err := step(rate); err != nil {
+			return err
+		}
+		if held > 0 && failed > 0 {
+			break
+		}
+	}
+	for range refine {
+		if held == 0 || failed == 0 || ctx.Err() != nil {
+			break
+		}
+		if err := step(math.Sqrt(held * failed)); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
 }
 
 // offer sends the n-th request of a step: the ids its recipients arrive

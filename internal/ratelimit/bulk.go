@@ -195,9 +195,8 @@ for r = 1, nrules do
     if mode == '1' then
       local idx = math.floor(now / len)
       local el = now - idx * len
-      local cur = tonumber(redis.call('HGET', ckey, len .. ':' .. idx)) or 0
-      local prev = tonumber(redis.call('HGET', ckey, len .. ':' .. (idx - 1))) or 0
-      cw[#cw + 1] = {len, idx}
+      local cur, prev = windowCounts(ckey, len, idx)
+      cw[#cw + 1] = {len, idx, cur}
       -- u more fit while prev × (len − el) / len + cur + u ≤ lim.
       room = math.floor(lim - (prev * (len - el) / len + cur))
       rooms[r][w] = {room, cur, prev, el}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -240,4 +241,54 @@ pace:
 	require.LessOrEqual(t, len(admitted), limit*touched)
 	require.GreaterOrEqual(t, float64(len(admitted)), 0.9*float64(limit*(touched-2)),
 		"admitted %d in %d fixed windows, %d of them complete", len(admitted), touched, touched-2)
+}
+
+// A counter hash is kept for two of its longest window from the request
+// that started its current window, and stale fields go then; requests
+// within a window neither refresh nor trim it (issue 22: two Redis calls
+// per counted rule saved).
+func TestCounterHashExpiresTwoWindowsAfterItsWindowStarted(t *testing.T) {
+	t.Parallel()
+	e := counted(t, 1)
+	req := ratelimit.Request{Rules: []ratelimit.Rule{rule("per API key", "apikey:k", win(time.Hour, 100), win(24*time.Hour, 1000))}}
+	key := e.r.Prefix + "ratelimit:{apikey:k}:ctr:apikey:k"
+	_, err := e.lim.Take(e.ctx, req)
+	require.NoError(t, err)
+	ttl, err := e.r.Client.PTTL(e.ctx, key).Result()
+	require.NoError(t, err)
+	require.Greater(t, ttl, 47*time.Hour, "two of the longest window")
+	require.LessOrEqual(t, ttl, 48*time.Hour)
+	// Stale fields from long ago (more than two per window with the live
+	// ones) and a shorter TTL: a request inside the same windows leaves
+	// them alone.
+	require.NoError(t, e.r.Client.HSet(e.ctx, key, "3600000:1", 5, "3600000:2", 5, "86400000:1", 5).Err())
+	require.NoError(t, e.r.Client.PExpire(e.ctx, key, time.Hour).Err())
+	_, err = e.lim.Take(e.ctx, req)
+	require.NoError(t, err)
+	ttl, err = e.r.Client.PTTL(e.ctx, key).Result()
+	require.NoError(t, err)
+	require.LessOrEqual(t, ttl, time.Hour)
+	n, err := e.r.Client.HLen(e.ctx, key).Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(5), n, "two live fields and the stale ones")
+	// A window that starts (here: a field deleted, as a rollback to 0 does)
+	// trims the stale field and keeps the hash two windows again.
+	fields, err := e.r.Client.HKeys(e.ctx, key).Result()
+	require.NoError(t, err)
+	for _, f := range fields {
+		if strings.HasPrefix(f, "3600000:") && f != "3600000:1" && f != "3600000:2" {
+			require.NoError(t, e.r.Client.HDel(e.ctx, key, f).Err())
+		}
+	}
+	_, err = e.lim.Take(e.ctx, req)
+	require.NoError(t, err)
+	ok, err := e.r.Client.HExists(e.ctx, key, "3600000:1").Result()
+	require.NoError(t, err)
+	require.False(t, ok, "the stale fields are gone")
+	n, err = e.r.Client.HLen(e.ctx, key).Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n, "the two live fields")
+	ttl, err = e.r.Client.PTTL(e.ctx, key).Result()
+	require.NoError(t, err)
+	require.Greater(t, ttl, 47*time.Hour)
 }

@@ -255,9 +255,8 @@ for r = 1, nrules do
       -- still covers.
       local idx = math.floor(now / len)
       local el = now - idx * len
-      local cur = tonumber(redis.call('HGET', ckey, len .. ':' .. idx)) or 0
-      local prev = tonumber(redis.call('HGET', ckey, len .. ':' .. (idx - 1))) or 0
-      cw[#cw + 1] = {len, idx}
+      local cur, prev = windowCounts(ckey, len, idx)
+      cw[#cw + 1] = {len, idx, cur}
       if prev * (len - el) / len + cur + 1 > lim and not again then
         local retry = counterRetry(len, lim, el, cur, prev)
         if best == nil or retry > best[4] then best = {1, r, w, retry} end

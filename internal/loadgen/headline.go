@@ -35,15 +35,15 @@ type HeadlineOptions struct {
 	P99                 time.Duration // the latency a step must hold
 	Concurrency         int           // HTTP connections
 	ConsumerConcurrency int
-	Batch               int     // WeCom recipients per batch
-	RawStart            float64 // first offered rate of the raw kind, messages/s
+	Batch               int           // WeCom recipients per batch
+	RawStart            float64       // first offered rate of the raw kind, messages/s
+	Drain               time.Duration // longest wait for a step's tail
+	Kinds               []string      // "mail", "wecom", "raw"
+	Refine              int           // steps between the best rate that held and the lowest that did not
 	// Targets are the first offered rate of a kind (mail, wecom): its
 	// target, so that the very rate the issue asks for is one of the steps.
 	// A kind without one starts at Start.
 	Targets map[string]float64
-	Refine  int           // steps between the best rate that held and the lowest that did not
-	Drain   time.Duration // longest wait for a step's tail
-	Kinds   []string      // "mail", "wecom", "raw"
 }
 
 // HeadlineStep is one offered rate held for one step.

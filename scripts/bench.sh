@@ -19,8 +19,9 @@ start=$(date +%s)
 GOBENCH=(go test -run '^$' -bench . -benchmem -count 3 ./...)
 # Sized for about 7 min before the headline (about 4.5 min of it loadgen on
 # 2 cores): 3 rounds of 8 s phases (api), 8,000 messages per consumer run
-# (2,048 sends in flight against the provider taking 200 ms: 5,000 msg/s
-# needs 1,000), 10 s at 1,000/s (e2e), a 30 s mix of delays.
+# (the provider taking 200 ms gets 20 per send in flight, 40,960: 2,048 in
+# flight, where 5,000 msg/s needs 1,000), 10 s at 1,000/s (e2e), a 30 s mix
+# of delays.
 # The consumer's CONCURRENCY and the wider run's; the peer runs at both,
 # with as many tasks as the consumer runs get messages.
 CONCURRENCY=64

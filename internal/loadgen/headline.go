@@ -413,7 +413,7 @@ func writeHeadline(p func(string, ...any), h *HeadlineResult, md bool) {
 	if md {
 		p("## Seed 004's headline")
 		p("")
-		p("Highest offered rate whose every recipient went from the API's 202 to the sink with p99 under %.0f ms for a whole step of %.0f s, none lost; the offered load steps up until one does not hold. Mail: single sends (`POST /api/messages/send`) through the SMTP sink. WeCom: batches of %d recipients (`POST /api/messages/batch`) through the WeCom test server (answering in %s). In recipients per second.", h.P99Ms, h.StepSec, h.Batch, WeComLatency)
+		p("Highest offered rate whose every recipient went from the API's 202 to the sink with p99 under %.0f ms for a whole step of %.0f s, none lost. Each kind is first offered its target (`--targets`; raw, which has none, `--raw-start`), then twice as much while steps hold, or half as much until one does, then the geometric mean of the best rate that held and the lowest that did not (`--refine` times); steps are listed in the order they ran. Mail: single sends (`POST /api/messages/send`) through the SMTP sink. WeCom: batches of %d recipients (`POST /api/messages/batch`) through the WeCom test server (answering in %s). In recipients per second.", h.P99Ms, h.StepSec, h.Batch, WeComLatency)
 		p("")
 		p("raw: the broker path alone on the same machine in the same run, the baseline: a notice-sized message published with confirms (amqp091-go, window 256) by as many publishers as the API kinds' connections, each waiting for its confirm, to a quorum queue consumed in-process (prefetch 256, multiple acks), timed from its confirm to its delivery; messages per second.")
 		p("")

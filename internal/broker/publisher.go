@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -115,7 +114,12 @@ type pubChannel struct {
 	// closes gets the broker's reason when it closes the channel, before
 	// the library nacks what was outstanding on it (see lostConfirm).
 	closes chan *amqp.Error
-	reason atomic.Pointer[amqp.Error] // what closes delivered, once read
+	// reason is what closes delivered, once read. reasonMu makes the read
+	// and the store one step: two publishes losing their confirms at once
+	// (a batch's) must both see the reason, not one of them the channel
+	// already emptied by the other and the reason not yet stored.
+	reasonMu sync.Mutex
+	reason   *amqp.Error
 }
 
 // lostConfirm is the error of a publish whose confirm never came because
@@ -128,14 +132,17 @@ type pubChannel struct {
 // close (the connection was lost, a node went down) may have come after
 // the broker queued the message: ErrConfirmLost.
 func (pc *pubChannel) lostConfirm() error {
+	pc.reasonMu.Lock()
 	select {
 	case e, ok := <-pc.closes:
 		if ok && e != nil {
-			pc.reason.Store(e)
+			pc.reason = e
 		}
 	default:
 	}
-	if e := pc.reason.Load(); e != nil && e.Code == amqp.NotFound && !pc.conn.IsClosed() {
+	e := pc.reason
+	pc.reasonMu.Unlock()
+	if e != nil && e.Code == amqp.NotFound && !pc.conn.IsClosed() {
 		return fmt.Errorf("%w: the broker closed the channel: %w", ErrUnavailable, e)
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, ErrConfirmLost)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -98,7 +99,11 @@ func NewEnv(ctx context.Context, o Options, name string) (*Env, error) {
 func (e *Env) Close() {
 	ctx := context.Background()
 	_ = e.mc.DeleteVHost(ctx, e.VHost)
-	_ = rdb.DeletePrefix(ctx, e.Redis, e.Prefix)
+	if err := rdb.DeletePrefix(ctx, e.Redis, e.Prefix); err != nil {
+		// What is left slows every later scan of this Redis (tests' own
+		// cleanups): say so, with what to delete.
+		fmt.Fprintf(os.Stderr, "loadgen: could not delete the run's Redis keys (%s*): %v\n", e.Prefix, err)
+	}
 	_ = e.Redis.Close()
 }
 

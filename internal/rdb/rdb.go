@@ -321,36 +321,58 @@ func IsNoScript(err error) bool {
 func Keys(ctx context.Context, c redis.UniversalClient, pattern string) ([]string, error) {
 	var mu sync.Mutex
 	var keys []string
-	scan := func(ctx context.Context, node redis.UniversalClient) error {
-		iter := node.Scan(ctx, 0, pattern, 1000).Iterator()
-		for iter.Next(ctx) {
-			mu.Lock()
-			keys = append(keys, iter.Val())
-			mu.Unlock()
-		}
-		return iter.Err()
-	}
-	var err error
-	if cc, ok := AsCluster(c); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return scan(ctx, node) })
-	} else {
-		err = scan(ctx, c)
-	}
+	err := scanEach(ctx, c, pattern, func(_ context.Context, batch []string) error {
+		mu.Lock()
+		keys = append(keys, batch...)
+		mu.Unlock()
+		return nil
+	})
 	return keys, err
 }
 
-// DeletePrefix deletes every key under prefix, key by key in one pipeline
-// (on a cluster one DEL may not span slots).
+// DeletePrefix deletes every key under prefix as the scan finds them: a
+// pipeline of UNLINKs per thousand keys, key by key (on a cluster one
+// command may not span slots). A load generator's run can leave millions
+// of keys (status records live for days): one pipeline of them all
+// outlived the client's read timeout and left them there, and every
+// test's cleanup after that scanned them all.
 func DeletePrefix(ctx context.Context, c redis.UniversalClient, prefix string) error {
-	keys, err := Keys(ctx, c, prefix+"*")
-	if err != nil || len(keys) == 0 {
+	return scanEach(ctx, c, prefix+"*", func(ctx context.Context, batch []string) error {
+		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, k := range batch {
+				p.Unlink(ctx, k)
+			}
+			return nil
+		})
 		return err
-	}
-	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, k := range keys {
-			p.Del(ctx, k)
-		}
-		return nil
 	})
-	return err
+}
+
+// scanEach calls fn with the keys matching pattern, a thousand at a time,
+// scanning every master of a Redis Cluster (at once) or the one Redis.
+func scanEach(ctx context.Context, c redis.UniversalClient, pattern string, fn func(context.Context, []string) error) error {
+	const batchSize = 1000
+	scan := func(ctx context.Context, node redis.UniversalClient) error {
+		iter := node.Scan(ctx, 0, pattern, batchSize).Iterator()
+		batch := make([]string, 0, batchSize)
+		for iter.Next(ctx) {
+			if batch = append(batch, iter.Val()); len(batch) == batchSize {
+				if err := fn(ctx, batch); err != nil {
+					return err
+				}
+				batch = batch[:0]
+			}
+		}
+		if err := iter.Err(); err != nil {
+			return err
+		}
+		if len(batch) == 0 {
+			return nil
+		}
+		return fn(ctx, batch)
+	}
+	if cc, ok := AsCluster(c); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return scan(ctx, node) })
+	}
+	return scan(ctx, c)
 }

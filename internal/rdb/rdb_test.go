@@ -190,3 +190,31 @@ func TestOpenAutoPipeline(t *testing.T) {
 		})
 	}
 }
+
+// DeletePrefix removes every key under the prefix however many there are
+// (it deletes as it scans, a thousand at a time) and nothing else; Keys
+// finds them all first.
+func TestDeletePrefixDeletesManyKeysAndOnlyThose(t *testing.T) {
+	t.Parallel()
+	r := testenv.NewRedis(t)
+	ctx := testenv.Context(t, 30*time.Second)
+	under, beside := r.Prefix+"many:", r.Prefix+"manyx"
+	_, err := r.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range 2500 {
+			p.Set(ctx, fmt.Sprintf("%s{k%d}", under, i), "v", time.Minute)
+		}
+		p.Set(ctx, beside, "kept", time.Minute)
+		return nil
+	})
+	require.NoError(t, err)
+	keys, err := rdb.Keys(ctx, r.Client, under+"*")
+	require.NoError(t, err)
+	require.Len(t, keys, 2500)
+	require.NoError(t, rdb.DeletePrefix(ctx, r.Client, under))
+	keys, err = rdb.Keys(ctx, r.Client, under+"*")
+	require.NoError(t, err)
+	require.Empty(t, keys)
+	v, err := r.Client.Get(ctx, beside).Result()
+	require.NoError(t, err)
+	require.Equal(t, "kept", v)
+}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"slices"
@@ -244,6 +245,13 @@ func (s *Server) admitBulk(ctx context.Context, caller apikey.Key, req *Message,
 	}
 	if b.Refused != nil {
 		refused = limited(b.Refused)
+	} else if b.Admitted < len(recipients) {
+		// TakeUpTo refuses every unit it does not admit; anything else is
+		// a bug, and nothing of the batch is kept for it.
+		for _, a := range as {
+			s.rollbackLater(ctx, undo{reservation: a.res, taskID: a.taskID})
+		}
+		return nil, nil, internal(fmt.Errorf("frequency control admitted %d of %d recipients and refused none", b.Admitted, len(recipients)))
 	}
 	return as, refused, nil
 }

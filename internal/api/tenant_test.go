@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -310,4 +311,47 @@ func TestBareKeyNamesAreTenantsOfTheirOwn(t *testing.T) {
 	rec, err := h.srv.d.Status.Get(context.Background(), res.TaskID)
 	require.NoError(t, err)
 	require.Equal(t, "shopA", rec.Tenant)
+}
+
+// A batch counts each recipient against its tenant's limit, admitted
+// together in one limiter script: a tenant's batch over its limit is cut
+// at it, and another tenant's batch right after is not touched. On one
+// Redis the admission of any number of recipients is one round trip.
+func TestTenantLimitCutsABatchAndSparesTheOtherTenant(t *testing.T) {
+	limits := defaultLimits()
+	limits.PerTenantMinute = 3
+	h := setup(t, options{limits: limits, keys: tenantKeys(t)})
+	batch := func(key, tag string, n int) (BatchResult, response) {
+		recipients := make([]string, n)
+		for i := range recipients {
+			recipients[i] = fmt.Sprintf("%s%d@example.com", tag, i)
+		}
+		r := h.do("POST", "/api/messages/batch", noticeBody("EMAIL", func(m map[string]any) { m["recipients"] = recipients }), "X-API-Key", key)
+		var res BatchResult
+		if r.Status == http.StatusAccepted {
+			r.data(t, &res)
+		}
+		return res, r
+	}
+	shop, r := batch(shopKey, "s", 5)
+	require.Equal(t, http.StatusAccepted, r.Status, r.Msg)
+	require.Len(t, shop.Accepted, 3)
+	require.Len(t, shop.Rejected, 2)
+	for _, rej := range shop.Rejected {
+		require.Equal(t, http.StatusTooManyRequests, rej.Code)
+		require.Contains(t, rej.Msg, "per tenant")
+	}
+	_, r = batch(shopKey, "t", 1)
+	require.Equal(t, http.StatusTooManyRequests, r.Status, "the tenant is at its limit: %s", r.Msg)
+
+	rt := &roundTrips{}
+	h.redis.Client.AddHook(rt)
+	blog, r := batch(blogKey, "b", 3)
+	require.Equal(t, http.StatusAccepted, r.Status, "another tenant is not limited: %s", r.Msg)
+	require.Len(t, blog.Accepted, 3)
+	require.Empty(t, blog.Rejected)
+	if h.redis.Mode != "cluster" { // there, a Take per recipient
+		// The admission of all three, then the batch's task list.
+		require.EqualValues(t, 2, rt.n.Load(), "Redis round trips for a batch of three")
+	}
 }

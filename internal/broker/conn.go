@@ -192,11 +192,13 @@ func (s *Session) Run(ctx context.Context) {
 		closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 		blocking := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
 		s.blocked.Store(false)
+		// Logged before the connection is handed out, so that whoever
+		// reads the log after using the session finds the node there.
+		log.Info("broker connected", zap.String("node", hostOf(node)), zap.String("server_version", fmt.Sprint(conn.Properties["version"])))
 		s.mu.Lock()
 		s.conn = conn
 		close(s.ready)
 		s.mu.Unlock()
-		log.Info("broker connected", zap.String("node", hostOf(node)), zap.String("server_version", fmt.Sprint(conn.Properties["version"])))
 		lost := s.watch(ctx, conn, closed, blocking)
 		s.mu.Lock()
 		s.conn = nil

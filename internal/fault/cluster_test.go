@@ -47,11 +47,18 @@ func clusterScript(t *testing.T, script string, args ...string) string {
 
 var nodeLog = regexp.MustCompile(`"broker connected".*?"node":"127\.0\.0\.1:(\d+)"`)
 
-// nodeOf is the RabbitMQ node (1..3) process p connected to last.
+// nodeOf is the RabbitMQ node (1..3) process p connected to last. A
+// consumer says it started before its session has connected (the
+// session connects in the background, and a node revived a moment ago
+// may refuse the first dial), so this waits for the first connection.
 func nodeOf(t *testing.T, p *proc) int {
 	t.Helper()
-	m := nodeLog.FindAllStringSubmatch(p.Output(), -1)
-	require.NotEmpty(t, m, "%s logged no broker connection", p.Name)
+	var m [][]string
+	testenv.WaitFor(t, 30*time.Second, p.Name+" logging a broker connection", func() bool {
+		m = nodeLog.FindAllStringSubmatch(p.Output(), -1)
+		return len(m) > 0 || p.Exited()
+	})
+	require.NotEmpty(t, m, "%s logged no broker connection:\n%s", p.Name, p.Output())
 	port, err := strconv.Atoi(m[len(m)-1][1])
 	require.NoError(t, err)
 	return port - 5681 // AMQP ports 5682..5684 (scripts/cluster/rabbitmq.sh)

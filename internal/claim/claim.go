@@ -118,6 +118,12 @@ var acquireScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if v then
   if string.sub(v, 1, 6) ~= 'lease:' then return {2, v, 0} end
+  -- Our own lease (the same call run again, after a client retry): still
+  -- ours. Each acquisition draws a fresh token, so no one else has it.
+  if v == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, '', 0}
+  end
   local pttl = redis.call('PTTL', KEYS[1])
   -- A lease always has a TTL; one without is a leftover that would block
   -- the message forever, so it is taken over.

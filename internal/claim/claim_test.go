@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/msgpulse/msgpulse/internal/claim"
+	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/testenv"
 )
 
@@ -158,6 +159,29 @@ func TestAcquire(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The same acquisition sent twice (a client or pipeline retry after it
+// ran) finds its own lease: still claimed, not held by ourselves, which
+// would hold the message back for a whole lease.
+func TestAcquireRunTwiceIsStillOurs(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	c := e.claimer(t, time.Minute)
+	key := c.TaskKey("email", "t1")
+	comp := rdb.NewComposer()
+	rec := comp.Recorder()
+	a, err := c.QueueAcquire(e.ctx, rec, key, "b")
+	require.NoError(t, err)
+	for run := range 2 {
+		require.NoError(t, comp.Exec(e.ctx, e.r.Client, rec), "run %d", run)
+		res, err := a.Result()
+		require.NoError(t, err)
+		require.Equal(t, claim.Claimed, res.Outcome, "run %d: %s held by %q", run, res.Outcome, res.HeldBy)
+		require.Equal(t, a.Lease, e.value(t, key))
+	}
+	// Anyone else still finds it held.
+	require.Equal(t, claim.Held, e.acquire(t, c, key, "b").Outcome)
 }
 
 func TestMarkSent(t *testing.T) {

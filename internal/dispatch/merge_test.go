@@ -39,7 +39,7 @@ func TestSingleWeComMessagesAreMerged(t *testing.T) {
 			continue
 		}
 		rec := waitStatus(t, s, id, status.Sent)
-		require.Equal(t, 1, rec.Attempts)
+		require.Equal(t, 1, rec.Attempts, "%d %+v", i, rec)
 	}
 	waitStatus(t, s, other, status.Sent)
 	waitStatus(t, s, high, status.Sent)

@@ -33,6 +33,7 @@ type Composer struct {
 	sources map[string]int // sha → position in subs
 	subs    []string
 	script  *redis.Script // over subs, rebuilt when one is learned
+	src     string        // script's source
 }
 
 // NewComposer returns an empty Composer.
@@ -165,15 +166,20 @@ for i = 1, n do
 end
 return out
 `)
-	c.script = redis.NewScript(b.String())
+	c.src = b.String()
+	c.script = redis.NewScript(c.src)
 	return c.script
 }
 
 // Exec runs the calls of every recorder in one round trip: one composite
-// script per hash tag (one for all on a single Redis), all in one pipeline,
-// loaded again after NOSCRIPT (it did not run then). Each recorded call
-// gets its reply or error; Exec returns the error of the round trip, if
-// any, which every call then carries too.
+// script per hash tag (one for all on a single Redis), all in one pipeline.
+// A composite answered NOSCRIPT did not run; only those are sent again,
+// once, after loading it on every node. The others did run, and must not
+// run twice: on a Redis Cluster some nodes may know a composite that
+// others do not yet (another flush loaded it meanwhile), and a claim run
+// again would find its own lease and call it held. Each recorded call gets
+// its reply or error; Exec returns the first error of a composite, which
+// every call of that composite carries too.
 func (c *Composer) Exec(ctx context.Context, rdb redis.UniversalClient, recs ...*Recorder) error {
 	var calls []*call
 	for _, r := range recs {
@@ -189,32 +195,44 @@ func (c *Composer) Exec(ctx context.Context, rdb redis.UniversalClient, recs ...
 		groups = byTag(calls)
 	}
 	script := c.composite()
-	var cmds []*redis.Cmd
-	err := Pipelined(ctx, rdb, func(p redis.Pipeliner) (func() error, error) {
-		cmds = make([]*redis.Cmd, len(groups))
-		for i, g := range groups {
-			var keys []string
-			args := []any{len(g)}
-			for _, cl := range g {
-				keys = append(keys, cl.keys...)
-				args = append(args, cl.sub+1, len(cl.keys), len(cl.args))
-				args = append(args, cl.args...)
-			}
-			cmds[i] = script.EvalSha(ctx, p, keys, args...)
-		}
-		return func() error {
-			for _, cmd := range cmds {
-				if err := cmd.Err(); err != nil && IsNoScript(err) {
-					return err
-				}
-			}
-			return nil
-		}, nil
-	}, func(ctx context.Context) error { return script.Load(ctx, rdb).Err() })
+	keys, args := make([][]string, len(groups)), make([][]any, len(groups))
+	pending := make([]int, len(groups))
 	for i, g := range groups {
-		out, gerr := []any(nil), err
-		if gerr == nil && cmds != nil {
-			out, gerr = cmds[i].Slice()
+		args[i] = []any{len(g)}
+		for _, cl := range g {
+			keys[i] = append(keys[i], cl.keys...)
+			args[i] = append(args[i], cl.sub+1, len(cl.keys), len(cl.args))
+			args[i] = append(args[i], cl.args...)
+		}
+		pending[i] = i
+	}
+	cmds := make([]*redis.Cmd, len(groups))
+	var loadErr error
+	for attempt := 0; len(pending) > 0; attempt++ {
+		p := rdb.Pipeline()
+		for _, i := range pending {
+			cmds[i] = script.EvalSha(ctx, p, keys[i], args[i]...)
+		}
+		_, _ = p.Exec(ctx) // each composite's own error is read below
+		var again []int
+		for _, i := range pending {
+			if err := cmds[i].Err(); err != nil && IsNoScript(err) {
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 || attempt > 0 {
+			break
+		}
+		if loadErr = script.Load(ctx, rdb).Err(); loadErr != nil {
+			break
+		}
+		pending = again
+	}
+	var err error
+	for i, g := range groups {
+		out, gerr := cmds[i].Slice()
+		if gerr != nil && loadErr != nil && IsNoScript(gerr) {
+			gerr = errors.Join(gerr, loadErr)
 		}
 		if gerr == nil && len(out) != len(g) {
 			gerr = fmt.Errorf("rdb: composite: %d replies for %d calls", len(out), len(g))

@@ -106,3 +106,54 @@ func TestComposerRunsManyCallsAsOneScript(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 15, v)
 }
+
+// On a Redis Cluster a composite may be known to some masters and not yet
+// to others (another flush loaded it a moment ago, or a new master came
+// up). The composites that ran must not run again when the others are
+// sent after NOSCRIPT: a claim run twice would find its own lease and call
+// it held.
+func TestComposerRunsACompositeOnceWhenOnlySomeNodesKnowIt(t *testing.T) {
+	r := testenv.NewRedis(t)
+	cc, ok := rdb.AsCluster(r.Client)
+	if !ok {
+		t.Skip("one Redis knows a script or does not: needs a Redis Cluster (make test-cluster)")
+	}
+	ctx := testenv.Context(t, 10*time.Second)
+	incr := redis.NewScript(`return redis.call('INCRBY', KEYS[1], ARGV[1])`)
+	c := rdb.NewComposer()
+	warm := c.Recorder()
+	incr.Run(ctx, warm, []string{r.Prefix + "{warm}:k"}, 1) // learns incr
+	require.NoError(t, c.Exec(ctx, r.Client, warm))
+
+	// Forgotten everywhere, then known to the master of tag t0 only.
+	require.NoError(t, cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+		return n.ScriptFlush(ctx).Err()
+	}))
+	keys := make([]string, 12)
+	masters := map[string]bool{}
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s{t%d}:k", r.Prefix, i)
+		m, err := cc.MasterForKey(ctx, keys[i])
+		require.NoError(t, err)
+		masters[m.Options().Addr] = true
+	}
+	require.Greater(t, len(masters), 1, "the keys spread over more than one master")
+	first, err := cc.MasterForKey(ctx, keys[0])
+	require.NoError(t, err)
+	require.NoError(t, first.ScriptLoad(ctx, c.CompositeSource()).Err())
+
+	rec := c.Recorder()
+	cmds := make([]*redis.Cmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = incr.Run(ctx, rec, []string{k}, 1)
+	}
+	require.NoError(t, c.Exec(ctx, r.Client, rec))
+	for i, k := range keys {
+		v, err := cmds[i].Int64()
+		require.NoError(t, err)
+		require.EqualValues(t, 1, v, "%s ran once", k)
+		got, err := r.Client.Get(ctx, k).Int64()
+		require.NoError(t, err)
+		require.EqualValues(t, 1, got, "%s ran once", k)
+	}
+}

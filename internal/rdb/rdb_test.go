@@ -91,6 +91,9 @@ func TestNewDoesNotConnect(t *testing.T) {
 func TestNewTalksToRealRedis(t *testing.T) {
 	t.Parallel()
 	r := testenv.NewRedis(t)
+	if r.Mode != "" && r.Mode != "single" {
+		t.Skipf("New is the one-node client; TEST_REDIS_MODE=%s is Open's (TestOpen*)", r.Mode)
+	}
 	c, err := rdb.New(r.URL)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })

@@ -36,7 +36,7 @@ export MSGPULSE_SENTINEL_URL='redis://127.0.0.1:27201?addr=127.0.0.1:27202&addr=
 
 # The Redis integration tests, on the Redis Cluster (and the RabbitMQ
 # cluster where they need a broker).
-$GO test -race -count=1 -timeout "$TIMEOUT" ./internal/ratelimit/ ./internal/verify/ ./internal/claim/ ./internal/status/ ./internal/dispatch/ ./internal/api/
+$GO test -race -count=1 -timeout "$TIMEOUT" ./internal/rdb/ ./internal/ratelimit/ ./internal/verify/ ./internal/claim/ ./internal/status/ ./internal/dispatch/ ./internal/api/
 
 # The scenarios, one at a time, in file order: they print FAULT lines.
 set -o pipefail

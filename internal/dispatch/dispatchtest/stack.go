@@ -218,7 +218,7 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	// have drained and acked.
 	ctx, cancel := context.WithCancel(context.Background())
 	bg, stopBG := context.WithCancel(context.Background())
-	session, err := broker.NewSession(broker.Config{URL: s.Broker.URL, ConnectionName: name})
+	session, err := broker.NewSession(broker.Config{URL: s.Broker.URL, ConnectionName: name, Logger: s.opts.Logger.Named(name)})
 	require.NoError(t, err)
 	pub, err := broker.NewPublisher(broker.PublisherConfig{Session: session})
 	require.NoError(t, err)
@@ -244,7 +244,7 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 		require.NoError(t, err)
 		maxW := max(s.opts.MaxWorkers, concurrency)
 		bc, err := broker.NewConsumer(broker.ConsumerConfig{Session: session, Queues: d.LevelQueues(ct, s.opts.Weights, maxW), OnPanic: d.OnPanic(ch),
-			Concurrency: concurrency, MaxConcurrency: maxW, ScaleEvery: s.opts.ScaleEvery, OnWorkers: s.Metrics.WorkersOf(ch), Grace: 10 * time.Second, Tag: name})
+			Concurrency: concurrency, MaxConcurrency: maxW, ScaleEvery: s.opts.ScaleEvery, OnWorkers: s.Metrics.WorkersOf(ch), Grace: 10 * time.Second, Tag: name, Logger: s.opts.Logger.Named(name)})
 		require.NoError(t, err)
 		workers.Add(1)
 		go func() { defer workers.Done(); _ = bc.Run(ctx) }()

@@ -57,28 +57,33 @@ type APIResult struct {
 
 // APIRound is one round's numbers.
 type APIRound struct {
-	Max         *DriveResult `json:"max,omitempty"`
-	Fixed       *DriveResult `json:"fixed,omitempty"`
-	Baseline    *DriveResult `json:"baseline,omitempty"`
-	RawPublish  float64      `json:"rawPublishPerSec,omitempty"`
-	RawConsume  float64      `json:"rawConsumePerSec,omitempty"`
-	APIMem      Mem          `json:"apiMem"`
-	BaselineMem Mem          `json:"baselineMem"`
+	Max      *DriveResult `json:"max,omitempty"`
+	Fixed    *DriveResult `json:"fixed,omitempty"`
+	Baseline *DriveResult `json:"baseline,omitempty"`
+	// BaselineFixed is the raw path at the API's fixed rate: the floor the
+	// p99 target is held against on this machine.
+	BaselineFixed *DriveResult `json:"baselineFixed,omitempty"`
+	RawPublish    float64      `json:"rawPublishPerSec,omitempty"`
+	RawConsume    float64      `json:"rawConsumePerSec,omitempty"`
+	APIMem        Mem          `json:"apiMem"`
+	BaselineMem   Mem          `json:"baselineMem"`
 }
 
 // APIMedian holds the medians over rounds.
 type APIMedian struct {
-	MaxRPS          float64 `json:"maxAcceptedPerSec"`
-	MaxLatency      Latency `json:"maxLatency"`
-	FixedRate       float64 `json:"fixedRate"`
-	FixedRPS        float64 `json:"fixedAcceptedPerSec"`
-	FixedLatency    Latency `json:"fixedLatency"`
-	BaselineRPS     float64 `json:"baselinePerSec"`
-	BaselineLatency Latency `json:"baselineLatency"`
-	RawPublish      float64 `json:"rawPublishPerSec"`
-	RawConsume      float64 `json:"rawConsumePerSec"`
-	Ratio           float64 `json:"apiOverBaseline"`
-	APIRSSMB        float64 `json:"apiPeakRssMb"`
+	MaxRPS               float64 `json:"maxAcceptedPerSec"`
+	MaxLatency           Latency `json:"maxLatency"`
+	FixedRate            float64 `json:"fixedRate"`
+	FixedRPS             float64 `json:"fixedAcceptedPerSec"`
+	FixedLatency         Latency `json:"fixedLatency"`
+	BaselineRPS          float64 `json:"baselinePerSec"`
+	BaselineLatency      Latency `json:"baselineLatency"`
+	BaselineFixedRPS     float64 `json:"baselineFixedPerSec,omitempty"`
+	BaselineFixedLatency Latency `json:"baselineFixedLatency"`
+	RawPublish           float64 `json:"rawPublishPerSec"`
+	RawConsume           float64 `json:"rawConsumePerSec"`
+	Ratio                float64 `json:"apiOverBaseline"`
+	APIRSSMB             float64 `json:"apiPeakRssMb"`
 }
 
 const benchKey = "loadgen-key-0123456789"
@@ -348,6 +353,15 @@ func API(ctx context.Context, o *Options, a APIOptions) (*APIResult, error) {
 			if err := clean(); err != nil {
 				return nil, err
 			}
+			if rate > 0 {
+				bf := Drive{Concurrency: a.Concurrency, Duration: a.Duration, Rate: rate}.Run(ctx, baseDo)
+				rd.BaselineFixed = &bf
+				o.progress("api round %d: raw path fixed %.0f req/s: p50 %.2f p90 %.2f p99 %.2f max %.2f ms",
+					r, rate, bf.Latency.P50, bf.Latency.P90, bf.Latency.P99, bf.Latency.Max)
+				if err := clean(); err != nil {
+					return nil, err
+				}
+			}
 			var err error
 			if rd.RawPublish, rd.RawConsume, err = rawBroker(ctx, conn, a.Window, a.RawMessages); err != nil {
 				return nil, err
@@ -368,8 +382,8 @@ func API(ctx context.Context, o *Options, a APIOptions) (*APIResult, error) {
 // apiMedian takes the medians over rounds.
 func apiMedian(rounds []APIRound) APIMedian {
 	var m APIMedian
-	var maxR, fixR, fixRate, baseR, pub, cons, rss []float64
-	var maxL, fixL, baseL []Latency
+	var maxR, fixR, fixRate, baseR, baseFixR, pub, cons, rss []float64
+	var maxL, fixL, baseL, baseFixL []Latency
 	for _, r := range rounds {
 		if r.Max != nil {
 			maxR = append(maxR, r.Max.AcceptedRPS)
@@ -384,6 +398,10 @@ func apiMedian(rounds []APIRound) APIMedian {
 		if r.Baseline != nil {
 			baseR = append(baseR, r.Baseline.AcceptedRPS)
 			baseL = append(baseL, r.Baseline.Latency)
+		}
+		if r.BaselineFixed != nil {
+			baseFixR = append(baseFixR, r.BaselineFixed.AcceptedRPS)
+			baseFixL = append(baseFixL, r.BaselineFixed.Latency)
 		}
 		if r.RawPublish > 0 {
 			pub = append(pub, r.RawPublish)
@@ -400,6 +418,9 @@ func apiMedian(rounds []APIRound) APIMedian {
 	}
 	if len(baseL) > 0 {
 		m.BaselineLatency = medianLatency(baseL)
+	}
+	if len(baseFixL) > 0 {
+		m.BaselineFixedRPS, m.BaselineFixedLatency = round2(median(baseFixR)), medianLatency(baseFixL)
 	}
 	// The ratio of the medians, so the table's three numbers agree.
 	if m.BaselineRPS > 0 && m.MaxRPS > 0 {

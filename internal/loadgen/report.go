@@ -29,6 +29,10 @@ func WriteText(w io.Writer, r Report) {
 		}
 		if m.BaselineRPS > 0 {
 			p("  %-34s %12.0f %9.2f %9.2f %9.2f %9.2f", "raw path (echo+Lua+confirm), max", m.BaselineRPS, m.BaselineLatency.P50, m.BaselineLatency.P90, m.BaselineLatency.P99, m.BaselineLatency.Max)
+			if m.BaselineFixedLatency.N > 0 {
+				label := fmt.Sprintf("raw path, fixed %.0f/s", m.FixedRate)
+				p("  %-34s %12.0f %9.2f %9.2f %9.2f %9.2f", label, m.BaselineFixedRPS, m.BaselineFixedLatency.P50, m.BaselineFixedLatency.P90, m.BaselineFixedLatency.P99, m.BaselineFixedLatency.Max)
+			}
 			p("  api / raw path: %.2f", m.Ratio)
 			p("  raw confirmed publish: %.0f msg/s (window %d); raw consume+ack: %.0f msg/s (prefetch %d)", m.RawPublish, a.Window, m.RawConsume, a.Window)
 		}
@@ -277,6 +281,9 @@ func WriteMarkdown(w io.Writer, in MarkdownInput) {
 		}
 		if m.BaselineRPS > 0 {
 			p("| raw path: echo + one Lua call + one confirmed publish, max | %.0f | %.2f | %.2f | %.2f | %.2f |", m.BaselineRPS, m.BaselineLatency.P50, m.BaselineLatency.P90, m.BaselineLatency.P99, m.BaselineLatency.Max)
+			if m.BaselineFixedLatency.N > 0 {
+				p("| raw path at %.0f req/s, the api's fixed rate (open loop) | %.0f | %.2f | %.2f | %.2f | %.2f |", m.FixedRate, m.BaselineFixedRPS, m.BaselineFixedLatency.P50, m.BaselineFixedLatency.P90, m.BaselineFixedLatency.P99, m.BaselineFixedLatency.Max)
+			}
 			p("")
 			p("api / raw path = **%.2f**. Raw confirmed publish (one channel, window %d): %.0f msg/s. Raw consume+ack (prefetch %d): %.0f msg/s.", m.Ratio, a.Window, m.RawPublish, a.Window, m.RawConsume)
 		}

@@ -57,6 +57,7 @@ type ConsumerResult struct {
 // ConsumerRound is one round's messages per second.
 type ConsumerRound struct {
 	Noop       float64 `json:"noopPerSec"`
+	NoopWide   float64 `json:"noopWidePerSec,omitempty"` // the same at WideConcurrency
 	Binary     float64 `json:"binaryNoopPerSec,omitempty"` // the binary, SMS "log" provider
 	BinaryMem  Mem     `json:"binaryNoopConsumerMem"`
 	BinaryWide float64 `json:"binaryNoopWidePerSec,omitempty"` // the same at WideConcurrency
@@ -64,7 +65,9 @@ type ConsumerRound struct {
 	SMTP       float64 `json:"smtpPerSec"`
 	WeCom      float64 `json:"wecomPerSec,omitempty"`
 	RawConsume float64 `json:"rawConsumePerSec,omitempty"`
-	SlowMem    Mem     `json:"slowProviderConsumerMem"`
+	// RawConsumeWide is raw consume+ack at the wide runs' prefetch.
+	RawConsumeWide float64 `json:"rawConsumeWidePerSec,omitempty"`
+	SlowMem        Mem     `json:"slowProviderConsumerMem"`
 	SMTPMem    Mem     `json:"smtpConsumerMem"`
 }
 
@@ -77,7 +80,13 @@ type ConsumerMedian struct {
 	SMTP       float64 `json:"smtpPerSec"`
 	WeCom      float64 `json:"wecomPerSec"`
 	RawConsume float64 `json:"rawConsumePerSec"`
-	NoopRatio  float64 `json:"noopOverRaw"`
+	// The ratio is the no-op's best over raw consume+ack's best: each side
+	// at the concurrency and prefetch that suit it, as against the peer.
+	NoopWide       float64 `json:"noopWidePerSec,omitempty"`
+	RawConsumeWide float64 `json:"rawConsumeWidePerSec,omitempty"`
+	NoopBest       float64 `json:"noopBestPerSec"`
+	RawBest        float64 `json:"rawConsumeBestPerSec"`
+	NoopRatio      float64 `json:"noopOverRaw"`
 	RSSMB      float64 `json:"consumerPeakRssMb"`
 }
 
@@ -134,6 +143,14 @@ func Consumer(ctx context.Context, o *Options, c ConsumerOptions) (*ConsumerResu
 			return nil, fmt.Errorf("no-op provider: %w", err)
 		}
 		o.progress("consumer round %d: no-op provider %.0f msg/s (CONCURRENCY=%d PREFETCH=%d, in-process)", r, rd.Noop, c.Concurrency, c.Prefetch)
+		if c.WideConcurrency > 0 {
+			w := c
+			w.Concurrency, w.Prefetch = c.WideConcurrency, widePrefetch(res)
+			if rd.NoopWide, err = noopRound(ctx, o, env, conn, w); err != nil {
+				return nil, fmt.Errorf("no-op provider, CONCURRENCY=%d: %w", w.Concurrency, err)
+			}
+			o.progress("consumer round %d: no-op provider %.0f msg/s (CONCURRENCY=%d PREFETCH=%d, in-process)", r, rd.NoopWide, w.Concurrency, w.Prefetch)
+		}
 		if rd.Binary, rd.BinaryMem, err = binaryRound(ctx, o, bins, env, conn, c, logProvider); err != nil {
 			return nil, fmt.Errorf("consumer binary, SMS log provider: %w", err)
 		}
@@ -172,6 +189,14 @@ func Consumer(ctx context.Context, o *Options, c ConsumerOptions) (*ConsumerResu
 				return nil, err
 			}
 			o.progress("consumer round %d: raw consume+ack %.0f msg/s (prefetch %d)", r, rd.RawConsume, c.Prefetch)
+			if c.WideConcurrency > 0 {
+				w := c
+				w.Prefetch = widePrefetch(res)
+				if rd.RawConsumeWide, err = rawConsumeRound(ctx, conn, w); err != nil {
+					return nil, err
+				}
+				o.progress("consumer round %d: raw consume+ack %.0f msg/s (prefetch %d)", r, rd.RawConsumeWide, w.Prefetch)
+			}
 		}
 		res.Rounds = append(res.Rounds, rd)
 	}
@@ -180,9 +205,15 @@ func Consumer(ctx context.Context, o *Options, c ConsumerOptions) (*ConsumerResu
 }
 
 func consumerMedian(rounds []ConsumerRound) ConsumerMedian {
-	var noops, bins, wides, slows, smtps, wecoms, raws, rss []float64
+	var noops, noopWides, bins, wides, slows, smtps, wecoms, raws, rawWides, rss []float64
 	for _, r := range rounds {
 		noops, smtps = append(noops, r.Noop), append(smtps, r.SMTP)
+		if r.NoopWide > 0 {
+			noopWides = append(noopWides, r.NoopWide)
+		}
+		if r.RawConsumeWide > 0 {
+			rawWides = append(rawWides, r.RawConsumeWide)
+		}
 		if r.Binary > 0 {
 			bins = append(bins, r.Binary)
 		}
@@ -201,8 +232,10 @@ func consumerMedian(rounds []ConsumerRound) ConsumerMedian {
 		rss = append(rss, max(r.BinaryMem.Peak(), r.SMTPMem.Peak()))
 	}
 	m := ConsumerMedian{Noop: round2(median(noops)), Binary: round2(median(bins)), BinaryWide: round2(median(wides)), Slow: round2(median(slows)), SMTP: round2(median(smtps)), WeCom: round2(median(wecoms)), RawConsume: round2(median(raws)), RSSMB: round2(median(rss))}
-	if m.RawConsume > 0 {
-		m.NoopRatio = round2(m.Noop / m.RawConsume)
+	m.NoopWide, m.RawConsumeWide = round2(median(noopWides)), round2(median(rawWides))
+	m.NoopBest, m.RawBest = max(m.Noop, m.NoopWide), max(m.RawConsume, m.RawConsumeWide)
+	if m.RawBest > 0 {
+		m.NoopRatio = round2(m.NoopBest / m.RawBest)
 	}
 	return m
 }

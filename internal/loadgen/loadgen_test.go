@@ -209,6 +209,31 @@ func TestEvaluateTargets(t *testing.T) {
 	require.Equal(t, []string{"not measured", "not measured", "not measured"}, []string{st[1], st[3], st[4]})
 }
 
+// The no-op ratio is the no-op's best concurrency over raw consume+ack's
+// best prefetch: a wider no-op run never meets the target against a raw
+// run narrower than what raw itself does best.
+func TestConsumerMedianRatioIsBestOverBest(t *testing.T) {
+	tests := []struct {
+		name   string
+		rounds []ConsumerRound
+		want   float64
+	}{
+		{"narrow only", []ConsumerRound{{Noop: 6000, RawConsume: 15000}}, 0.4},
+		{"wider no-op wins", []ConsumerRound{{Noop: 6000, NoopWide: 9000, RawConsume: 15000, RawConsumeWide: 14000}}, 0.6},
+		{"wider raw wins too", []ConsumerRound{{Noop: 6000, NoopWide: 9000, RawConsume: 15000, RawConsumeWide: 30000}}, 0.3},
+		{"medians first", []ConsumerRound{
+			{Noop: 6000, NoopWide: 8000, RawConsume: 20000, RawConsumeWide: 20000},
+			{Noop: 6000, NoopWide: 9000, RawConsume: 20000, RawConsumeWide: 20000},
+			{Noop: 6000, NoopWide: 30000, RawConsume: 20000, RawConsumeWide: 20000},
+		}, 0.45},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.InDelta(t, tt.want, consumerMedian(tt.rounds).NoopRatio, 1e-9)
+		})
+	}
+}
+
 func TestReportJSONShape(t *testing.T) {
 	r := goodReport()
 	r.Targets = Evaluate(r)

@@ -59,6 +59,9 @@ func WriteText(w io.Writer, r Report) {
 		p("  %-52s %10s", "", "msg/s")
 		m := c.Median
 		p("  %-52s %10.0f", fmt.Sprintf("no-op provider (CONCURRENCY=%d PREFETCH=%d)", c.Concurrency, c.Prefetch), m.Noop)
+		if m.NoopWide > 0 {
+			p("  %-52s %10.0f", fmt.Sprintf("no-op provider (CONCURRENCY=%d PREFETCH=%d)", c.WideConcurrency, widePrefetch(c)), m.NoopWide)
+		}
 		if m.Binary > 0 {
 			p("  %-52s %10.0f", "consumer binary, SMS log provider", m.Binary)
 		}
@@ -74,7 +77,10 @@ func WriteText(w io.Writer, r Report) {
 		}
 		if m.RawConsume > 0 {
 			p("  %-52s %10.0f", fmt.Sprintf("raw consume+ack (prefetch %d)", c.Prefetch), m.RawConsume)
-			p("  no-op / raw consume+ack: %.2f", m.NoopRatio)
+			if m.RawConsumeWide > 0 {
+				p("  %-52s %10.0f", fmt.Sprintf("raw consume+ack (prefetch %d)", widePrefetch(c)), m.RawConsumeWide)
+			}
+			p("  no-op / raw consume+ack (best of each): %.2f", m.NoopRatio)
 		}
 		if m.RSSMB > 0 {
 			p("  consumer peak RSS: %.0f MB", m.RSSMB)
@@ -322,6 +328,9 @@ func WriteMarkdown(w io.Writer, in MarkdownInput) {
 		p("| | msg/s | config |")
 		p("|---|---:|---|")
 		p("| no-op provider (dispatch in-process: claim, status, render, ack) | %.0f | CONCURRENCY=%d PREFETCH=%d |", m.Noop, c.Concurrency, c.Prefetch)
+		if m.NoopWide > 0 {
+			p("| no-op provider, wider | %.0f | CONCURRENCY=%d PREFETCH=%d |", m.NoopWide, c.WideConcurrency, widePrefetch(c))
+		}
 		if m.Binary > 0 {
 			p("| consumer binary, SMS `log` provider (a line on stdout per message: the real process, no vendor) | %.0f | CONCURRENCY=%d PREFETCH=%d |", m.Binary, c.Concurrency, c.Prefetch)
 		}
@@ -340,14 +349,17 @@ func WriteMarkdown(w io.Writer, in MarkdownInput) {
 		}
 		if m.RawConsume > 0 {
 			p("| raw consume+ack, amqp091-go | %.0f | prefetch %d, multiple acks |", m.RawConsume, c.Prefetch)
+			if m.RawConsumeWide > 0 {
+				p("| raw consume+ack, amqp091-go, wider | %.0f | prefetch %d, multiple acks |", m.RawConsumeWide, widePrefetch(c))
+			}
 			p("")
-			p("no-op / raw consume+ack = **%.2f**.", m.NoopRatio)
+			p("no-op / raw consume+ack = **%.2f** (%.0f / %.0f msg/s: each side at its best concurrency and prefetch of those measured, as against the peer).", m.NoopRatio, m.NoopBest, m.RawBest)
 		}
 		p("")
-		p("| round | no-op | binary, log provider | wider | slow provider | SMTP | WeCom | raw consume+ack | consumer RSS MB (log, SMTP) | RSS MB, slow provider |")
-		p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		p("| round | no-op | no-op, wider | binary, log provider | wider | slow provider | SMTP | WeCom | raw consume+ack | wider | consumer RSS MB (log, SMTP) | RSS MB, slow provider |")
+		p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 		for i, rd := range c.Rounds {
-			p("| %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |", i+1, rd.Noop, rd.Binary, rd.BinaryWide, rd.Slow, rd.SMTP, rd.WeCom, rd.RawConsume, max(rd.BinaryMem.Peak(), rd.SMTPMem.Peak()), rd.SlowMem.Peak())
+			p("| %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |", i+1, rd.Noop, rd.NoopWide, rd.Binary, rd.BinaryWide, rd.Slow, rd.SMTP, rd.WeCom, rd.RawConsume, rd.RawConsumeWide, max(rd.BinaryMem.Peak(), rd.SMTPMem.Peak()), rd.SlowMem.Peak())
 		}
 	}
 	writeHeadline(p, r.Headline, true)

@@ -57,7 +57,7 @@ type ConsumerResult struct {
 // ConsumerRound is one round's messages per second.
 type ConsumerRound struct {
 	Noop       float64 `json:"noopPerSec"`
-	NoopWide   float64 `json:"noopWidePerSec,omitempty"` // the same at WideConcurrency
+	NoopWide   float64 `json:"noopWidePerSec,omitempty"`   // the same at WideConcurrency
 	Binary     float64 `json:"binaryNoopPerSec,omitempty"` // the binary, SMS "log" provider
 	BinaryMem  Mem     `json:"binaryNoopConsumerMem"`
 	BinaryWide float64 `json:"binaryNoopWidePerSec,omitempty"` // the same at WideConcurrency
@@ -68,7 +68,7 @@ type ConsumerRound struct {
 	// RawConsumeWide is raw consume+ack at the wide runs' prefetch.
 	RawConsumeWide float64 `json:"rawConsumeWidePerSec,omitempty"`
 	SlowMem        Mem     `json:"slowProviderConsumerMem"`
-	SMTPMem    Mem     `json:"smtpConsumerMem"`
+	SMTPMem        Mem     `json:"smtpConsumerMem"`
 }
 
 // ConsumerMedian holds the medians over rounds.
@@ -87,7 +87,7 @@ type ConsumerMedian struct {
 	NoopBest       float64 `json:"noopBestPerSec"`
 	RawBest        float64 `json:"rawConsumeBestPerSec"`
 	NoopRatio      float64 `json:"noopOverRaw"`
-	RSSMB      float64 `json:"consumerPeakRssMb"`
+	RSSMB          float64 `json:"consumerPeakRssMb"`
 }
 
 // noop is a provider that accepts every message at once: the consumer's

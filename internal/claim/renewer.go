@@ -108,7 +108,7 @@ func (r *Renewer) renew(batch []*Claim) {
 				switch {
 				case err != nil:
 					if first == nil {
-						first = err // a NOSCRIPT makes Pipelined load and run again: renewing twice is harmless
+						first = err // a NOSCRIPT makes Pipelined load and send that renewal again
 					}
 				case !ok:
 					lost[i] = true

@@ -803,7 +803,7 @@ func (d *Dispatcher) recordAll(ctx context.Context, taskID string, ids []string,
 				case err == nil:
 					recs = append(recs, rec)
 				case first == nil && !errors.Is(err, status.ErrFinal):
-					first = err // a NOSCRIPT makes Pipelined load and run again
+					first = err // a NOSCRIPT makes Pipelined load and send that update again
 				}
 			}
 			return first

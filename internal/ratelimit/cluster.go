@@ -139,7 +139,7 @@ func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req R
 			}
 			for _, e := range errs {
 				if e != nil && rdb.IsNoScript(e) {
-					return e // rdb.Pipelined loads the script and runs them all again
+					return e // rdb.Pipelined loads the script and sends again what got NOSCRIPT
 				}
 			}
 			return nil

@@ -195,10 +195,9 @@ func ceilMS(d time.Duration) int64 {
 // room for one more is at rank card-limit (0-based, ascending): ZRANGE by
 // rank is O(log N), unlike paging through the window.
 //
-// It may run twice for one reservation: rdb.Pipelined sends a cluster
-// Take's whole pipeline again when one slot's script got NOSCRIPT, and
-// go-redis sends a cluster node's whole batch again after a read timeout,
-// both also to the slots where it had run. Its records are all or nothing,
+// It may run twice for one reservation: go-redis sends a cluster node's
+// whole batch again after a read timeout, also to the slots where it had
+// run (rdb.Pipelined sends again only what got NOSCRIPT, which did not). Its records are all or nothing,
 // so one of them holding the reservation id (the mark, else the cooldown,
 // else the first log) means this reservation was admitted here already: it
 // answers admitted again and records nothing more, counters included.

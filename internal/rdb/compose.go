@@ -172,14 +172,11 @@ return out
 }
 
 // Exec runs the calls of every recorder in one round trip: one composite
-// script per hash tag (one for all on a single Redis), all in one pipeline.
-// A composite answered NOSCRIPT did not run; only those are sent again,
-// once, after loading it on every node. The others did run, and must not
-// run twice: on a Redis Cluster some nodes may know a composite that
-// others do not yet (another flush loaded it meanwhile), and a claim run
-// again would find its own lease and call it held. Each recorded call gets
-// its reply or error; Exec returns the first error of a composite, which
-// every call of that composite carries too.
+// script per hash tag (one for all on a single Redis), all in one pipeline
+// (Pipelined: a composite answered NOSCRIPT is loaded and sent again; on a
+// Redis Cluster some nodes may know a composite others do not yet). Each
+// recorded call gets its reply or error; Exec returns the first error of a
+// composite, which every call of that composite carries too.
 func (c *Composer) Exec(ctx context.Context, rdb redis.UniversalClient, recs ...*Recorder) error {
 	var calls []*call
 	for _, r := range recs {
@@ -195,44 +192,24 @@ func (c *Composer) Exec(ctx context.Context, rdb redis.UniversalClient, recs ...
 		groups = byTag(calls)
 	}
 	script := c.composite()
-	keys, args := make([][]string, len(groups)), make([][]any, len(groups))
-	pending := make([]int, len(groups))
-	for i, g := range groups {
-		args[i] = []any{len(g)}
-		for _, cl := range g {
-			keys[i] = append(keys[i], cl.keys...)
-			args[i] = append(args[i], cl.sub+1, len(cl.keys), len(cl.args))
-			args[i] = append(args[i], cl.args...)
-		}
-		pending[i] = i
-	}
 	cmds := make([]*redis.Cmd, len(groups))
-	var loadErr error
-	for attempt := 0; len(pending) > 0; attempt++ {
-		p := rdb.Pipeline()
-		for _, i := range pending {
-			cmds[i] = script.EvalSha(ctx, p, keys[i], args[i]...)
-		}
-		_, _ = p.Exec(ctx) // each composite's own error is read below
-		var again []int
-		for _, i := range pending {
-			if err := cmds[i].Err(); err != nil && IsNoScript(err) {
-				again = append(again, i)
+	err := Pipelined(ctx, rdb, func(p redis.Pipeliner) (func() error, error) {
+		for i, g := range groups {
+			var keys []string
+			args := []any{len(g)}
+			for _, cl := range g {
+				keys = append(keys, cl.keys...)
+				args = append(args, cl.sub+1, len(cl.keys), len(cl.args))
+				args = append(args, cl.args...)
 			}
+			cmds[i] = script.EvalSha(ctx, p, keys, args...)
 		}
-		if len(again) == 0 || attempt > 0 {
-			break
-		}
-		if loadErr = script.Load(ctx, rdb).Err(); loadErr != nil {
-			break
-		}
-		pending = again
-	}
-	var err error
+		return func() error { return nil }, nil // each composite's reply is read below
+	}, func(ctx context.Context) error { return script.Load(ctx, rdb).Err() })
 	for i, g := range groups {
 		out, gerr := cmds[i].Slice()
-		if gerr != nil && loadErr != nil && IsNoScript(gerr) {
-			gerr = errors.Join(gerr, loadErr)
+		if gerr != nil && err != nil && IsNoScript(gerr) {
+			gerr = errors.Join(gerr, err) // the script could not be loaded
 		}
 		if gerr == nil && len(out) != len(g) {
 			gerr = fmt.Errorf("rdb: composite: %d replies for %d calls", len(out), len(g))

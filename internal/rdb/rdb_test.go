@@ -221,3 +221,41 @@ func TestDeletePrefixDeletesManyKeysAndOnlyThose(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "kept", v)
 }
+
+// A pipeline where one script is known and another forgotten: the known
+// one runs, the other answers NOSCRIPT. Only that one is sent again after
+// the load; the first must not run twice (on a Redis Cluster the same
+// happens when some nodes know a script and others do not).
+func TestPipelinedSendsAgainOnlyWhatGotNoScript(t *testing.T) {
+	t.Parallel()
+	r := testenv.NewRedis(t)
+	ctx := testenv.Context(t, 10*time.Second)
+	known := redis.NewScript(`return redis.call('INCR', KEYS[1])`)
+	forgotten := redis.NewScript(`return redis.call('INCRBY', KEYS[1], 10)`)
+	key := r.Prefix + "{p}:n"
+	if cc, ok := rdb.AsCluster(r.Client); ok { // forgotten on every node
+		require.NoError(t, cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+			return n.ScriptFlush(ctx).Err()
+		}))
+	} else {
+		require.NoError(t, r.Client.ScriptFlush(ctx).Err())
+	}
+	require.NoError(t, known.Load(ctx, r.Client).Err())
+	loads := 0
+	var a, b *redis.Cmd
+	err := rdb.Pipelined(ctx, r.Client, func(p redis.Pipeliner) (func() error, error) {
+		a = known.EvalSha(ctx, p, []string{key})
+		b = forgotten.EvalSha(ctx, p, []string{key})
+		return func() error { return b.Err() }, nil
+	}, func(ctx context.Context) error {
+		loads++
+		return forgotten.Load(ctx, r.Client).Err()
+	})
+	require.NoError(t, err)
+	require.Equal(t, 1, loads)
+	require.EqualValues(t, 1, a.Val(), "the known script ran once")
+	require.EqualValues(t, 11, b.Val())
+	n, err := r.Client.Get(ctx, key).Int64()
+	require.NoError(t, err)
+	require.EqualValues(t, 11, n, "INCR once, INCRBY 10 once")
+}

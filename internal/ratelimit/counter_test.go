@@ -3,7 +3,6 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
-	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
@@ -160,7 +158,6 @@ func TestCounterBoundAt5000PerSecond(t *testing.T) {
 		admitted []time.Time
 		offered  atomic.Int64
 		failed   atomic.Int64
-		timeouts atomic.Int64
 		firstErr atomic.Value
 	)
 	ctx, cancel := context.WithTimeout(e.ctx, run)
@@ -178,8 +175,6 @@ func TestCounterBoundAt5000PerSecond(t *testing.T) {
 					mu.Lock()
 					admitted = append(admitted, time.Now())
 					mu.Unlock()
-				} else if isTimeout(err) {
-					timeouts.Add(1)
 				} else if !errors.Is(err, ratelimit.ErrLimited) {
 					failed.Add(1)
 					firstErr.CompareAndSwap(nil, err.Error())
@@ -214,15 +209,6 @@ pace:
 	elapsed := time.Since(start)
 	endMS := redisMS(t, e)
 	require.Zero(t, failed.Load(), "Redis errors, the first: %v", firstErr.Load())
-	// A client timeout is the machine, not the limiter: make test-cluster
-	// runs this next to the dispatch and api packages under -race on two
-	// cores (CI saw one in 20,000). Such a Take may have been admitted
-	// without a client stamp, which only lowers the sliding count below;
-	// the fixed windows are read from Redis. More than a few is a fault.
-	require.LessOrEqual(t, timeouts.Load(), offered.Load()/1000, "client timeouts")
-	if n := timeouts.Load(); n > 0 {
-		t.Logf("%d client timeouts", n)
-	}
 	offeredRate := float64(offered.Load()) / elapsed.Seconds()
 	t.Logf("offered %d in %s (%.0f/s), admitted %d (limit %d/s)", offered.Load(), elapsed, offeredRate, len(admitted), limit)
 	if offeredRate < 1.5*limit {
@@ -307,11 +293,4 @@ func TestCounterHashExpiresTwoWindowsAfterItsWindowStarted(t *testing.T) {
 	ttl, err = e.r.Client.PTTL(e.ctx, key).Result()
 	require.NoError(t, err)
 	require.Greater(t, ttl, 47*time.Hour)
-}
-
-// isTimeout says whether err is the client giving up waiting (a read,
-// write or pool timeout), not an answer from Redis.
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }

@@ -84,10 +84,14 @@ type ConsumerMedian struct {
 	// at the concurrency and prefetch that suit it, as against the peer.
 	NoopWide       float64 `json:"noopWidePerSec,omitempty"`
 	RawConsumeWide float64 `json:"rawConsumeWidePerSec,omitempty"`
-	NoopBest       float64 `json:"noopBestPerSec"`
-	RawBest        float64 `json:"rawConsumeBestPerSec"`
 	NoopRatio      float64 `json:"noopOverRaw"`
 	RSSMB          float64 `json:"consumerPeakRssMb"`
+}
+
+// best is the no-op's best rate and raw consume+ack's best, each over the
+// concurrencies and prefetches measured: what the ratio compares.
+func (m ConsumerMedian) best() (noop, raw float64) {
+	return max(m.Noop, m.NoopWide), max(m.RawConsume, m.RawConsumeWide)
 }
 
 // noop is a provider that accepts every message at once: the consumer's
@@ -233,9 +237,8 @@ func consumerMedian(rounds []ConsumerRound) ConsumerMedian {
 	}
 	m := ConsumerMedian{Noop: round2(median(noops)), Binary: round2(median(bins)), BinaryWide: round2(median(wides)), Slow: round2(median(slows)), SMTP: round2(median(smtps)), WeCom: round2(median(wecoms)), RawConsume: round2(median(raws)), RSSMB: round2(median(rss))}
 	m.NoopWide, m.RawConsumeWide = round2(median(noopWides)), round2(median(rawWides))
-	m.NoopBest, m.RawBest = max(m.Noop, m.NoopWide), max(m.RawConsume, m.RawConsumeWide)
-	if m.RawBest > 0 {
-		m.NoopRatio = round2(m.NoopBest / m.RawBest)
+	if noop, raw := m.best(); raw > 0 {
+		m.NoopRatio = round2(noop / raw)
 	}
 	return m
 }

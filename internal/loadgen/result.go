@@ -144,7 +144,7 @@ func Evaluate(r Report) []Target {
 
 	t = Target{Figure: "Consumer throughput, no-op provider, with idempotency and status updates", Want: "≥ 10,000 msg/s, and ≥ 0.4 × raw consume+ack", Value: notMeasured}
 	if c := r.Consumer; c != nil && c.Median.Noop > 0 {
-		best, raw := max(c.Median.Noop, c.Median.NoopWide), max(c.Median.RawConsume, c.Median.RawConsumeWide)
+		best, raw := c.Median.best()
 		t.Value = fmt.Sprintf("%.0f msg/s", best)
 		if c.Median.NoopWide > 0 {
 			at, other, otherAt := c.Concurrency, c.Median.NoopWide, c.WideConcurrency

@@ -129,7 +129,21 @@ func Headline(ctx context.Context, o *Options, h HeadlineOptions) (*HeadlineResu
 			start = t
 		}
 		err := searchRates(ctx, start, h.Factor, h.Max, h.Refine, func(rate float64) (bool, error) {
+			// --profile: the api, the consumer and this process (the
+			// sinks, the offered load) during each kind's first step.
+			name := "headline-" + kind
+			var profiled []func()
+			if kind != "raw" { // the raw path does not go through them
+				profiled = append(profiled,
+					o.profiler().fetch(ctx, sys.apiPprof, name+"-api", h.Step-time.Second, o.progress),
+					o.profiler().fetch(ctx, sys.consPprof, name+"-consumer", h.Step-time.Second, o.progress))
+			}
+			stopSelf := o.profiler().self(name+"-loadgen", o.progress)
 			st, err := headlineStep(ctx, h, arr, rate, per, send, alive)
+			stopSelf()
+			for _, wait := range profiled {
+				wait()
+			}
 			if err != nil {
 				return false, fmt.Errorf("headline %s at %.0f/s: %w", kind, rate, err)
 			}

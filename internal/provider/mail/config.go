@@ -42,6 +42,12 @@ type Config struct {
 	// PoolSize is how many connections may be open at once; they are kept
 	// open between messages. Senders beyond it wait for a free connection.
 	PoolSize int
+	// Pipelining sends MAIL FROM, RCPT TO and DATA in one write when the
+	// server offers PIPELINING (RFC 2920): two round trips per message
+	// instead of four, which is a pooled connection's whole throughput
+	// against a distant server. Off: one command at a time, for a server
+	// that offers it and gets it wrong.
+	Pipelining bool
 	// TLSConfig overrides the TLS settings (e.g. RootCAs for a private CA);
 	// nil means the system roots, ServerName = Host, TLS 1.2 or later.
 	TLSConfig *tls.Config
@@ -56,6 +62,9 @@ func DefaultConfig() Config {
 		From:     "msgpulse <no-reply@msgpulse.local>",
 		Timeout:  10 * time.Second,
 		PoolSize: 4,
+		// Every server that offers it gets it: Postfix, Exim, the big
+		// submission services, go-smtp (the catcher).
+		Pipelining: true,
 	}
 }
 

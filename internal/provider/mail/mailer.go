@@ -69,6 +69,8 @@ type conn struct {
 	sc       *gosmtp.Client
 	nc       net.Conn // the socket under sc, for deadlines and aborts
 	lastUsed time.Time
+	// pipelining: the server offered PIPELINING in its EHLO reply.
+	pipelining bool
 }
 
 var _ provider.Mailer = (*Mailer)(nil)
@@ -168,8 +170,12 @@ func (m *Mailer) SendMail(ctx context.Context, mail provider.Mail) (provider.Rec
 			_ = c.nc.Close() // state unknown: no QUIT, just drop it
 		}
 		if err == nil {
-			m.log.Debug("mail accepted", zap.String("to", logging.Mask(rcptAddr(rcpt))),
-				zap.String("message_id", id), zap.String("server_response", trimReply(resp, rcpt)))
+			// Check first: the masking below is not free, and this runs
+			// for every mail sent.
+			if ce := m.log.Check(zap.DebugLevel, "mail accepted"); ce != nil {
+				ce.Write(zap.String("to", logging.Mask(rcptAddr(rcpt))),
+					zap.String("message_id", id), zap.String("server_response", trimReply(resp, rcpt)))
+			}
 			return provider.Receipt{Provider: ProviderName, MessageID: id}, nil
 		}
 		if reused && isStale(err) && ctx.Err() == nil {
@@ -309,8 +315,9 @@ func (m *Mailer) dial(ctx context.Context) (*conn, error) {
 		}
 		return nil, &stageError{stage: stageConnect, err: err}
 	}
-	m.log.Debug("SMTP connection opened")
-	return &conn{sc: sc, nc: slot.nc, lastUsed: time.Now()}, nil
+	pipelining, _ := sc.Extension("PIPELINING")
+	m.log.Debug("SMTP connection opened", zap.Bool("pipelining", pipelining))
+	return &conn{sc: sc, nc: slot.nc, lastUsed: time.Now(), pipelining: pipelining}, nil
 }
 
 // SMTP stages, for error messages and for deciding what a failure means.
@@ -357,15 +364,14 @@ func (m *Mailer) deliver(ctx context.Context, c *conn, msg *gomail.Msg, rcpt str
 		}
 	}()
 	from := "<" + m.from.Address + ">"
-	if err := m.step(ctx, c, stageMail, func() error { return c.sc.Mail(from) }); err != nil {
-		return "", m.recover(ctx, c, err), err
-	}
-	if err := m.step(ctx, c, stageRcpt, func() error { return c.sc.Rcpt(rcpt) }); err != nil {
-		return "", m.recover(ctx, c, err), err
-	}
 	var w io.WriteCloser
-	if err := m.step(ctx, c, stageData, func() (err error) { w, err = c.sc.Data(); return err }); err != nil {
-		return "", m.recover(ctx, c, err), err
+	if m.cfg.Pipelining && c.pipelining {
+		w, keep, err = m.openPipelined(ctx, c, from, rcpt)
+	} else {
+		w, keep, err = m.open(ctx, c, from, rcpt)
+	}
+	if err != nil {
+		return "", keep, err
 	}
 	if err := m.step(ctx, c, stageData, func() error { _, err := msg.WriteTo(w); return err }); err != nil {
 		return "", false, err // cut off mid-message: nothing about the session is known
@@ -373,14 +379,127 @@ func (m *Mailer) deliver(ctx context.Context, c *conn, msg *gomail.Msg, rcpt str
 	if err := m.step(ctx, c, stageData, w.Close); err != nil {
 		return "", m.recover(ctx, c, err), err
 	}
-	if dc, ok := w.(*gosmtp.DataCloser); ok {
-		resp = dc.ServerResponse()
+	if r, ok := w.(interface{ ServerResponse() string }); ok {
+		resp = r.ServerResponse()
 	}
-	// RSET between messages, as go-mail does. The message is accepted
-	// whatever RSET says; a failure only means the connection is not reused.
-	keep = m.step(ctx, c, stageReset, c.sc.Reset) == nil
-	return resp, keep, nil
+	// No RSET after it: the reply to the final dot completes the
+	// transaction and clears the session's state (RFC 5321 §4.1.1.4), so the
+	// next MAIL FROM starts afresh. An RSET here would cost every message
+	// a round trip.
+	return resp, true, nil
 }
+
+// open starts a transaction one command at a time: MAIL FROM, RCPT TO,
+// DATA, each waiting for its reply.
+func (m *Mailer) open(ctx context.Context, c *conn, from, rcpt string) (io.WriteCloser, bool, error) {
+	if err := m.step(ctx, c, stageMail, func() error { return c.sc.Mail(from) }); err != nil {
+		return nil, m.recover(ctx, c, err), err
+	}
+	if err := m.step(ctx, c, stageRcpt, func() error { return c.sc.Rcpt(rcpt) }); err != nil {
+		return nil, m.recover(ctx, c, err), err
+	}
+	var w io.WriteCloser
+	if err := m.step(ctx, c, stageData, func() (err error) { w, err = c.sc.Data(); return err }); err != nil {
+		return nil, m.recover(ctx, c, err), err
+	}
+	return w, true, nil
+}
+
+// openPipelined starts a transaction as RFC 2920 allows: MAIL FROM, RCPT
+// TO and DATA in one write, then their three replies in order. Every reply
+// is read whatever the one before said, so the session stays in step; the
+// first refusal is the answer, with its stage, as if the commands had gone
+// one by one.
+func (m *Mailer) openPipelined(ctx context.Context, c *conn, from, rcpt string) (io.WriteCloser, bool, error) {
+	cmds := [...]struct {
+		stage, line string
+		code        int // as go-mail expects them: 25 is any 25x
+	}{
+		{stageMail, "MAIL FROM:" + from + mailParams(c.sc), 250},
+		{stageRcpt, "RCPT TO:" + rcpt, 25},
+		{stageData, "DATA", 354},
+	}
+	if strings.ContainsAny(from+rcpt, "\r\n") {
+		// go-mail's Mail and Rcpt refuse these too; build never lets one
+		// through.
+		return nil, true, &stageError{stage: stageMail, err: errors.New("smtp: a line break in an address")}
+	}
+	if err := m.step(ctx, c, stageMail, func() error {
+		for _, cmd := range cmds {
+			_, _ = c.sc.Text.W.WriteString(cmd.line)
+			_, _ = c.sc.Text.W.WriteString("\r\n")
+		}
+		return c.sc.Text.W.Flush()
+	}); err != nil {
+		return nil, false, err
+	}
+	var refused error
+	dataOpen := false // DATA was answered 354: the server waits for a message
+	for _, cmd := range cmds {
+		err := m.step(ctx, c, cmd.stage, func() error { _, _, err := c.sc.Text.ReadResponse(cmd.code); return err })
+		var te *textproto.Error
+		switch {
+		case err == nil:
+			dataOpen = cmd.stage == stageData
+		case !errors.As(err, &te):
+			// The connection failed: it is dropped. A refusal read before
+			// it is still the server's word on this message.
+			if refused == nil {
+				refused = err
+			}
+			return nil, false, refused
+		case refused == nil:
+			refused = err
+		}
+	}
+	switch {
+	case refused == nil:
+	case dataOpen:
+		// A server that refused MAIL or RCPT must refuse DATA too (RFC
+		// 2920); one that answered 354 anyway waits for a message, and
+		// only dropping the connection ends that without sending one.
+		return nil, false, refused
+	default:
+		return nil, m.recover(ctx, c, refused), refused
+	}
+	return &dataWriter{c: c, w: c.sc.Text.DotWriter()}, true, nil
+}
+
+// mailParams are the MAIL FROM parameters go-mail's Client.Mail adds for
+// the server's extensions, so a pipelined MAIL FROM says the same.
+func mailParams(sc *gosmtp.Client) string {
+	var p string
+	if ok, _ := sc.Extension("8BITMIME"); ok {
+		p += " BODY=8BITMIME"
+	}
+	if ok, _ := sc.Extension("SMTPUTF8"); ok {
+		p += " SMTPUTF8"
+	}
+	return p
+}
+
+// dataWriter is the message body of a pipelined transaction: a dot-stuffing
+// writer whose Close sends the final dot and reads the reply, as go-mail's
+// DataCloser does for Client.Data.
+type dataWriter struct {
+	c    *conn
+	w    io.WriteCloser
+	resp string
+}
+
+func (d *dataWriter) Write(p []byte) (int, error) { return d.w.Write(p) }
+
+func (d *dataWriter) Close() error {
+	if err := d.w.Close(); err != nil {
+		return err
+	}
+	_, resp, err := d.c.sc.Text.ReadResponse(250)
+	d.resp = resp
+	return err
+}
+
+// ServerResponse is the reply to the final dot, once Close returned.
+func (d *dataWriter) ServerResponse() string { return d.resp }
 
 // recover returns whether c may be reused after err: only when the server
 // answered (the session is in step), did not announce it is closing (421),

@@ -137,7 +137,7 @@ func TestConnectionReuse(t *testing.T) {
 	require.Equal(t, 10, srv.Count())
 	require.Equal(t, 1, srv.Connections(), "sequential sends share one connection")
 	for i, got := range srv.Messages() {
-		require.Equal(t, []string{fmt.Sprintf("user%d@example.com", i)}, got.To, "RSET between messages: no recipient leaks into the next")
+		require.Equal(t, []string{fmt.Sprintf("user%d@example.com", i)}, got.To, "a completed transaction leaves nothing behind: no recipient leaks into the next")
 	}
 }
 

@@ -1,0 +1,270 @@
+package mail
+
+import (
+	"bufio"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/msgpulse/msgpulse/internal/provider"
+)
+
+// fakeSMTP is a scripted SMTP server, for what the mail catcher (go-smtp)
+// cannot be made to do: leave PIPELINING out of its EHLO reply, refuse
+// MAIL FROM, or misbehave. It records every command and, for each MAIL
+// FROM, whether the rest of its envelope had arrived in the same write.
+type fakeSMTP struct {
+	addr string
+	// pipelining: offer PIPELINING. reply, when set, answers a command
+	// instead of the usual reply when it returns non-"" (n counts the
+	// MAIL FROMs so far, from 1).
+	pipelining bool
+	reply      func(cmd string, n int) string
+
+	mu       sync.Mutex
+	cmds     []string
+	batched  []bool // per MAIL FROM: RCPT TO and DATA were already buffered
+	messages int    // transactions completed with the final dot
+	conns    int
+}
+
+func newFakeSMTP(t *testing.T, pipelining bool, reply func(cmd string, n int) string) *fakeSMTP {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	f := &fakeSMTP{addr: l.Addr().String(), pipelining: pipelining, reply: reply}
+	var wg sync.WaitGroup
+	var open sync.Map // net.Conn → struct{}: closed when the test ends
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return // listener closed: the test is over
+			}
+			open.Store(c, struct{}{})
+			f.mu.Lock()
+			f.conns++
+			f.mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer open.Delete(c)
+				defer func() { _ = c.Close() }()
+				f.serve(c)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		open.Range(func(c, _ any) bool { _ = c.(net.Conn).Close(); return true })
+		wg.Wait()
+	})
+	return f
+}
+
+func (f *fakeSMTP) serve(c net.Conn) {
+	r, w := bufio.NewReader(c), bufio.NewWriter(c)
+	say := func(s string) bool {
+		_, _ = w.WriteString(s + "\r\n")
+		return w.Flush() == nil
+	}
+	if !say("220 fake ESMTP") {
+		return
+	}
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return
+		}
+		cmd := strings.TrimRight(line, "\r\n")
+		verb := strings.ToUpper(strings.SplitN(cmd, ":", 2)[0])
+		verb = strings.SplitN(verb, " ", 2)[0]
+		f.mu.Lock()
+		f.cmds = append(f.cmds, cmd)
+		n := 0
+		if verb == "MAIL" {
+			rest, _ := r.Peek(r.Buffered())
+			f.batched = append(f.batched, strings.Contains(string(rest), "RCPT TO:") && strings.Contains(string(rest), "DATA\r\n"))
+		}
+		for _, c := range f.cmds {
+			if strings.HasPrefix(strings.ToUpper(c), "MAIL") {
+				n++
+			}
+		}
+		f.mu.Unlock()
+		answer := ""
+		if f.reply != nil {
+			answer = f.reply(cmd, n)
+		}
+		if answer == "" {
+			switch verb {
+			case "EHLO":
+				answer = "250-fake\r\n250-8BITMIME\r\n"
+				if f.pipelining {
+					answer += "250-PIPELINING\r\n"
+				}
+				answer += "250 ENHANCEDSTATUSCODES"
+			case "MAIL":
+				answer = "250 2.1.0 ok"
+			case "RCPT":
+				answer = "250 2.1.5 ok"
+			case "DATA":
+				answer = "354 go ahead"
+			case "QUIT":
+				say("221 2.0.0 bye")
+				return
+			default: // RSET, NOOP
+				answer = "250 2.0.0 ok"
+			}
+		}
+		if !say(answer) {
+			return
+		}
+		if verb == "DATA" && strings.HasPrefix(answer, "354") {
+			for {
+				l, err := r.ReadString('\n')
+				if err != nil {
+					return // dropped mid-message: no mail
+				}
+				if l == ".\r\n" {
+					break
+				}
+			}
+			f.mu.Lock()
+			f.messages++
+			f.mu.Unlock()
+			if !say("250 2.0.0 queued as 42") {
+				return
+			}
+		}
+	}
+}
+
+func (f *fakeSMTP) state() (cmds []string, batched []bool, messages, conns int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.cmds...), append([]bool(nil), f.batched...), f.messages, f.conns
+}
+
+// With PIPELINING offered and SMTP_PIPELINING on, a message's MAIL FROM,
+// RCPT TO and DATA go out in one write; otherwise one at a time. Either
+// way no RSET follows a completed transaction.
+func TestPipeliningSendsTheEnvelopeInOneWrite(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name            string
+		offered, wanted bool
+		batched         bool
+	}{
+		{name: "offered and on", offered: true, wanted: true, batched: true},
+		{name: "offered, turned off", offered: true, wanted: false, batched: false},
+		{name: "not offered", offered: false, wanted: true, batched: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newFakeSMTP(t, tc.offered, nil)
+			m := newMailer(t, srv.addr, func(c *Config) { c.Pipelining = tc.wanted })
+			for i := range 3 {
+				r, err := m.SendMail(ctx(t), mail(i))
+				require.NoError(t, err)
+				require.Equal(t, messageID(mail(i).TaskID, "msgpulse.local"), r.MessageID)
+			}
+			cmds, batched, messages, conns := srv.state()
+			require.Equal(t, 3, messages)
+			require.Equal(t, 1, conns, "one connection for all three")
+			require.Equal(t, []bool{tc.batched, tc.batched, tc.batched}, batched, "commands: %q", cmds)
+			for _, c := range cmds {
+				require.NotEqual(t, "RSET", c, "no RSET after a completed transaction: %q", cmds)
+			}
+			require.Contains(t, cmds, "MAIL FROM:<no-reply@msgpulse.local> BODY=8BITMIME", "the same MAIL FROM either way")
+		})
+	}
+}
+
+// A refusal inside a pipelined envelope is reported at its own stage, as
+// if the commands had gone one by one, and the replies after it are read,
+// so the connection stays in step and serves the next message. A server
+// that opens DATA after refusing the envelope loses the connection
+// instead: nothing is sent on it.
+func TestPipelinedRefusals(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		reply     func(cmd string, n int) string // n: the MAIL FROM's number
+		class     provider.Class
+		code      string
+		stage     string
+		conns     int // after the refused message and one more
+		pipelined bool
+	}{
+		{
+			name: "MAIL FROM refused",
+			reply: func(cmd string, n int) string {
+				switch {
+				case n == 1 && strings.HasPrefix(cmd, "MAIL"):
+					return "550 5.7.1 sender blocked"
+				case n == 1 && (strings.HasPrefix(cmd, "RCPT") || cmd == "DATA"):
+					return "503 5.5.1 bad sequence"
+				}
+				return ""
+			},
+			class: provider.Permanent, code: "550", stage: stageMail, conns: 1,
+		},
+		{
+			name: "RCPT TO deferred",
+			reply: func(cmd string, n int) string {
+				switch {
+				case n == 1 && strings.HasPrefix(cmd, "RCPT"):
+					return "450 4.2.1 mailbox busy"
+				case n == 1 && cmd == "DATA":
+					return "554 5.5.1 no valid recipients"
+				}
+				return ""
+			},
+			class: provider.Transient, code: "450", stage: stageRcpt, conns: 1,
+		},
+		{
+			name: "DATA refused",
+			reply: func(cmd string, n int) string {
+				if n == 1 && cmd == "DATA" {
+					return "451 4.3.0 try later"
+				}
+				return ""
+			},
+			class: provider.Transient, code: "451", stage: stageData, conns: 1,
+		},
+		{
+			name: "DATA opened after RCPT TO was refused",
+			reply: func(cmd string, n int) string {
+				if n == 1 && strings.HasPrefix(cmd, "RCPT") {
+					return "550 5.1.1 no such user"
+				}
+				return ""
+			},
+			class: provider.Permanent, code: "550", stage: stageRcpt, conns: 2,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newFakeSMTP(t, true, tc.reply)
+			m := newMailer(t, srv.addr, nil)
+			_, err := m.SendMail(ctx(t), mail(1))
+			var pe *provider.Error
+			require.ErrorAs(t, err, &pe)
+			require.Equal(t, tc.class, pe.Class, "%v", err)
+			require.Equal(t, tc.code, pe.Code)
+			require.Contains(t, pe.Err.Error(), tc.stage)
+			_, err = m.SendMail(ctx(t), mail(2))
+			require.NoError(t, err)
+			_, batched, messages, conns := srv.state()
+			require.Equal(t, 1, messages, "only the second message was sent")
+			require.Equal(t, tc.conns, conns)
+			require.Equal(t, []bool{true, true}, batched)
+		})
+	}
+}

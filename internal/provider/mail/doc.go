@@ -1,7 +1,10 @@
 // Package mail is msgpulse's email provider: a provider.Mailer that sends
 // each rendered email over SMTP (github.com/wneessen/go-mail), keeping a
 // small pool of open connections so a steady stream of messages does not
-// pay for a TCP, TLS and AUTH handshake each time.
+// pay for a TCP, TLS and AUTH handshake each time. A message costs a
+// pooled connection two round trips when the server offers PIPELINING
+// (RFC 2920: MAIL FROM, RCPT TO and DATA in one write, then the body), four
+// when it does not; no RSET follows a completed transaction.
 //
 // Every failure comes back as a *provider.Error whose Class says what
 // retrying can do (see classify.go for the table); the dispatcher decides

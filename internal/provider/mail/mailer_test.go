@@ -393,10 +393,25 @@ func TestFailureClassification(t *testing.T) {
 // a word (hold 0: at once). It stops when the test ends.
 func rudeServer(t *testing.T, hold time.Duration) string {
 	t.Helper()
+	return serveTCP(t, func(_ net.Conn, stop <-chan struct{}) {
+		select {
+		case <-time.After(hold):
+		case <-stop:
+		}
+	})
+}
+
+// serveTCP listens on loopback and runs handle for each connection, in its
+// own goroutine, closing the connection when handle returns. When the test
+// ends it stops accepting, closes stop and every open connection (a
+// handler blocked in a read returns), and waits for the handlers.
+func serveTCP(t *testing.T, handle func(c net.Conn, stop <-chan struct{})) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var open sync.Map // net.Conn → struct{}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -405,20 +420,20 @@ func rudeServer(t *testing.T, hold time.Duration) string {
 			if err != nil {
 				return // listener closed: the test is over
 			}
+			open.Store(c, struct{}{})
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				select {
-				case <-time.After(hold):
-				case <-stop:
-				}
-				_ = c.Close()
+				defer open.Delete(c)
+				defer func() { _ = c.Close() }()
+				handle(c, stop)
 			}()
 		}
 	}()
 	t.Cleanup(func() {
 		close(stop)
 		_ = l.Close()
+		open.Range(func(c, _ any) bool { _ = c.(net.Conn).Close(); return true })
 		wg.Wait()
 	})
 	return l.Addr().String()

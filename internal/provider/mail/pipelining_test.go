@@ -33,36 +33,12 @@ type fakeSMTP struct {
 
 func newFakeSMTP(t *testing.T, pipelining bool, reply func(cmd string, n int) string) *fakeSMTP {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	f := &fakeSMTP{addr: l.Addr().String(), pipelining: pipelining, reply: reply}
-	var wg sync.WaitGroup
-	var open sync.Map // net.Conn → struct{}: closed when the test ends
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return // listener closed: the test is over
-			}
-			open.Store(c, struct{}{})
-			f.mu.Lock()
-			f.conns++
-			f.mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer open.Delete(c)
-				defer func() { _ = c.Close() }()
-				f.serve(c)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = l.Close()
-		open.Range(func(c, _ any) bool { _ = c.(net.Conn).Close(); return true })
-		wg.Wait()
+	f := &fakeSMTP{pipelining: pipelining, reply: reply}
+	f.addr = serveTCP(t, func(c net.Conn, _ <-chan struct{}) {
+		f.mu.Lock()
+		f.conns++
+		f.mu.Unlock()
+		f.serve(c)
 	})
 	return f
 }

@@ -19,29 +19,50 @@ import (
 // and the client a frame each; the broker's own consume+ack reference runs
 // with multiple acks.
 //
+// A multiple ack cannot pass a delivery still being handled. While one is
+// (a send that hangs until SEND_TIMEOUT), the acks settled after it would
+// all wait, each holding a place in the prefetch window, until the window
+// is full and the broker sends nothing more: one slow message would stop
+// its queue's consumer. So once the lowest unsettled delivery has been out
+// for stuckAfter, the acks waiting behind it go out one by one (multiple=
+// false), and so does every ack settled behind it after that, until it
+// settles; those tags are then no longer outstanding, and a later multiple
+// ack names only a tag that still is.
+//
 // Delaying an ack by ackDelay risks nothing but a redelivery if the
 // process dies in between, which the consumer's idempotency makes a no-op.
 type acker struct {
 	ch  *amqp.Channel
 	log *zap.Logger
 
-	mu      sync.Mutex
-	next    uint64          // lowest tag not yet settled; the broker numbers from 1
-	settled map[uint64]bool // settled tags above next: true for an ack
-	lastAck uint64          // highest acked tag below next
-	owed    int             // acks settled since the last flush
-	acked   uint64          // highest tag an ack was sent for
-	timer   *time.Timer     // armed while an ack is owed
+	mu   sync.Mutex
+	next uint64 // lowest tag not yet settled; the broker numbers from 1
+	// nextSince is when next became the lowest unsettled tag.
+	nextSince time.Time
+	// settled are the tags settled above next: true for an ack not yet
+	// sent, false for one that is no longer outstanding (rejected,
+	// requeued, or acked on its own).
+	settled map[uint64]bool
+	held    int    // acks owed in settled: waiting behind next
+	lastAck uint64 // highest acked tag below next
+	owed    int    // acks settled since the last flush
+	acked   uint64 // highest tag an ack was sent for
+	timer   *time.Timer
+	timerAt time.Time // when timer fires
 	closed  bool
 }
 
 const (
 	ackBatch = 64
 	ackDelay = time.Millisecond
+	// stuckAfter: a delivery handled for longer is slow, not merely out
+	// of order, and the acks behind it stop waiting for it. Far above a
+	// burst's Redis round trip (milliseconds), far below a slow send.
+	stuckAfter = 50 * time.Millisecond
 )
 
 func newAcker(ch *amqp.Channel, log *zap.Logger) *acker {
-	return &acker{ch: ch, log: log, next: 1, settled: map[uint64]bool{}}
+	return &acker{ch: ch, log: log, next: 1, nextSince: time.Now(), settled: map[uint64]bool{}}
 }
 
 // ack settles tag; the ack itself may be sent later (flush).
@@ -60,22 +81,43 @@ func (a *acker) ack(tag uint64) error {
 
 // scheduleLocked sends the owed acks now or arms the timer that will; an
 // ack waiting behind an earlier tag still in flight is owed until that
-// tag settles, whichever way.
+// tag settles, or has been out for stuckAfter.
 func (a *acker) scheduleLocked() error {
-	if a.lastAck <= a.acked {
+	if a.lastAck <= a.acked && a.held == 0 {
 		return nil
 	}
 	if a.owed >= ackBatch {
-		return a.flushLocked()
+		return a.flushLocked(false)
 	}
-	if a.timer == nil {
-		a.timer = time.AfterFunc(ackDelay, func() {
-			if err := a.flush(); err != nil {
-				a.log.Warn("could not settle deliveries (a multiple ack); the broker will redeliver them", zap.Error(err))
-			}
-		})
-	}
+	a.armLocked()
 	return nil
+}
+
+// armLocked starts the flush timer if none runs: in ackDelay, or, when the
+// only acks owed wait behind a delivery not yet stuck, when it will be.
+func (a *acker) armLocked() {
+	d := ackDelay
+	if a.lastAck <= a.acked {
+		d = max(d, stuckAfter-time.Since(a.nextSince))
+	}
+	at := time.Now().Add(d)
+	if a.timer != nil {
+		// One armed for a stuck check must not hold back a multiple ack
+		// owed since: move it earlier. One that already fired is
+		// flushing, and takes that ack with it.
+		if !at.Before(a.timerAt) || !a.timer.Stop() {
+			return
+		}
+	}
+	a.timerAt = at
+	a.timer = time.AfterFunc(d, func() {
+		a.mu.Lock()
+		err := a.flushLocked(false)
+		a.mu.Unlock()
+		if err != nil {
+			a.log.Warn("could not settle deliveries (an ack); the broker will redeliver them", zap.Error(err))
+		}
+	})
 }
 
 // reject and requeue are sent at once.
@@ -104,37 +146,69 @@ func (a *acker) markLocked(tag uint64, ack bool) {
 		return
 	}
 	a.settled[tag] = ack
+	if ack {
+		a.held++
+	}
 	for {
-		isAck, ok := a.settled[a.next]
+		owed, ok := a.settled[a.next]
 		if !ok {
 			return
 		}
-		if isAck {
+		if owed {
 			a.lastAck = a.next
+			a.held--
 		}
 		delete(a.settled, a.next)
 		a.next++
+		a.nextSince = time.Now()
 	}
 }
 
-// flush sends what is owed. Call it before closing the channel.
+// flush sends every ack owed, those waiting behind a delivery still out
+// included. Call it before closing the channel.
 func (a *acker) flush() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.flushLocked()
+	return a.flushLocked(true)
 }
 
-func (a *acker) flushLocked() error {
+// flushLocked sends the multiple ack owed, and the acks waiting behind
+// next when next is stuck, or when all (the last flush).
+func (a *acker) flushLocked(all bool) error {
 	if a.timer != nil {
 		a.timer.Stop()
 		a.timer = nil
 	}
-	if a.lastAck <= a.acked || a.closed {
+	if a.closed {
 		return nil
 	}
+	var err error
+	if a.lastAck > a.acked {
+		a.owed = 0
+		a.acked = a.lastAck
+		err = a.ch.Ack(a.lastAck, true)
+	}
+	if a.held == 0 {
+		return err
+	}
+	if !all && time.Since(a.nextSince) < stuckAfter {
+		a.armLocked() // they wait for next a while longer
+		return err
+	}
+	// next is stuck (or this is the last flush): what waits behind it
+	// goes now, one by one.
 	a.owed = 0
-	a.acked = a.lastAck
-	return a.ch.Ack(a.lastAck, true)
+	for tag, owed := range a.settled {
+		if !owed {
+			continue
+		}
+		a.settled[tag] = false
+		a.held--
+		if aerr := a.ch.Ack(tag, false); err == nil {
+			err = aerr
+		}
+	}
+	return err
 }
 
 // close stops future flushes (the channel is gone).

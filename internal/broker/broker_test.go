@@ -504,6 +504,58 @@ func TestCoalescedAcksSettleEveryDeliveryAsDecided(t *testing.T) {
 	require.Equal(t, n/5, e.depth(t, "dlq"))
 }
 
+// One delivery whose handler hangs (a send waiting for SEND_TIMEOUT) does
+// not stop its queue: the acks settled after it cannot ride a multiple ack
+// past it, so once it is stuck they go out one by one and free the
+// prefetch window. Before, with a window of as many deliveries as workers
+// (the normal and low levels'), the other workers handled the window's
+// worth and then sat idle until the slow one ended. Each delivery is
+// settled once: cutting the connection afterwards brings nothing back.
+func TestASlowDeliveryDoesNotStallItsQueue(t *testing.T) {
+	e := setup(t)
+	e.workWithDLQ(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const n = 200
+	release := make(chan struct{})
+	var handled atomic.Int64
+	c, err := NewConsumer(ConsumerConfig{Session: e.s, Queue: "work", Concurrency: 4, Prefetch: 4,
+		Handler: func(_ context.Context, d *amqp.Delivery) Action {
+			if d.MessageId == "slow" {
+				<-release
+			}
+			handled.Add(1)
+			return Ack
+		}})
+	require.NoError(t, err)
+	require.NoError(t, e.pub.Publish(ctx, "x", "work", amqp.Publishing{MessageId: "slow"}))
+	for i := range n {
+		require.NoError(t, e.pub.Publish(ctx, "x", "work", amqp.Publishing{MessageId: fmt.Sprint(i)}))
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	testenv.WaitFor(t, 20*time.Second, "every other delivery handled while the slow one hangs", func() bool { return handled.Load() == n })
+	require.Equal(t, 0, e.depth(t, "work"))
+	close(release)
+	testenv.WaitFor(t, 10*time.Second, "the slow one handled", func() bool { return handled.Load() == n+1 && c.InFlight() == 0 })
+
+	conn, ok := e.s.Current()
+	require.True(t, ok)
+	_ = conn.CloseDeadline(time.Now())
+	testenv.WaitFor(t, 10*time.Second, "the session reconnects", func() bool {
+		c2, ok := e.s.Current()
+		return ok && c2 != conn
+	})
+	testenv.WaitFor(t, 10*time.Second, "the sentinel is published", func() bool {
+		return e.pub.Publish(ctx, "x", "work", amqp.Publishing{MessageId: "sentinel"}) == nil
+	})
+	testenv.WaitFor(t, 10*time.Second, "the sentinel is handled", func() bool { return handled.Load() >= n+2 })
+	cancel()
+	require.NoError(t, <-done)
+	require.EqualValues(t, n+2, handled.Load(), "a delivery came back: its ack was never sent, or one was sent twice and closed the channel")
+	require.Equal(t, 0, e.depth(t, "dlq"))
+}
+
 // A nack fails only the message it names. Many publishes go out at once on
 // the same lanes (one headers exchange, so one destination for the
 // publisher) to two queues, one of them a full reject-publish queue: each

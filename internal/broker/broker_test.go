@@ -486,6 +486,21 @@ func TestCoalescedAcksSettleEveryDeliveryAsDecided(t *testing.T) {
 	// stop: cut the connection, and whatever was still unacknowledged
 	// would be requeued ahead of a sentinel published after the cut and
 	// handled again before it.
+	e.cutThenSentinel(ctx, t, "1", func() bool { return handled.Load() >= n+1 })
+	cancel()
+	require.NoError(t, <-done)
+	require.EqualValues(t, n+1, handled.Load(), "a delivery came back: its ack was never sent")
+	require.Equal(t, 0, e.depth(t, "work"))
+	require.Equal(t, n/5, e.depth(t, "dlq"))
+}
+
+// cutThenSentinel cuts the connection, waits for the session to come
+// back, publishes a message with id to "work" and waits until handled
+// says it was handled. Whatever was still unacknowledged at the cut is
+// requeued ahead of it, so a test counting handlings sees any ack that
+// never reached the broker.
+func (e *env) cutThenSentinel(ctx context.Context, t *testing.T, id string, handled func() bool) {
+	t.Helper()
 	conn, ok := e.s.Current()
 	require.True(t, ok)
 	_ = conn.CloseDeadline(time.Now())
@@ -494,14 +509,9 @@ func TestCoalescedAcksSettleEveryDeliveryAsDecided(t *testing.T) {
 		return ok && c2 != conn
 	})
 	testenv.WaitFor(t, 10*time.Second, "the sentinel is published", func() bool {
-		return e.pub.Publish(ctx, "x", "work", amqp.Publishing{MessageId: "1"}) == nil
+		return e.pub.Publish(ctx, "x", "work", amqp.Publishing{MessageId: id}) == nil
 	})
-	testenv.WaitFor(t, 10*time.Second, "the sentinel is handled", func() bool { return handled.Load() >= n+1 })
-	cancel()
-	require.NoError(t, <-done)
-	require.EqualValues(t, n+1, handled.Load(), "a delivery came back: its ack was never sent")
-	require.Equal(t, 0, e.depth(t, "work"))
-	require.Equal(t, n/5, e.depth(t, "dlq"))
+	testenv.WaitFor(t, 10*time.Second, "the sentinel is handled", handled)
 }
 
 // One delivery whose handler hangs (a send waiting for SEND_TIMEOUT) does
@@ -539,17 +549,7 @@ func TestASlowDeliveryDoesNotStallItsQueue(t *testing.T) {
 	close(release)
 	testenv.WaitFor(t, 10*time.Second, "the slow one handled", func() bool { return handled.Load() == n+1 && c.InFlight() == 0 })
 
-	conn, ok := e.s.Current()
-	require.True(t, ok)
-	_ = conn.CloseDeadline(time.Now())
-	testenv.WaitFor(t, 10*time.Second, "the session reconnects", func() bool {
-		c2, ok := e.s.Current()
-		return ok && c2 != conn
-	})
-	testenv.WaitFor(t, 10*time.Second, "the sentinel is published", func() bool {
-		return e.pub.Publish(ctx, "x", "work", amqp.Publishing{MessageId: "sentinel"}) == nil
-	})
-	testenv.WaitFor(t, 10*time.Second, "the sentinel is handled", func() bool { return handled.Load() >= n+2 })
+	e.cutThenSentinel(ctx, t, "sentinel", func() bool { return handled.Load() >= n+2 })
 	cancel()
 	require.NoError(t, <-done)
 	require.EqualValues(t, n+2, handled.Load(), "a delivery came back: its ack was never sent, or one was sent twice and closed the channel")

@@ -293,10 +293,9 @@ func TestFullNormalQueueRefusesNoticesButNeverCodes(t *testing.T) {
 			// that admission stopped a message or two early (see above)
 			// leaves that room, which the next reading shows and the bulk
 			// may take; nothing more.
-			limit := bound
-			if tc.name == "admission" {
-				limit = bound * 8 / 10
-			}
+			admitFill, err := strconv.ParseFloat(tc.fill, 64)
+			require.NoError(t, err)
+			limit := int(bound * admitFill) // admission's limit; the bound itself for reject-publish
 			require.LessOrEqual(t, len(fill.accepted)+len(res.accepted), limit, "the normal queue stayed full")
 			require.Equal(t, notices-len(res.accepted), res.refused, "every refused notice's 503 names the full queue and has Retry-After")
 			for _, msg := range res.messages {

@@ -197,7 +197,8 @@ func ceilMS(d time.Duration) int64 {
 //
 // It may run twice for one reservation: go-redis sends a cluster node's
 // whole batch again after a read timeout, also to the slots where it had
-// run (rdb.Pipelined sends again only what got NOSCRIPT, which did not). Its records are all or nothing,
+// run (rdb.Pipelined sends again only what got NOSCRIPT, which did not
+// run). Its records are all or nothing,
 // so one of them holding the reservation id (the mark, else the cooldown,
 // else the first log) means this reservation was admitted here already: it
 // answers admitted again and records nothing more, counters included.

@@ -71,6 +71,10 @@ type conn struct {
 	lastUsed time.Time
 	// pipelining: the server offered PIPELINING in its EHLO reply.
 	pipelining bool
+	// mailParams are the MAIL FROM parameters go-mail's Client.Mail adds
+	// for the server's extensions, read once from its EHLO reply, so a
+	// pipelined MAIL FROM says the same.
+	mailParams string
 }
 
 var _ provider.Mailer = (*Mailer)(nil)
@@ -317,7 +321,7 @@ func (m *Mailer) dial(ctx context.Context) (*conn, error) {
 	}
 	pipelining, _ := sc.Extension("PIPELINING")
 	m.log.Debug("SMTP connection opened", zap.Bool("pipelining", pipelining))
-	return &conn{sc: sc, nc: slot.nc, lastUsed: time.Now(), pipelining: pipelining}, nil
+	return &conn{sc: sc, nc: slot.nc, lastUsed: time.Now(), pipelining: pipelining, mailParams: mailParams(sc)}, nil
 }
 
 // SMTP stages, for error messages and for deciding what a failure means.
@@ -411,18 +415,18 @@ func (m *Mailer) open(ctx context.Context, c *conn, from, rcpt string) (io.Write
 // first refusal is the answer, with its stage, as if the commands had gone
 // one by one.
 func (m *Mailer) openPipelined(ctx context.Context, c *conn, from, rcpt string) (io.WriteCloser, bool, error) {
-	cmds := [...]struct {
-		stage, line string
-		code        int // as go-mail expects them: 25 is any 25x
-	}{
-		{stageMail, "MAIL FROM:" + from + mailParams(c.sc), 250},
-		{stageRcpt, "RCPT TO:" + rcpt, 25},
-		{stageData, "DATA", 354},
-	}
 	if strings.ContainsAny(from+rcpt, "\r\n") {
 		// go-mail's Mail and Rcpt refuse these too; build never lets one
 		// through.
 		return nil, true, &stageError{stage: stageMail, err: errors.New("smtp: a line break in an address")}
+	}
+	cmds := [...]struct {
+		stage, line string
+		code        int // as go-mail expects them: 25 is any 25x
+	}{
+		{stageMail, "MAIL FROM:" + from + c.mailParams, 250},
+		{stageRcpt, "RCPT TO:" + rcpt, 25},
+		{stageData, "DATA", 354},
 	}
 	if err := m.step(ctx, c, stageMail, func() error {
 		for _, cmd := range cmds {
@@ -466,7 +470,7 @@ func (m *Mailer) openPipelined(ctx context.Context, c *conn, from, rcpt string) 
 }
 
 // mailParams are the MAIL FROM parameters go-mail's Client.Mail adds for
-// the server's extensions, so a pipelined MAIL FROM says the same.
+// the server's extensions (see conn.mailParams).
 func mailParams(sc *gosmtp.Client) string {
 	var p string
 	if ok, _ := sc.Extension("8BITMIME"); ok {

@@ -140,8 +140,17 @@ func (c *Composer) composite() *redis.Script {
 		return c.script
 	}
 	var b strings.Builder
-	b.WriteString("local subs = {}\n")
+	// Every call reads one clock: the composite runs atomically, as at one
+	// instant, and a TIME from a script costs Redis about twice a GET
+	// (callgrind: ~8,000 instructions), three times per delivery. The copy
+	// keeps one call from changing what the next one reads.
+	b.WriteString("local subs = {}\nlocal composite_clock\n" +
+		"local function composite_time()\n" +
+		"  if not composite_clock then composite_clock = redis.call('TIME') end\n" +
+		"  return {composite_clock[1], composite_clock[2]}\n" +
+		"end\n")
 	for i, src := range c.subs {
+		src = strings.ReplaceAll(src, "redis.call('TIME')", "composite_time()")
 		fmt.Fprintf(&b, "subs[%d] = function(KEYS, ARGV)\n%s\nend\n", i+1, src)
 	}
 	b.WriteString(`
@@ -151,9 +160,9 @@ local k, a = 1, 2
 for i = 1, n do
   local which, nk, na = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   a = a + 3
-  local ks, as = {}, {}
-  for j = 1, nk do ks[j] = KEYS[k + j - 1] end
-  for j = 1, na do as[j] = ARGV[a + j - 1] end
+  -- unpack copies in C: a Lua loop costs Redis about ten times as much
+  -- per argument (callgrind), and a burst has hundreds.
+  local ks, as = {unpack(KEYS, k, k + nk - 1)}, {unpack(ARGV, a, a + na - 1)}
   k, a = k + nk, a + na
   local ok, r = pcall(subs[which], ks, as)
   if not ok then

@@ -3,6 +3,7 @@ package rdb_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -156,4 +157,48 @@ func TestComposerRunsACompositeOnceWhenOnlySomeNodesKnowIt(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 1, got, "%s ran once", k)
 	}
+}
+
+// The calls of one composite read one clock: a script's TIME is Redis's
+// own, not rewritten away, and every call of the composite sees the same
+// instant, as if they ran at once (they do: a script is atomic). Alone,
+// the same script reads TIME itself.
+func TestComposerCallsShareOneClock(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := testenv.Context(t, 10*time.Second)
+	clock := redis.NewScript(`local t = redis.call('TIME')
+return {t[1], t[2], ARGV[1]}`)
+	before, err := r.Client.Time(ctx).Result()
+	require.NoError(t, err)
+
+	c := rdb.NewComposer()
+	rec := c.Recorder()
+	const n = 50
+	cmds := make([]*redis.Cmd, n)
+	for i := range n {
+		cmds[i] = clock.Run(ctx, rec, []string{r.Prefix + "{clock}:k"}, i)
+	}
+	require.NoError(t, c.Exec(ctx, r.Client, rec))
+	var first []any
+	for i, cmd := range cmds {
+		got, err := cmd.Slice()
+		require.NoError(t, err)
+		require.Len(t, got, 3)
+		require.Equal(t, fmt.Sprint(i), got[2], "call %d got its own arguments", i)
+		if i == 0 {
+			first = got[:2]
+			continue
+		}
+		require.Equal(t, first, got[:2], "call %d read the composite's clock", i)
+	}
+	secs, err := strconv.ParseInt(first[0].(string), 10, 64)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, secs, before.Unix(), "Redis's own TIME, not a stand-in")
+
+	alone, err := clock.Run(ctx, r.Client, []string{r.Prefix + "{clock}:k"}, "x").Slice()
+	require.NoError(t, err)
+	require.Equal(t, "x", alone[2])
+	later, err := strconv.ParseInt(alone[0].(string), 10, 64)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, later, secs)
 }

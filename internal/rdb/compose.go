@@ -204,8 +204,15 @@ func (c *Composer) Exec(ctx context.Context, rdb redis.UniversalClient, recs ...
 	cmds := make([]*redis.Cmd, len(groups))
 	err := Pipelined(ctx, rdb, func(p redis.Pipeliner) (func() error, error) {
 		for i, g := range groups {
-			var keys []string
-			args := []any{len(g)}
+			nk, na := 0, 1
+			for _, cl := range g {
+				nk, na = nk+len(cl.keys), na+3+len(cl.args)
+			}
+			// Sized once: a burst's hundreds of arguments grew these a
+			// slice copy at a time, the consumer's largest allocation.
+			keys := make([]string, 0, nk)
+			args := make([]any, 1, na)
+			args[0] = len(g)
 			for _, cl := range g {
 				keys = append(keys, cl.keys...)
 				args = append(args, cl.sub+1, len(cl.keys), len(cl.args))

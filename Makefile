@@ -55,6 +55,10 @@ test-cluster: ## start a private 3-node RabbitMQ cluster, Redis Cluster and Sent
 bench: services ## run the benchmarks and the load generator, printing medians
 	@./scripts/bench.sh
 
+.PHONY: redis-cost
+redis-cost: ## Redis instructions per consumed message (callgrind; steady on a noisy machine, unlike msg/s)
+	@./scripts/redis-cost.sh
+
 .PHONY: lint
 lint: ## golangci-lint (installs the pinned version into ./bin if missing)
 	@test -x "$(GOLANGCI)" || GOBIN=$(CURDIR)/$(BIN) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)

@@ -154,15 +154,22 @@ func (c *Composer) composite() *redis.Script {
 		fmt.Fprintf(&b, "subs[%d] = function(KEYS, ARGV)\n%s\nend\n", i+1, src)
 	}
 	b.WriteString(`
+-- unpack copies in C: a Lua loop costs Redis about ten times as much per
+-- argument (callgrind), and a burst has hundreds. unpack is bounded by
+-- Lua's C stack (8,000 values), so a call with more takes the loop.
+local function slice(t, from, n)
+  if n <= 4000 then return {unpack(t, from, from + n - 1)} end
+  local s = {}
+  for j = 1, n do s[j] = t[from + j - 1] end
+  return s
+end
 local out = {}
 local n = tonumber(ARGV[1])
 local k, a = 1, 2
 for i = 1, n do
   local which, nk, na = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   a = a + 3
-  -- unpack copies in C: a Lua loop costs Redis about ten times as much
-  -- per argument (callgrind), and a burst has hundreds.
-  local ks, as = {unpack(KEYS, k, k + nk - 1)}, {unpack(ARGV, a, a + na - 1)}
+  local ks, as = slice(KEYS, k, nk), slice(ARGV, a, na)
   k, a = k + nk, a + na
   local ok, r = pcall(subs[which], ks, as)
   if not ok then

@@ -202,3 +202,34 @@ return {t[1], t[2], ARGV[1]}`)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, later, secs)
 }
+
+// A call's KEYS and ARGV reach its script whole at any size: the composite
+// copies them with unpack, which Lua bounds (8,000 values), and takes a
+// loop beyond that.
+func TestComposerPassesLargeArgumentLists(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := testenv.Context(t, 10*time.Second)
+	count := redis.NewScript(`return {#KEYS, #ARGV, ARGV[1], ARGV[#ARGV]}`)
+	c := rdb.NewComposer()
+	rec := c.Recorder()
+	sizes := []int{0, 1, 4000, 4001, 10000}
+	cmds := make([]*redis.Cmd, len(sizes))
+	for i, n := range sizes {
+		args := make([]any, n)
+		for j := range args {
+			args[j] = fmt.Sprint("a", j)
+		}
+		cmds[i] = count.Run(ctx, rec, []string{r.Prefix + "{big}:k"}, args...)
+	}
+	require.NoError(t, c.Exec(ctx, r.Client, rec))
+	for i, n := range sizes {
+		got, err := cmds[i].Slice()
+		require.NoError(t, err, "%d arguments", n)
+		require.EqualValues(t, 1, got[0])
+		require.EqualValues(t, n, got[1], "%d arguments arrived", n)
+		if n > 0 {
+			require.Equal(t, "a0", got[2])
+			require.Equal(t, fmt.Sprint("a", n-1), got[3])
+		}
+	}
+}

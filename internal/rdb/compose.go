@@ -158,7 +158,7 @@ func (c *Composer) composite() *redis.Script {
 -- argument (callgrind), and a burst has hundreds. unpack is bounded by
 -- Lua's C stack (8,000 values), so a call with more takes the loop.
 local function slice(t, from, n)
-  if n <= 4000 then return {unpack(t, from, from + n - 1)} end
+  if n <= 4000 then return {unpack(t, from, from + n - 1)} end -- unpack, inline below for the usual sizes
   local s = {}
   for j = 1, n do s[j] = t[from + j - 1] end
   return s
@@ -169,7 +169,12 @@ local k, a = 1, 2
 for i = 1, n do
   local which, nk, na = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   a = a + 3
-  local ks, as = slice(KEYS, k, nk), slice(ARGV, a, na)
+  local ks, as
+  if nk <= 4000 and na <= 4000 then
+    ks, as = {unpack(KEYS, k, k + nk - 1)}, {unpack(ARGV, a, a + na - 1)}
+  else
+    ks, as = slice(KEYS, k, nk), slice(ARGV, a, na)
+  end
   k, a = k + nk, a + na
   local ok, r = pcall(subs[which], ks, as)
   if not ok then

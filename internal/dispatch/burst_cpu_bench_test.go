@@ -81,7 +81,7 @@ func BenchmarkBurstRedisCPU(b *testing.B) {
 			}, nil
 		})
 		if err != nil || res.Outcome != claim.Claimed {
-			return fmt.Errorf("claim %s: %v %v", id, res.Outcome, err)
+			return fmt.Errorf("claim %s: %v: %w", id, res.Outcome, err)
 		}
 		now := time.Now()
 		empty := ""

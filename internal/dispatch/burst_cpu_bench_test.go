@@ -58,47 +58,8 @@ func BenchmarkBurstRedisCPU(b *testing.B) {
 		b.Fatal(err)
 	}
 	bu := newBurst(r.Client)
-	provider := "bench"
 	var next atomic.Int64
-	one := func(id string) error {
-		key := claims.TaskKey("sms", id)
-		var res claim.Result
-		err := bu.Do(false, func(p redis.Scripter) (func() error, error) {
-			a, err := claims.QueueAcquire(ctx, p, key, "bench")
-			if err != nil {
-				return nil, err
-			}
-			u := status.Update{Status: status.Sending, IncAttempts: true, Provider: &provider, Blind: true, Guard: &status.Guard{Key: key, Value: a.Lease}}
-			sending, err := statuses.QueueUpdate(ctx, p, id, u)
-			if err != nil {
-				return nil, err
-			}
-			return func() (err error) {
-				if res, err = a.Result(); err == nil {
-					_, err = sending()
-				}
-				return err
-			}, nil
-		})
-		if err != nil || res.Outcome != claim.Claimed {
-			return fmt.Errorf("claim %s: %v: %w", id, res.Outcome, err)
-		}
-		now := time.Now()
-		empty := ""
-		return bu.Do(false, func(p redis.Scripter) (func() error, error) {
-			marked := res.Claim.QueueMarkSent(ctx, p)
-			sent, err := statuses.QueueUpdate(ctx, p, id, status.Update{Status: status.Sent, SentAt: &now, Provider: &provider, LastError: &empty, Blind: true})
-			if err != nil {
-				return nil, err
-			}
-			return func() error {
-				if _, err := sent(); err != nil {
-					return err
-				}
-				return marked()
-			}, nil
-		})
-	}
+	one := func(id string) error { return burstMessage(ctx, bu, claims, statuses, id, false) }
 	if err := one("warm"); err != nil { // learns the scripts
 		b.Fatal(err)
 	}

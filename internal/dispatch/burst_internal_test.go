@@ -42,6 +42,49 @@ func (h *scripts) count(c redis.Cmder) {
 	}
 }
 
+// burstMessage is one delivery's Redis work as dispatch does it through
+// burst: the claim with its "sending" status, then the sent mark with its
+// "sent" status (lastError cleared, as markSent does).
+func burstMessage(ctx context.Context, b *burst, claims *claim.Claimer, statuses *status.Store, id string, high bool) error {
+	provider, empty := "test", ""
+	key := claims.TaskKey("sms", id)
+	var res claim.Result
+	err := b.Do(high, func(p redis.Scripter) (func() error, error) {
+		a, err := claims.QueueAcquire(ctx, p, key, "me")
+		if err != nil {
+			return nil, err
+		}
+		u := status.Update{Status: status.Sending, IncAttempts: true, Provider: &provider, Blind: true, Guard: &status.Guard{Key: key, Value: a.Lease}}
+		sending, err := statuses.QueueUpdate(ctx, p, id, u)
+		if err != nil {
+			return nil, err
+		}
+		return func() (err error) {
+			if res, err = a.Result(); err == nil {
+				_, err = sending()
+			}
+			return err
+		}, nil
+	})
+	if err != nil || res.Outcome != claim.Claimed {
+		return fmt.Errorf("claim %s: %v %w", id, res.Outcome, err)
+	}
+	now := time.Now()
+	return b.Do(high, func(p redis.Scripter) (func() error, error) {
+		marked := res.Claim.QueueMarkSent(ctx, p)
+		sent, err := statuses.QueueUpdate(ctx, p, id, status.Update{Status: status.Sent, SentAt: &now, Provider: &provider, LastError: &empty, Blind: true})
+		if err != nil {
+			return nil, err
+		}
+		return func() error {
+			if _, err := sent(); err != nil {
+				return err
+			}
+			return marked()
+		}, nil
+	})
+}
+
 // A burst of 64 deliveries, each doing the consumer's Redis work (the
 // claim with its "sending" status, then the sent mark with its "sent"
 // status) through burst: every claim and every mark lands, and the scripts
@@ -61,46 +104,8 @@ func TestBurstBatchesClaimsAndMarks(t *testing.T) {
 		r.Client.AddHook(h)
 	}
 	b := newBurst(r.Client)
-	provider := "test"
 
-	work := func(id string, high bool) error {
-		key := claims.TaskKey("sms", id)
-		var res claim.Result
-		err := b.Do(high, func(p redis.Scripter) (func() error, error) {
-			a, err := claims.QueueAcquire(ctx, p, key, "me")
-			if err != nil {
-				return nil, err
-			}
-			u := status.Update{Status: status.Sending, IncAttempts: true, Provider: &provider, Blind: true, Guard: &status.Guard{Key: key, Value: a.Lease}}
-			sending, err := statuses.QueueUpdate(ctx, p, id, u)
-			if err != nil {
-				return nil, err
-			}
-			return func() (err error) {
-				if res, err = a.Result(); err == nil {
-					_, err = sending()
-				}
-				return err
-			}, nil
-		})
-		if err != nil || res.Outcome != claim.Claimed {
-			return fmt.Errorf("claim %s: %v %w", id, res.Outcome, err)
-		}
-		now := time.Now()
-		return b.Do(high, func(p redis.Scripter) (func() error, error) {
-			marked := res.Claim.QueueMarkSent(ctx, p)
-			sent, err := statuses.QueueUpdate(ctx, p, id, status.Update{Status: status.Sent, SentAt: &now, Provider: &provider, Blind: true})
-			if err != nil {
-				return nil, err
-			}
-			return func() error {
-				if _, err := sent(); err != nil {
-					return err
-				}
-				return marked()
-			}, nil
-		})
-	}
+	work := func(id string, high bool) error { return burstMessage(ctx, b, claims, statuses, id, high) }
 	// Warm: the composite is new to Redis once (NOSCRIPT, load, again).
 	require.NoError(t, work("warm", true))
 	h.n.Store(0)

@@ -43,9 +43,12 @@ func redisCPU(ctx context.Context, c redis.UniversalClient) (time.Duration, erro
 // dispatch does it (the claim with its "sending" status, then the sent
 // mark with its "sent" status, both through burst) from 256 workers, as
 // CONCURRENCY=256. It reports the Redis server's CPU per message
-// (redis-µs/msg): the figure that bounds the no-op consumer on a machine
-// whose cores Redis shares (issue 22), and one a busy machine barely
-// disturbs, unlike ns/op. Run it alone against an otherwise idle Redis.
+// (redis-µs/msg, from INFO cpu): the figure that bounds the no-op consumer
+// on a machine whose cores Redis shares (issue 22). It is less disturbed
+// than ns/op by the rest of the machine, not undisturbed (54-92 µs within
+// an hour on a shared 2-core box); make redis-cost runs it under callgrind
+// for a count that holds within 1%. Run it against an otherwise idle
+// Redis.
 func BenchmarkBurstRedisCPU(b *testing.B) {
 	r := testenv.NewRedis(b)
 	ctx := context.Background()

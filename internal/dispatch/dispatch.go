@@ -602,6 +602,16 @@ func (d *Dispatcher) send(ctx context.Context, j *job) error {
 	return err
 }
 
+// jobFields are the log fields of a job's outcome: the recipient and
+// attempt only once its message is decoded.
+func jobFields(ctx context.Context, taskID string, j *job) []zap.Field {
+	f := []zap.Field{zap.String("task_id", taskID), zap.String("channel", j.channel), zap.String("provider", j.provider), telemetry.LogField(ctx)}
+	if j.msg != nil {
+		f = append(f, zap.String("recipient", logging.Mask(j.msg.Recipient)), zap.Int("attempt", j.msg.Attempt+1))
+	}
+	return f
+}
+
 // decide is the one place that turns a step's outcome into ack, retry or
 // dead-letter.
 func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Action {
@@ -619,15 +629,11 @@ func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Actio
 		// status record say the same. Failures are always logged. Checked
 		// first, so that a success builds no logger.
 		if ce := d.log.Check(zap.DebugLevel, "sent"); ce != nil {
-			ce.Write(zap.String("task_id", taskID), zap.String("channel", j.channel), zap.String("provider", j.provider), telemetry.LogField(ctx),
-				zap.String("recipient", logging.Mask(j.msg.Recipient)), zap.Int("attempt", j.msg.Attempt+1))
+			ce.Write(jobFields(ctx, taskID, j)...)
 		}
 		return broker.Ack
 	}
-	log := d.log.WithLazy(zap.String("task_id", taskID), zap.String("channel", j.channel), zap.String("provider", j.provider), telemetry.LogField(ctx))
-	if j.msg != nil {
-		log = log.WithLazy(zap.String("recipient", logging.Mask(j.msg.Recipient)), zap.Int("attempt", j.msg.Attempt+1))
-	}
+	log := d.log.WithLazy(jobFields(ctx, taskID, j)...)
 	switch {
 	case errors.Is(err, ErrAlreadySent):
 		d.cfg.Metrics.Skipped.WithLabelValues(j.channel, string(j.level), "duplicate").Inc()

@@ -198,10 +198,10 @@ func ceilMS(d time.Duration) int64 {
 // It may run twice for one reservation: go-redis sends a cluster node's
 // whole batch again after a read timeout, also to the slots where it had
 // run (rdb.Pipelined sends again only what got NOSCRIPT, which did not
-// run). Its records are all or nothing,
-// so one of them holding the reservation id (the mark, else the cooldown,
-// else the first log) means this reservation was admitted here already: it
-// answers admitted again and records nothing more, counters included.
+// run). Its records are all or nothing, so one of them holding the
+// reservation id (the mark, else the cooldown, else the first log) means
+// this reservation was admitted here already: it answers admitted again
+// and records nothing more, counters included.
 // Checking it like a new request would find its own cooldown and refuse it
 // (issue 20: first requests answered 429 "resend cooldown: wait 1m0s").
 // Then commands run again: the cluster sends none, and a retry on one

@@ -156,9 +156,8 @@ func (c *Composer) composite() *redis.Script {
 	b.WriteString(`
 -- unpack copies in C: a Lua loop costs Redis about ten times as much per
 -- argument (callgrind), and a burst has hundreds. unpack is bounded by
--- Lua's C stack (8,000 values), so a call with more takes the loop.
+-- Lua's C stack (8,000 values), so a call with more takes this loop.
 local function slice(t, from, n)
-  if n <= 4000 then return {unpack(t, from, from + n - 1)} end -- unpack, inline below for the usual sizes
   local s = {}
   for j = 1, n do s[j] = t[from + j - 1] end
   return s

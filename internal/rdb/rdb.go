@@ -288,8 +288,9 @@ func setDefaults(rawURL string, o *redis.Options, opts []Option) {
 // fail with NOSCRIPT, without having run. Pipelined then calls load and
 // sends those commands again (up to noScriptRounds times), and only
 // those: on a Redis Cluster the same pipeline's commands on nodes that
-// knew the script did run, and must not run twice (a claim would find its own lease, an attempt would be
-// counted twice). finish reads every command's final reply.
+// knew the script did run, and must not run twice (a claim would find its
+// own lease, an attempt would be counted twice). finish reads every
+// command's final reply.
 func Pipelined(ctx context.Context, c redis.Cmdable, queue func(redis.Pipeliner) (func() error, error), load func(context.Context) error) error {
 	p := c.Pipeline()
 	finish, err := queue(p)

@@ -647,7 +647,7 @@ func TestLanesOpenAsADestinationNeedsThem(t *testing.T) {
 		return n
 	}
 	// 500 at once, released together; on a loaded machine a round may
-	// finish before more than 8 are in flight on a lane, so a few rounds.
+	// finish before more than laneGrowAt are in flight on a lane, so a few rounds.
 	for round := 0; round < 10 && open("busy") <= 1; round++ {
 		gate := make(chan struct{})
 		var wg sync.WaitGroup

@@ -85,6 +85,16 @@ type laneSlot struct {
 // a quiet destination (a delay tier, the low queue) costs one channel,
 // and a busy one spreads over as many as before lanes were per
 // destination.
+//
+// Why 64: every extra lane is a channel process in the broker, and the
+// broker confirms each lane's messages in batches of its own, so the same
+// traffic split over more lanes costs it more. The API at 64 requests in
+// flight ran 4 lanes with a threshold of 8; with one lane the broker spent
+// about a tenth less CPU per publish and the API's closed-loop throughput
+// rose 5-8% (4 alternating runs each, docs/performance.md). One channel
+// confirms over 20,000 publishes a second here, far above what one API
+// process publishes, so a second lane is only worth its cost past 64 in
+// flight (a quarter of the default window).
 type lanePool struct {
 	slots    []*laneSlot
 	next     atomic.Uint32
@@ -92,7 +102,7 @@ type lanePool struct {
 	inflight atomic.Int64 // publishes holding a window slot on any lane of the pool
 }
 
-const laneGrowAt = 8
+const laneGrowAt = 64
 
 func newLanePool(n int) *lanePool {
 	lp := &lanePool{slots: make([]*laneSlot, n)}

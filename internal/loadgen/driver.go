@@ -35,6 +35,11 @@ type DriveResult struct {
 	AcceptedRPS float64          `json:"acceptedPerSec"`
 	Latency     Latency          `json:"latency"`
 	FirstError  string           `json:"firstError,omitempty"`
+	// LaunchSec is from the start to the last request's send: unlike
+	// ElapsedSec it leaves out the last answers' own latency, so an open
+	// loop that kept up with its rate launched its last request just
+	// before Duration, and one that fell behind launched it later.
+	LaunchSec float64 `json:"launchSec"`
 }
 
 // Run drives do as d says until d.Duration has passed or ctx ends.
@@ -57,6 +62,7 @@ func (d Drive) Run(ctx context.Context, do DoFunc) DriveResult {
 		codes    map[int]int64
 		failed   int64
 		firstErr error
+		launched time.Time // this worker's last send
 	}
 	stats := make([]workerStats, c)
 	start := now()
@@ -89,6 +95,7 @@ func (d Drive) Run(ctx context.Context, do DoFunc) DriveResult {
 						return
 					}
 				}
+				st.launched = now()
 				status, err := do(ctx, w, seq)
 				st.hist.Record(now().Sub(from))
 				if status == 0 {
@@ -110,6 +117,9 @@ func (d Drive) Run(ctx context.Context, do DoFunc) DriveResult {
 	}
 	h := NewHist()
 	for _, st := range stats {
+		if st.launched.After(start) {
+			r.LaunchSec = max(r.LaunchSec, st.launched.Sub(start).Seconds())
+		}
 		h.Merge(st.hist)
 		for code, n := range st.codes {
 			r.Codes[strconv.Itoa(code)] += n

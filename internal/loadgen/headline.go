@@ -277,9 +277,13 @@ func headlineStep(ctx context.Context, h HeadlineOptions, arr *Arrivals, rate fl
 	mu.Lock()
 	st.Accepted = len(accs)
 	mu.Unlock()
-	// Over the whole step: an open loop starts its first request at once,
-	// so the requests started span a little less than it.
-	st.Rate = round2(float64(st.Accepted) / max(d.ElapsedSec, h.Step.Seconds()))
+	// Over the whole step (an open loop starts its first request at once,
+	// so the requests started span a little less than it), or over the
+	// time it took to send them all when the offered load fell behind.
+	// Not until the last answer: that is latency, not rate; dividing by
+	// it made a step that took every one of 3,000/s × 60 s read
+	// 2,999.7/s.
+	st.Rate = round2(float64(st.Accepted) / max(d.LaunchSec, h.Step.Seconds()))
 	deadline := time.Now().Add(h.Drain)
 	for arr.Count() < st.Accepted && time.Now().Before(deadline) {
 		if err := alive(); err != nil {

@@ -67,6 +67,52 @@ func TestDriveCorrectsCoordinatedOmission(t *testing.T) {
 	require.Less(t, r.Latency.P50, 50.0)
 }
 
+// An open loop's rate is what it sent over its step: the last answers'
+// latency is not time the offered load took (a step that took all of
+// 3,000/s for 60 s read 2,999.7/s when divided by it), and a load that
+// fell behind took longer to send.
+func TestDriveLaunchSpan(t *testing.T) {
+	const (
+		step    = 200 * time.Millisecond
+		rate    = 500
+		slowEnd = 300 * time.Millisecond
+	)
+	for _, tc := range []struct {
+		name string
+		do   DoFunc
+		// launch span bounds, seconds
+		atLeast, atMost float64
+		elapsedAtLeast  float64
+	}{
+		{
+			name: "kept up, slow last answer",
+			do: func(_ context.Context, _ int, seq int64) (int, error) {
+				if seq == rate*int64(step/time.Millisecond)/1000-1 {
+					time.Sleep(slowEnd) // the system under test answers the last one late
+				}
+				return 202, nil
+			},
+			atLeast: 0.15, atMost: step.Seconds() + 0.1, elapsedAtLeast: 0.15 + slowEnd.Seconds(),
+		},
+		{
+			name: "fell behind",
+			do: func(_ context.Context, _ int, _ int64) (int, error) {
+				time.Sleep(4 * time.Millisecond) // twice the interval, one worker
+				return 202, nil
+			},
+			atLeast: 0.35, atMost: 10, elapsedAtLeast: 0.35,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Drive{Concurrency: 1, Duration: step, Rate: rate}.Run(context.Background(), tc.do)
+			require.EqualValues(t, rate*step.Seconds(), r.Accepted)
+			require.GreaterOrEqual(t, r.LaunchSec, tc.atLeast)
+			require.LessOrEqual(t, r.LaunchSec, tc.atMost)
+			require.GreaterOrEqual(t, r.ElapsedSec, tc.elapsedAtLeast)
+		})
+	}
+}
+
 func TestDriveClosedLoopCountsCodes(t *testing.T) {
 	do := func(_ context.Context, _ int, seq int64) (int, error) {
 		switch {

@@ -272,8 +272,10 @@ process, against the same path with no delay.
 WeCom test server, and for each --kinds offers --start recipients/s, then
 --factor times more per step, each held for --step, until a step does not
 hold: p99 from the API's 202 to the sink under --p99, nothing lost, and the
-API accepting at least 95% of the offered rate. Reports every step and the
-best rate that held. Mail: single sends; WeCom: batches of --batch; raw
+API accepting at least 99% of the offered rate: recipients accepted over
+the step, or over the time sending them took when the offered load fell
+behind (not until the last answer, which is latency). Reports every step
+and the best offered rate that held. Mail: single sends; WeCom: batches of --batch; raw
 (from --raw-start messages/s): the broker path alone, a confirmed publish
 to a quorum queue consumed in-process, timed from confirm to delivery, the
 baseline the other two are read against.

@@ -275,10 +275,10 @@ hold: p99 from the API's 202 to the sink under --p99, nothing lost, and the
 API accepting at least 99% of the offered rate: recipients accepted over
 the step, or over the time sending them took when the offered load fell
 behind (not until the last answer, which is latency). Reports every step
-and the best offered rate that held. Mail: single sends; WeCom: batches of --batch; raw
-(from --raw-start messages/s): the broker path alone, a confirmed publish
-to a quorum queue consumed in-process, timed from confirm to delivery, the
-baseline the other two are read against.
+and the best offered rate that held. Mail: single sends; WeCom: batches of
+--batch; raw (from --raw-start messages/s): the broker path alone, a
+confirmed publish to a quorum queue consumed in-process, timed from
+confirm to delivery, the baseline the other two are read against.
 `
 	synLevels = `Starts the real api and consumer against an SMTP sink that takes
 --smtp-latency per mail, requests --codes verification codes at --code-rate

@@ -91,7 +91,7 @@ type laneSlot struct {
 // traffic split over more lanes costs it more. The API at 64 requests in
 // flight ran 4 lanes with a threshold of 8; with one lane the broker spent
 // about a tenth less CPU per publish and the API's closed-loop throughput
-// rose 5-8% (4 alternating runs each, docs/performance.md). One channel
+// rose 4-8% (alternating runs, docs/performance.md). One channel
 // confirms over 20,000 publishes a second here, far above what one API
 // process publishes, so a second lane is only worth its cost past 64 in
 // flight (a quarter of the default window).

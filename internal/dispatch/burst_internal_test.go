@@ -42,14 +42,18 @@ func (h *scripts) count(c redis.Cmder) {
 	}
 }
 
-// burstMessage is one delivery's Redis work as dispatch does it through
-// burst: the claim with its "sending" status, then the sent mark with its
-// "sent" status (lastError cleared, as markSent does).
-func burstMessage(ctx context.Context, b *burst, claims *claim.Claimer, statuses *status.Store, id string, high bool) error {
+// step sends one step's queued Redis work and reads its replies: through
+// burst, or as a pipeline of its own.
+type step func(queue func(redis.Scripter) (func() error, error)) error
+
+// messageWork is one delivery's Redis work as dispatch does it, each step
+// sent by do: the claim with its "sending" status, then the sent mark with
+// its "sent" status (lastError cleared, as markSent does).
+func messageWork(ctx context.Context, do step, claims *claim.Claimer, statuses *status.Store, id string) error {
 	provider, empty := "test", ""
 	key := claims.TaskKey("sms", id)
 	var res claim.Result
-	err := b.Do(high, func(p redis.Scripter) (func() error, error) {
+	err := do(func(p redis.Scripter) (func() error, error) {
 		a, err := claims.QueueAcquire(ctx, p, key, "me")
 		if err != nil {
 			return nil, err
@@ -70,7 +74,7 @@ func burstMessage(ctx context.Context, b *burst, claims *claim.Claimer, statuses
 		return fmt.Errorf("claim %s: %v %w", id, res.Outcome, err)
 	}
 	now := time.Now()
-	return b.Do(high, func(p redis.Scripter) (func() error, error) {
+	return do(func(p redis.Scripter) (func() error, error) {
 		marked := res.Claim.QueueMarkSent(ctx, p)
 		sent, err := statuses.QueueUpdate(ctx, p, id, status.Update{Status: status.Sent, SentAt: &now, Provider: &provider, LastError: &empty, Blind: true})
 		if err != nil {
@@ -83,6 +87,11 @@ func burstMessage(ctx context.Context, b *burst, claims *claim.Claimer, statuses
 			return marked()
 		}, nil
 	})
+}
+
+// burstMessage is messageWork through burst, as dispatch batches it.
+func burstMessage(ctx context.Context, b *burst, claims *claim.Claimer, statuses *status.Store, id string, high bool) error {
+	return messageWork(ctx, func(queue func(redis.Scripter) (func() error, error)) error { return b.Do(high, queue) }, claims, statuses, id)
 }
 
 // A burst of 64 deliveries, each doing the consumer's Redis work (the

@@ -211,10 +211,15 @@ func (a *acker) flushLocked(all bool) error {
 	return err
 }
 
-// close stops future flushes (the channel is gone).
+// close stops future flushes (the channel is gone). Acks still owed
+// cannot go out on another channel: their deliveries come back, and
+// close says so, since nothing else will (their ack calls returned nil).
 func (a *acker) close() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if !a.closed && (a.lastAck > a.acked || a.held > 0) {
+		a.log.Warn("could not settle deliveries (acks owed when the channel closed); the broker will redeliver them", zap.Int("acks_owed", a.owed))
+	}
 	a.closed = true
 	if a.timer != nil {
 		a.timer.Stop()

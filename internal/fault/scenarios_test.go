@@ -99,10 +99,15 @@ func TestAMQPCutDuringConsuming(t *testing.T) {
 	time.Sleep(2 * time.Second) // load after the recovery
 
 	cnt := s.settle(l)
-	failedAcks := s.countLogs("consumer", "could not settle delivery")
+	// An ack that finds its channel closed is logged per delivery; one
+	// deferred (batched) before the consumer saw the cut is logged when
+	// its flush fails or its channel closes, one line for several. So the
+	// lines are at least one, not one per message: what proves every
+	// in-flight ack was lost is that every such message came back.
+	failedAcks := s.countLogs("consumer", "could not settle deliver")
 	redelivered := s.countLogs("consumer", "already sent; acking the duplicate delivery")
-	s.report(cnt, 0, kv("inFlightAtCut", inFlight), kv("failedAcks", failedAcks), kv("redeliveredAlreadySent", redelivered))
-	require.GreaterOrEqual(t, int64(failedAcks), inFlight, "the in-flight sends could not be acked")
+	s.report(cnt, 0, kv("inFlightAtCut", inFlight), kv("failedAckLogs", failedAcks), kv("redeliveredAlreadySent", redelivered))
+	require.GreaterOrEqual(t, failedAcks, 1, "the consumer says its in-flight sends could not be acked")
 	require.GreaterOrEqual(t, int64(redelivered), inFlight, "their messages came back and were recognised as sent")
 }
 

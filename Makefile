@@ -57,7 +57,11 @@ bench: services ## run the benchmarks and the load generator, printing medians
 
 .PHONY: redis-cost
 redis-cost: ## Redis instructions per consumed message (callgrind; steady on a noisy machine, unlike msg/s)
-	@./scripts/redis-cost.sh
+	@./scripts/redis-cost.sh consumer
+
+.PHONY: redis-cost-api
+redis-cost-api: ## Redis instructions per accepted code request, inside its take script (callgrind; the api binary under loadgen)
+	@./scripts/redis-cost.sh api
 
 .PHONY: lint
 lint: ## golangci-lint (installs the pinned version into ./bin if missing)

@@ -202,7 +202,7 @@ for r = 1, nrules do
       rooms[r][w] = {room, cur, prev, el}
     else
       if len > span then span = len end
-      room = lim - redis.call('ZCOUNT', key, '(' .. string.format('%d', now - len), '+inf')
+      room = lim - redis.call('ZCOUNT', key, '(' .. int(now - len), '+inf')
       rooms[r][w] = {room}
     end
     if room < k then k = room end
@@ -243,23 +243,24 @@ if k == 0 then return {1, best[1], best[2], best[3]} end
 for r = 1, nrules do
   if spans[r] > 0 then
     local key = KEYS[2 * r - 1]
+    local nows = int(now)
     for u = 1, k, 500 do
       local m = {}
       for v = u, math.min(u + 499, k) do
-        m[#m + 1] = now
+        m[#m + 1] = nows
         m[#m + 1] = id .. ':' .. v
       end
       redis.call('ZADD', key, unpack(m))
     end
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - spans[r])
-    redis.call('PEXPIRE', key, spans[r])
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - spans[r]))
+    redis.call('PEXPIRE', key, int(spans[r]))
   end
   if #counted[r] > 0 then
     count(KEYS[2 * r], counted[r], k, now)
   end
 end
 if markms > 0 then
-  redis.call('SET', KEYS[2 * nrules + 1], now, 'PX', markms)
+  redis.call('SET', KEYS[2 * nrules + 1], int(now), 'PX', ARGV[4])
 end
 local replies = {}
 for c = 1, k * per do

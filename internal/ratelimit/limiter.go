@@ -263,7 +263,7 @@ for r = 1, nrules do
       end
     else
       if len > span then span = len end
-      local count = redis.call('ZCOUNT', key, '(' .. string.format('%d', now - len), '+inf')
+      local count = redis.call('ZCOUNT', key, '(' .. int(now - len), '+inf')
       if count >= lim and not again then
         if card == nil then card = redis.call('ZCARD', key) end
         local e = redis.call('ZRANGE', key, card - lim, card - lim, 'WITHSCORES')
@@ -291,19 +291,19 @@ for r = 1, nrules do
   if again then break end
   if spans[r] > 0 then
     local key = KEYS[2 * r - 1]
-    redis.call('ZADD', key, now, id)
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - spans[r])
-    redis.call('PEXPIRE', key, spans[r])
+    redis.call('ZADD', key, int(now), id)
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - spans[r]))
+    redis.call('PEXPIRE', key, int(spans[r]))
   end
   if #counted[r] > 0 then
     count(KEYS[2 * r], counted[r], 1, now)
   end
 end
 if cdms > 0 and not again then
-  redis.call('SET', cdkey, id, 'PX', cdms)
+  redis.call('SET', cdkey, id, 'PX', ARGV[2])
 end
 if markms > 0 and not again then
-  redis.call('SET', markkey, now, 'PX', markms)
+  redis.call('SET', markkey, int(now), 'PX', ARGV[4])
 end
 local replies = {}
 local ncmds = tonumber(ARGV[a]) or 0

@@ -2,7 +2,9 @@ package api
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -121,4 +123,39 @@ func FuzzDecodeAndValidate(f *testing.F) {
 			check(e)
 		}
 	})
+}
+
+// isHostname replaced this expression; it must accept exactly what it did.
+var hostnameRE = regexp.MustCompile(`^(?i)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$`)
+
+func TestIsHostnameIsTheRegexp(t *testing.T) {
+	t.Parallel()
+	l63, l64 := strings.Repeat("a", 63), strings.Repeat("a", 64)
+	cases := []string{
+		"", ".", "a", "a.", ".a", "a.b", "A.B", "example.com", "EXAMPLE.Com", "mail.example.co.uk",
+		"a..b", "a.b.", "-a.b", "a-.b", "a.-b", "a.b-", "a-b.c-d", "a--b.c", "1.2", "0-0.9",
+		"a_b.c", "a b.c", "a.b\n", "ex@mple.com", "exa`mple.com", "exa{mple.com", "exa[mple.com",
+		"ex\u00e4mple.com", "xn--exmple-cua.com", "a\x00.b", "a.b\x80",
+		l63 + ".com", l64 + ".com", "x." + l63, "x." + l64, l63 + "." + l63 + "." + l63,
+	}
+	// And random strings over the characters that matter, to reach the
+	// combinations nobody listed.
+	rng := rand.New(rand.NewPCG(1, 2))
+	const alphabet = "aZ09-._@"
+	for range 20000 {
+		b := make([]byte, rng.IntN(12))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		cases = append(cases, string(b))
+	}
+	accepted := 0
+	for _, s := range cases {
+		want := hostnameRE.MatchString(s)
+		if want {
+			accepted++
+		}
+		require.Equal(t, want, isHostname(s), "%q", s)
+	}
+	require.Greater(t, accepted, 100, "the random cases reach accepted names too")
 }

@@ -86,8 +86,8 @@ type Update struct {
 	// holds Guard.Value: a consumer queues its "sending" update in the
 	// same pipeline as its idempotency claim, guarded by the claim's
 	// lease, so a claim that failed changes nothing. The guard key must
-	// live on the same Redis node as the record (msgpulse does not use
-	// Redis Cluster).
+	// hash to the record's slot on a Redis Cluster: the claim keys carry
+	// the task's hash tag, as the record's key does (Store.key).
 	Guard *Guard
 	// Blind skips reading the record back: the update returns a zero
 	// Record. For the consumer's hot path, which needs the record only

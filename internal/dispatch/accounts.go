@@ -129,11 +129,10 @@ func (d *Dispatcher) waitForAccount(ctx context.Context, j *job, log *zap.Logger
 	} else if retry > d.cfg.Retry.MaxRetries {
 		return d.deadLetter(ctx, j, log, ReasonExhausted, ClassAccountDown, fmt.Errorf("after %d waits: %w", retry, err))
 	}
-	if !d.later(ctx, j, wait, true) {
+	if !d.retryLater(ctx, j, wait, true, status.Update{Status: status.Retrying, ErrorClass: ptr(ClassAccountDown), LastError: ptr(err.Error())}) {
 		return broker.Requeue
 	}
 	d.cfg.Metrics.Retried.WithLabelValues(j.channel, string(j.level), j.provider, ClassAccountDown).Inc()
-	d.recordJob(ctx, j, status.Update{Status: status.Retrying, ErrorClass: ptr(ClassAccountDown), LastError: ptr(err.Error())})
 	log.Info("WeCom account down; the message waits", zap.Duration("in", wait))
 	return broker.Ack
 }

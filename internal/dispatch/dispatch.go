@@ -674,11 +674,10 @@ func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Actio
 			wait = pe.RetryAfter
 		}
 		wait += time.Duration(rand.Int64N(int64(wait/4) + 1)) //nolint:gosec // spreading returns, not a secret
-		if !d.later(ctx, j, wait, false) {
+		if !d.retryLater(ctx, j, wait, false, status.Update{Status: status.Retrying, ErrorClass: ptr("circuit_open"), LastError: ptr(err.Error())}) {
 			return broker.Requeue
 		}
 		d.cfg.Metrics.Skipped.WithLabelValues(j.channel, string(j.level), "breaker_open").Inc()
-		d.recordJob(ctx, j, status.Update{Status: status.Retrying, ErrorClass: ptr("circuit_open"), LastError: ptr(err.Error())})
 		log.Info("circuit breaker open; the message comes back later", zap.Duration("in", wait))
 		return broker.Ack
 	}
@@ -696,11 +695,10 @@ func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Actio
 		hint = pe.RetryAfter
 	}
 	wait := d.cfg.Retry.Wait(retry, errors.Is(err, provider.ErrThrottled), hint)
-	if !d.later(ctx, j, wait, true) {
+	if !d.retryLater(ctx, j, wait, true, status.Update{Status: status.Retrying, ErrorClass: ptr(class), LastError: ptr(err.Error())}) {
 		return broker.Requeue
 	}
 	d.cfg.Metrics.Retried.WithLabelValues(j.channel, string(j.level), j.provider, class).Inc()
-	d.recordJob(ctx, j, status.Update{Status: status.Retrying, ErrorClass: ptr(class), LastError: ptr(err.Error())})
 	log.Warn("send failed; retry scheduled", zap.String("class", class), zap.Duration("in", wait), zap.Error(err))
 	return broker.Ack
 }
@@ -720,6 +718,22 @@ func classOf(err error) string {
 		return "malformed"
 	}
 	return string(provider.Classify(err))
+}
+
+// retryLater records u (a "retrying" status) and then schedules the
+// message for later, reporting whether the broker took the copy.
+//
+// In that order: the copy can be back at once (a wait cut short by its
+// deadline comes back in a millisecond) and reach a final status in
+// another worker, expired or failed. A "retrying" written after that
+// overwrote it for good (the status script keeps only "sent" from being
+// overwritten): TestRefusedAccountWaitsAndExpiresWithoutSlowingTheOther
+// once found a message dead-lettered for its deadline whose record still
+// said retrying. When the publish fails the delivery is handed back and
+// tried again, so "retrying" is still true.
+func (d *Dispatcher) retryLater(ctx context.Context, j *job, wait time.Duration, isRetry bool, u status.Update) bool {
+	d.recordJob(ctx, j, u)
+	return d.later(ctx, j, wait, isRetry)
 }
 
 // later publishes the message again, to arrive after wait, and reports

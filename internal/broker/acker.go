@@ -218,7 +218,10 @@ func (a *acker) close() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !a.closed && (a.lastAck > a.acked || a.held > 0) {
-		a.log.Warn("could not settle deliveries (acks owed when the channel closed); the broker will redeliver them", zap.Int("acks_owed", a.owed))
+		// owed counts the acks since the last flush, held those waiting
+		// behind next; a flush that sent the multiple ack but kept the
+		// held ones reset owed, so the larger is a floor, not a count.
+		a.log.Warn("could not settle deliveries (acks owed when the channel closed); the broker will redeliver them", zap.Int("acks_owed", max(a.owed, a.held)))
 	}
 	a.closed = true
 	if a.timer != nil {

@@ -164,6 +164,7 @@ func (l *Limiter) takeEach(ctx context.Context, req Request, each [][]rdb.Comman
 var takeUpToScript = redis.NewScript(counterLua + `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local nows = int(now) -- as Redis wants it (counterLua's int)
 local id = ARGV[1]
 local nrules = tonumber(ARGV[3])
 local markms = tonumber(ARGV[4])
@@ -195,8 +196,8 @@ for r = 1, nrules do
     if mode == '1' then
       local idx = math.floor(now / len)
       local el = now - idx * len
-      local cur, prev = windowCounts(ckey, len, idx)
-      cw[#cw + 1] = {len, idx, cur}
+      local cur, prev, field = windowCounts(ckey, len, idx)
+      cw[#cw + 1] = {len, field, cur}
       -- u more fit while prev × (len − el) / len + cur + u ≤ lim.
       room = math.floor(lim - (prev * (len - el) / len + cur))
       rooms[r][w] = {room, cur, prev, el}
@@ -243,7 +244,6 @@ if k == 0 then return {1, best[1], best[2], best[3]} end
 for r = 1, nrules do
   if spans[r] > 0 then
     local key = KEYS[2 * r - 1]
-    local nows = int(now)
     for u = 1, k, 500 do
       local m = {}
       for v = u, math.min(u + 499, k) do
@@ -260,7 +260,7 @@ for r = 1, nrules do
   end
 end
 if markms > 0 then
-  redis.call('SET', KEYS[2 * nrules + 1], int(now), 'PX', ARGV[4])
+  redis.call('SET', KEYS[2 * nrules + 1], nows, 'PX', ARGV[4])
 end
 local replies = {}
 for c = 1, k * per do

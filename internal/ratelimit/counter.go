@@ -73,9 +73,10 @@ func (l *Limiter) ExactMax() int { return l.exactMax }
 // here, several times cheaper.
 //
 // windowCounts reads the counts of fixed window idx of length len and of
-// the one before it, in one call.
+// the one before it, in one call, and returns the current one's field
+// name with them, for count.
 //
-// count adds by to the fixed windows cw ({length, index, count before}
+// count adds by to the fixed windows cw ({length, field, count before}
 // triples) of the counter hash ckey. When it starts a window (its count
 // was 0), and only then, it drops the fields older than the previous
 // window once the hash holds more than the two live ones per window, and
@@ -87,8 +88,9 @@ const counterLua = `
 local function int(n) return string.format('%d', n) end
 local function windowCounts(ckey, len, idx)
   local l = int(len) .. ':'
-  local v = redis.call('HMGET', ckey, l .. int(idx), l .. int(idx - 1))
-  return tonumber(v[1]) or 0, tonumber(v[2]) or 0
+  local f = l .. int(idx)
+  local v = redis.call('HMGET', ckey, f, l .. int(idx - 1))
+  return tonumber(v[1]) or 0, tonumber(v[2]) or 0, f
 end
 local function counterRetry(len, lim, el, cur, prev)
   local retry
@@ -103,7 +105,7 @@ end
 local function count(ckey, cw, by, now)
   local keep, started = 0, false
   for _, c in ipairs(cw) do
-    redis.call('HINCRBY', ckey, int(c[1]) .. ':' .. int(c[2]), int(by))
+    redis.call('HINCRBY', ckey, c[2], int(by))
     if 2 * c[1] > keep then keep = 2 * c[1] end
     if c[3] == 0 then started = true end
   end

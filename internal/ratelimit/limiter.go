@@ -212,6 +212,7 @@ var takeScript = redis.NewScript(takeLua)
 const takeLua = counterLua + `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local nows = int(now) -- as Redis wants it (counterLua's int)
 local id = ARGV[1]
 local cdms = tonumber(ARGV[2])
 local nrules = tonumber(ARGV[3])
@@ -255,8 +256,8 @@ for r = 1, nrules do
       -- still covers.
       local idx = math.floor(now / len)
       local el = now - idx * len
-      local cur, prev = windowCounts(ckey, len, idx)
-      cw[#cw + 1] = {len, idx, cur}
+      local cur, prev, field = windowCounts(ckey, len, idx)
+      cw[#cw + 1] = {len, field, cur}
       if prev * (len - el) / len + cur + 1 > lim and not again then
         local retry = counterRetry(len, lim, el, cur, prev)
         if best == nil or retry > best[4] then best = {1, r, w, retry} end
@@ -291,7 +292,7 @@ for r = 1, nrules do
   if again then break end
   if spans[r] > 0 then
     local key = KEYS[2 * r - 1]
-    redis.call('ZADD', key, int(now), id)
+    redis.call('ZADD', key, nows, id)
     redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - spans[r]))
     redis.call('PEXPIRE', key, int(spans[r]))
   end
@@ -303,7 +304,7 @@ if cdms > 0 and not again then
   redis.call('SET', cdkey, id, 'PX', ARGV[2])
 end
 if markms > 0 and not again then
-  redis.call('SET', markkey, int(now), 'PX', ARGV[4])
+  redis.call('SET', markkey, nows, 'PX', ARGV[4])
 end
 local replies = {}
 local ncmds = tonumber(ARGV[a]) or 0

@@ -37,7 +37,15 @@ if [[ $mode == api ]]; then toggle=(--toggle-collect=evalShaCommand); fi
 valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" "${toggle[@]}" \
   redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >"$dir/valgrind.log" 2>&1 &
 vg=$!
-keep() { if [[ -n ${REDIS_COST_KEEP:-} ]]; then cp "$(ls -t "$dir"/cg.out* | head -1)" "$REDIS_COST_KEEP"; fi; }
+# dump writes the profile counted since the last zeroing and sets ir to
+# its instructions (keeping it at $REDIS_COST_KEEP when set).
+dump() {
+  callgrind_control -d "$vg" >/dev/null 2>&1
+  local profile
+  profile=$(ls -t "$dir"/cg.out* | head -1)
+  ir=$(awk '/^(summary|totals):/ {print $2; exit}' "$profile")
+  if [[ -n ${REDIS_COST_KEEP:-} ]]; then cp "$profile" "$REDIS_COST_KEEP"; fi
+}
 trap 'kill $vg 2>/dev/null; wait $vg 2>/dev/null; rm -rf "$dir"' EXIT
 for _ in $(seq 200); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
 redis-cli -p "$port" ping >/dev/null
@@ -49,9 +57,7 @@ if [[ $mode == consumer ]]; then
   run 200 # loads the scripts, warms the allocator
   callgrind_control -z "$vg" >/dev/null 2>&1
   run "$n"
-  callgrind_control -d "$vg" >/dev/null 2>&1
-  ir=$(awk '/^(summary|totals):/ {print $2; exit}' "$(ls -t "$dir"/cg.out* | head -1)")
-  keep
+  dump
   echo "redis-cost: $((ir / n)) instructions per message in redis-server ($n messages, $ir in all; BenchmarkBurstRedisCPU)"
   exit 0
 fi
@@ -66,9 +72,7 @@ run 2s # loads the scripts, warms the allocator
 callgrind_control -z "$vg" >/dev/null 2>&1
 redis-cli -p "$port" config resetstat >/dev/null
 run "$(((n + rate - 1) / rate))s"
-callgrind_control -d "$vg" >/dev/null 2>&1
+dump
 calls=$(redis-cli -p "$port" info commandstats | sed -n 's/^cmdstat_evalsha:calls=\([0-9]*\),.*/\1/p')
 [[ ${calls:-0} -gt 0 ]] || { echo "redis-cost: no EVALSHA reached redis-server" >&2; cat "$dir/load.txt" >&2; exit 1; }
-ir=$(awk '/^(summary|totals):/ {print $2; exit}' "$(ls -t "$dir"/cg.out* | head -1)")
-keep
 echo "redis-cost: $((ir / calls)) instructions per code request inside EVALSHA in redis-server ($calls take scripts, $ir in all; loadgen api --rate $rate)"

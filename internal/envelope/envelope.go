@@ -192,19 +192,31 @@ func Decode(body []byte) (*Message, error) {
 	if !utf8.Valid(body) {
 		return nil, fmt.Errorf("%w: body is not valid UTF-8", ErrMalformed)
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
 	var m Message
-	if err := dec.Decode(&m); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("%w: trailing data after the JSON body", ErrMalformed)
+	if !decodeFast(body, &m) {
+		m = Message{}
+		if err := decodeJSON(body, &m); err != nil {
+			return nil, err
+		}
 	}
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
 	return &m, nil
+}
+
+// decodeJSON is Decode's parse by encoding/json, for every body
+// decodeFast leaves to it.
+func decodeJSON(body []byte, m *Message) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(m); err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: trailing data after the JSON body", ErrMalformed)
+	}
+	return nil
 }
 
 // Expired reports whether the message is past its deadline at now.

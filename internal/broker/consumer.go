@@ -376,7 +376,7 @@ func (c *Consumer) subscribe(conn *amqp.Connection, q QueueShare, tag string, lo
 		return fail(fmt.Errorf("consume %s: %w", q.Name, err))
 	}
 	in := startInbox(q, tag, deliveries)
-	in.ch, in.acks, in.watched = ch, newAcker(ch, log), watched
+	in.ch, in.acks, in.watched = ch, newAcker(ch, log, q.Prefetch, c.cfg.MaxConcurrency), watched
 	return in, nil
 }
 

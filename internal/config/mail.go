@@ -40,6 +40,7 @@ func loadSMTP(l *envconf.Loader) mail.Config {
 	c.Timeout = l.Duration("SMTP_TIMEOUT", c.Timeout, 100*time.Millisecond, 5*time.Minute, "limit for connecting (with TLS and AUTH) and for each SMTP command")
 	c.PoolSize = l.Int("SMTP_POOL_SIZE", c.PoolSize, 1, 1000, "SMTP connections kept open for reuse; also the most open at once")
 	c.Pipelining = l.Bool("SMTP_PIPELINING", c.Pipelining, "send MAIL FROM, RCPT TO and DATA in one write when the server offers PIPELINING (RFC 2920): 2 round trips per message instead of 4")
+	c.Chunking = l.Bool("SMTP_CHUNKING", c.Chunking, "with SMTP_PIPELINING, send the message as BDAT in the same write as MAIL FROM and RCPT TO when the server offers CHUNKING (RFC 3030): 1 round trip per message instead of 2")
 	if err := c.Validate(); err != nil {
 		name := "SMTP_HOST"
 		var fe *mail.FieldError

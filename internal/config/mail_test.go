@@ -24,18 +24,19 @@ func TestLoadSMTP(t *testing.T) {
 			env: map[string]string{
 				"SMTP_HOST": "smtp.example.com", "SMTP_PORT": "587", "SMTP_USERNAME": "u", "SMTP_PASSWORD": "p",
 				"SMTP_TLS": "STARTTLS", "MAIL_FROM": "Acme <no-reply@acme.example>", "SMTP_HELO_NAME": "worker-1",
-				"SMTP_TIMEOUT": "30s", "SMTP_POOL_SIZE": "8", "SMTP_PIPELINING": "false",
+				"SMTP_TIMEOUT": "30s", "SMTP_POOL_SIZE": "8", "SMTP_PIPELINING": "false", "SMTP_CHUNKING": "false",
 			},
 			want: func(c *mail.Config) {
 				c.Host, c.Port, c.Username, c.Password, c.TLS = "smtp.example.com", 587, "u", "p", mail.TLSStartTLS
 				c.From, c.HeloName, c.Timeout, c.PoolSize = "Acme <no-reply@acme.example>", "worker-1", 30*time.Second, 8
-				c.Pipelining = false
+				c.Pipelining, c.Chunking = false, false
 			},
 		},
 		{name: "bad port", env: map[string]string{"SMTP_PORT": "smtp"}, errVar: "SMTP_PORT"},
 		{name: "bad tls", env: map[string]string{"SMTP_TLS": "ssl"}, errVar: "SMTP_TLS"},
 		{name: "pool too big", env: map[string]string{"SMTP_POOL_SIZE": "5000"}, errVar: "SMTP_POOL_SIZE"},
 		{name: "pipelining not a boolean", env: map[string]string{"SMTP_PIPELINING": "sometimes"}, errVar: "SMTP_PIPELINING"},
+		{name: "chunking not a boolean", env: map[string]string{"SMTP_CHUNKING": "maybe"}, errVar: "SMTP_CHUNKING"},
 		{name: "timeout too short", env: map[string]string{"SMTP_TIMEOUT": "1ms"}, errVar: "SMTP_TIMEOUT"},
 		{name: "bad from", env: map[string]string{"MAIL_FROM": "msgpulse"}, errVar: "MAIL_FROM"},
 		{name: "user without password", env: map[string]string{"SMTP_USERNAME": "u"}, errVar: "SMTP_PASSWORD"},
@@ -67,7 +68,7 @@ func TestLoadSMTPDocumentsEveryVariable(t *testing.T) {
 	t.Parallel()
 	l := envconf.New(envconf.FromMap(nil))
 	loadSMTP(l)
-	require.Equal(t, []string{"MAIL_FROM", "SMTP_HELO_NAME", "SMTP_HOST", "SMTP_PASSWORD", "SMTP_PIPELINING", "SMTP_POOL_SIZE", "SMTP_PORT", "SMTP_TIMEOUT", "SMTP_TLS", "SMTP_USERNAME"}, l.Names())
+	require.Equal(t, []string{"MAIL_FROM", "SMTP_CHUNKING", "SMTP_HELO_NAME", "SMTP_HOST", "SMTP_PASSWORD", "SMTP_PIPELINING", "SMTP_POOL_SIZE", "SMTP_PORT", "SMTP_TIMEOUT", "SMTP_TLS", "SMTP_USERNAME"}, l.Names())
 	for _, v := range l.Vars() {
 		require.Equal(t, v.Name == "SMTP_PASSWORD", v.Secret, v.Name)
 	}

@@ -1,6 +1,7 @@
 package mail
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -11,6 +12,7 @@ import (
 	"net"
 	netmail "net/mail"
 	"net/textproto"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -71,6 +73,8 @@ type conn struct {
 	lastUsed time.Time
 	// pipelining: the server offered PIPELINING in its EHLO reply.
 	pipelining bool
+	// chunking: the server offers CHUNKING (RFC 3030), BDAT.
+	chunking bool
 	// mailParams are the MAIL FROM parameters go-mail's Client.Mail adds
 	// for the server's extensions, read once from its EHLO reply, so a
 	// pipelined MAIL FROM says the same.
@@ -320,8 +324,9 @@ func (m *Mailer) dial(ctx context.Context) (*conn, error) {
 		return nil, &stageError{stage: stageConnect, err: err}
 	}
 	pipelining, _ := sc.Extension("PIPELINING")
-	m.log.Debug("SMTP connection opened", zap.Bool("pipelining", pipelining))
-	return &conn{sc: sc, nc: slot.nc, lastUsed: time.Now(), pipelining: pipelining, mailParams: mailParams(sc)}, nil
+	chunking, _ := sc.Extension("CHUNKING")
+	m.log.Debug("SMTP connection opened", zap.Bool("pipelining", pipelining), zap.Bool("chunking", chunking))
+	return &conn{sc: sc, nc: slot.nc, lastUsed: time.Now(), pipelining: pipelining, chunking: chunking, mailParams: mailParams(sc)}, nil
 }
 
 // SMTP stages, for error messages and for deciding what a failure means.
@@ -368,6 +373,9 @@ func (m *Mailer) deliver(ctx context.Context, c *conn, msg *gomail.Msg, rcpt str
 		}
 	}()
 	from := "<" + m.from.Address + ">"
+	if m.cfg.Pipelining && m.cfg.Chunking && c.pipelining && c.chunking {
+		return m.deliverChunked(ctx, c, msg, from, rcpt)
+	}
 	var w io.WriteCloser
 	if m.cfg.Pipelining && c.pipelining {
 		w, keep, err = m.openPipelined(ctx, c, from, rcpt)
@@ -407,6 +415,98 @@ func (m *Mailer) open(ctx context.Context, c *conn, from, rcpt string) (io.Write
 		return nil, m.recover(ctx, c, err), err
 	}
 	return w, true, nil
+}
+
+// deliverChunked runs a whole transaction in one write (RFC 3030 with RFC
+// 2920): MAIL FROM, RCPT TO and "BDAT <size> LAST" followed by the message,
+// then the three replies in order. DATA must wait for its 354 before the
+// message goes; BDAT carries its size instead, so nothing waits, and the
+// message costs one round trip instead of two. The message is rendered
+// before anything is sent, so a message that cannot be rendered leaves
+// the connection untouched.
+//
+// Every reply is read whatever the one before said, and the first refusal
+// is the answer with its stage, as in openPipelined. A server that refused
+// MAIL FROM or RCPT TO still reads the chunk and refuses BDAT (RFC 3030
+// §3), so the session stays in step; the reply to BDAT LAST ends the
+// transaction either way, and the connection is kept if it then accepts
+// RSET. The reply to BDAT LAST is the server's acceptance, as the reply to
+// the final dot is.
+func (m *Mailer) deliverChunked(ctx context.Context, c *conn, msg *gomail.Msg, from, rcpt string) (string, bool, error) {
+	if strings.ContainsAny(from+rcpt, "\r\n") {
+		// As in openPipelined: build never lets one through.
+		return "", true, &stageError{stage: stageMail, err: errors.New("smtp: a line break in an address")}
+	}
+	var body bytes.Buffer
+	if _, err := msg.WriteTo(&body); err != nil {
+		return "", true, &stageError{stage: stageData, err: err}
+	}
+	// BDAT sends the bytes as they are; DATA's dot writer would have made
+	// a bare line feed a line end, so this does too.
+	data := crlf(body.Bytes())
+	cmds := [...]struct {
+		stage, line string
+		code        int // as go-mail expects them: 25 is any 25x
+	}{
+		{stageMail, "MAIL FROM:" + from + c.mailParams, 250},
+		{stageRcpt, "RCPT TO:" + rcpt, 25},
+		{stageData, "BDAT " + strconv.Itoa(len(data)) + " LAST", 250},
+	}
+	if err := m.step(ctx, c, stageMail, func() error {
+		for _, cmd := range cmds {
+			_, _ = c.sc.Text.W.WriteString(cmd.line)
+			_, _ = c.sc.Text.W.WriteString("\r\n")
+		}
+		_, _ = c.sc.Text.W.Write(data)
+		return c.sc.Text.W.Flush()
+	}); err != nil {
+		return "", false, err // cut off mid-write: nothing about the session is known
+	}
+	var refused error
+	var resp string
+	for _, cmd := range cmds {
+		err := m.step(ctx, c, cmd.stage, func() (err error) { _, resp, err = c.sc.Text.ReadResponse(cmd.code); return err })
+		var te *textproto.Error
+		switch {
+		case err == nil:
+		case !errors.As(err, &te):
+			// The connection failed: it is dropped. A refusal read before
+			// it is still the server's word on this message.
+			if refused == nil {
+				refused = err
+			}
+			return "", false, refused
+		case refused == nil:
+			refused = err
+		}
+	}
+	if refused != nil {
+		return "", m.recover(ctx, c, refused), refused
+	}
+	return resp, true, nil
+}
+
+// crlf returns b with every line feed not after a carriage return made
+// CRLF, as textproto's dot writer does for DATA; b itself when it has none
+// (go-mail writes CRLF).
+func crlf(b []byte) []byte {
+	bare := 0
+	for i, c := range b {
+		if c == '\n' && (i == 0 || b[i-1] != '\r') {
+			bare++
+		}
+	}
+	if bare == 0 {
+		return b
+	}
+	out := make([]byte, 0, len(b)+bare)
+	for i, c := range b {
+		if c == '\n' && (i == 0 || b[i-1] != '\r') {
+			out = append(out, '\r')
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // openPipelined starts a transaction as RFC 2920 allows: MAIL FROM, RCPT

@@ -188,23 +188,30 @@ func (f *fakeSMTP) state() (cmds []string, batched []bool, messages, conns int) 
 }
 
 // With PIPELINING offered and SMTP_PIPELINING on, a message's MAIL FROM,
-// RCPT TO and DATA go out in one write; otherwise one at a time. Either
-// way no RSET follows a completed transaction.
+// RCPT TO and DATA go out in one write; otherwise one at a time. With
+// CHUNKING offered too and SMTP_CHUNKING on, the message itself goes in
+// that write: MAIL FROM, RCPT TO, "BDAT <size> LAST" and the bytes DATA
+// would have carried (CRLF line ends, no final dot). Either way no RSET
+// follows a completed transaction.
 func TestPipeliningSendsTheEnvelopeInOneWrite(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name            string
-		offered, wanted bool
-		batched         bool
+		name                 string
+		offered, chunks      bool // PIPELINING, CHUNKING in the EHLO reply
+		pipelining, chunking bool // the settings
+		batched, bdat        bool
 	}{
-		{name: "offered and on", offered: true, wanted: true, batched: true},
-		{name: "offered, turned off", offered: true, wanted: false, batched: false},
-		{name: "not offered", offered: false, wanted: true, batched: false},
+		{name: "offered and on", offered: true, pipelining: true, chunking: true, batched: true},
+		{name: "offered, turned off", offered: true, pipelining: false, chunking: true},
+		{name: "not offered", offered: false, pipelining: true, chunking: true},
+		{name: "with CHUNKING, on", offered: true, chunks: true, pipelining: true, chunking: true, batched: true, bdat: true},
+		{name: "with CHUNKING, turned off", offered: true, chunks: true, pipelining: true, chunking: false, batched: true},
+		{name: "with CHUNKING, pipelining turned off", offered: true, chunks: true, pipelining: false, chunking: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			srv := newFakeSMTP(t, tc.offered, nil)
-			m := newMailer(t, srv.addr, func(c *Config) { c.Pipelining = tc.wanted })
+			srv := serveFake(t, &fakeSMTP{pipelining: tc.offered, chunking: tc.chunks})
+			m := newMailer(t, srv.addr, func(c *Config) { c.Pipelining, c.Chunking = tc.pipelining, tc.chunking })
 			for i := range 3 {
 				r, err := m.SendMail(ctx(t), mail(i))
 				require.NoError(t, err)
@@ -218,126 +225,6 @@ func TestPipeliningSendsTheEnvelopeInOneWrite(t *testing.T) {
 				require.NotEqual(t, "RSET", c, "no RSET after a completed transaction: %q", cmds)
 			}
 			require.Contains(t, cmds, "MAIL FROM:<no-reply@msgpulse.local> BODY=8BITMIME", "the same MAIL FROM either way")
-		})
-	}
-}
-
-// A refusal inside a pipelined envelope is reported at its own stage, as
-// if the commands had gone one by one, and the replies after it are read,
-// so the connection stays in step and serves the next message. A server
-// that opens DATA after refusing the envelope loses the connection
-// instead: nothing is sent on it.
-func TestPipelinedRefusals(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		name      string
-		reply     func(cmd string, n int) string // n: the MAIL FROM's number
-		class     provider.Class
-		code      string
-		stage     string
-		conns     int // after the refused message and one more
-		pipelined bool
-	}{
-		{
-			name: "MAIL FROM refused",
-			reply: func(cmd string, n int) string {
-				switch {
-				case n == 1 && strings.HasPrefix(cmd, "MAIL"):
-					return "550 5.7.1 sender blocked"
-				case n == 1 && (strings.HasPrefix(cmd, "RCPT") || cmd == "DATA"):
-					return "503 5.5.1 bad sequence"
-				}
-				return ""
-			},
-			class: provider.Permanent, code: "550", stage: stageMail, conns: 1,
-		},
-		{
-			name: "RCPT TO deferred",
-			reply: func(cmd string, n int) string {
-				switch {
-				case n == 1 && strings.HasPrefix(cmd, "RCPT"):
-					return "450 4.2.1 mailbox busy"
-				case n == 1 && cmd == "DATA":
-					return "554 5.5.1 no valid recipients"
-				}
-				return ""
-			},
-			class: provider.Transient, code: "450", stage: stageRcpt, conns: 1,
-		},
-		{
-			name: "DATA refused",
-			reply: func(cmd string, n int) string {
-				if n == 1 && cmd == "DATA" {
-					return "451 4.3.0 try later"
-				}
-				return ""
-			},
-			class: provider.Transient, code: "451", stage: stageData, conns: 1,
-		},
-		{
-			name: "DATA opened after RCPT TO was refused",
-			reply: func(cmd string, n int) string {
-				if n == 1 && strings.HasPrefix(cmd, "RCPT") {
-					return "550 5.1.1 no such user"
-				}
-				return ""
-			},
-			class: provider.Permanent, code: "550", stage: stageRcpt, conns: 2,
-		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			srv := newFakeSMTP(t, true, tc.reply)
-			m := newMailer(t, srv.addr, nil)
-			_, err := m.SendMail(ctx(t), mail(1))
-			var pe *provider.Error
-			require.ErrorAs(t, err, &pe)
-			require.Equal(t, tc.class, pe.Class, "%v", err)
-			require.Equal(t, tc.code, pe.Code)
-			require.Contains(t, pe.Err.Error(), tc.stage)
-			_, err = m.SendMail(ctx(t), mail(2))
-			require.NoError(t, err)
-			_, batched, messages, conns := srv.state()
-			require.Equal(t, 1, messages, "only the second message was sent")
-			require.Equal(t, tc.conns, conns)
-			require.Equal(t, []bool{true, true}, batched)
-		})
-	}
-}
-
-// With CHUNKING and PIPELINING offered and both settings on, a message
-// goes in one write: MAIL FROM, RCPT TO, "BDAT <size> LAST" and the message
-// itself, byte for byte what DATA would have carried (CRLF line ends, no
-// dot-stuffing). Without either, DATA as before.
-func TestChunkingSendsTheWholeMessageInOneWrite(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		name                 string
-		offered              bool // CHUNKING in the EHLO reply (PIPELINING always)
-		chunking, pipelining bool // the settings
-		bdat, batched        bool
-	}{
-		{name: "offered and on", offered: true, chunking: true, pipelining: true, bdat: true, batched: true},
-		{name: "offered, turned off", offered: true, chunking: false, pipelining: true, bdat: false, batched: true},
-		{name: "offered, pipelining turned off", offered: true, chunking: true, pipelining: false, bdat: false, batched: false},
-		{name: "not offered", offered: false, chunking: true, pipelining: true, bdat: false, batched: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			srv := newFakeSMTP(t, true, nil)
-			if tc.offered {
-				srv = newChunkingSMTP(t, nil)
-			}
-			m := newMailer(t, srv.addr, func(c *Config) { c.Chunking, c.Pipelining = tc.chunking, tc.pipelining })
-			for i := range 3 {
-				r, err := m.SendMail(ctx(t), mail(i))
-				require.NoError(t, err)
-				require.Equal(t, messageID(mail(i).TaskID, "msgpulse.local"), r.MessageID)
-			}
-			cmds, batched, messages, conns := srv.state()
-			require.Equal(t, 3, messages)
-			require.Equal(t, 1, conns, "one connection for all three")
-			require.Equal(t, []bool{tc.batched, tc.batched, tc.batched}, batched, "commands: %q", cmds)
 			chunks := srv.sent()
 			if !tc.bdat {
 				require.Empty(t, chunks)
@@ -357,18 +244,25 @@ func TestChunkingSendsTheWholeMessageInOneWrite(t *testing.T) {
 	}
 }
 
-// A refusal in a chunked transaction is reported at its own stage, the
-// replies after it are read, and the connection serves the next message:
-// the server reads the chunk of a refused BDAT (RFC 3030 §3), so the
-// session stays in step.
-func TestChunkedRefusals(t *testing.T) {
+// A refusal inside a pipelined transaction, DATA's or BDAT's, is reported
+// at its own stage, as if the commands had gone one by one, and the
+// replies after it are read, so the connection stays in step and serves
+// the next message (a server reads the chunk of a refused BDAT, RFC 3030
+// §3). A server that opens DATA after refusing the envelope loses the
+// connection instead: nothing is sent on it. One that takes a BDAT after
+// refusing the envelope has ended the transaction itself.
+func TestPipelinedRefusals(t *testing.T) {
 	t.Parallel()
+	// body is the command that carries the message: DATA, or BDAT.
+	body := func(cmd string) bool { return cmd == "DATA" || strings.HasPrefix(cmd, "BDAT ") }
+	type after struct{ conns, messages int } // the refused message and one more
 	for _, tc := range []struct {
-		name  string
-		reply func(cmd string, n int) string // n: the MAIL FROM's number
-		class provider.Class
-		code  string
-		stage string
+		name       string
+		reply      func(cmd string, n int) string // n: the MAIL FROM's number
+		class      provider.Class
+		code       string
+		stage      string
+		data, bdat after
 	}{
 		{
 			name: "MAIL FROM refused",
@@ -376,12 +270,12 @@ func TestChunkedRefusals(t *testing.T) {
 				switch {
 				case n == 1 && strings.HasPrefix(cmd, "MAIL"):
 					return "550 5.7.1 sender blocked"
-				case n == 1 && (strings.HasPrefix(cmd, "RCPT") || strings.HasPrefix(cmd, "BDAT")):
+				case n == 1 && (strings.HasPrefix(cmd, "RCPT") || body(cmd)):
 					return "503 5.5.1 bad sequence"
 				}
 				return ""
 			},
-			class: provider.Permanent, code: "550", stage: stageMail,
+			class: provider.Permanent, code: "550", stage: stageMail, data: after{1, 1}, bdat: after{1, 1},
 		},
 		{
 			name: "RCPT TO deferred",
@@ -389,41 +283,60 @@ func TestChunkedRefusals(t *testing.T) {
 				switch {
 				case n == 1 && strings.HasPrefix(cmd, "RCPT"):
 					return "450 4.2.1 mailbox busy"
-				case n == 1 && strings.HasPrefix(cmd, "BDAT"):
+				case n == 1 && body(cmd):
 					return "554 5.5.1 no valid recipients"
 				}
 				return ""
 			},
-			class: provider.Transient, code: "450", stage: stageRcpt,
+			class: provider.Transient, code: "450", stage: stageRcpt, data: after{1, 1}, bdat: after{1, 1},
 		},
 		{
 			name: "the message refused",
 			reply: func(cmd string, n int) string {
-				if n == 1 && strings.HasPrefix(cmd, "BDAT") {
-					return "552 5.3.4 message too big"
+				if n == 1 && body(cmd) {
+					return "451 4.3.0 try later"
 				}
 				return ""
 			},
-			class: provider.Permanent, code: "552", stage: stageData,
+			class: provider.Transient, code: "451", stage: stageData, data: after{1, 1}, bdat: after{1, 1},
+		},
+		{
+			name: "the message taken after RCPT TO was refused",
+			reply: func(cmd string, n int) string {
+				if n == 1 && strings.HasPrefix(cmd, "RCPT") {
+					return "550 5.1.1 no such user"
+				}
+				return ""
+			},
+			class: provider.Permanent, code: "550", stage: stageRcpt, data: after{2, 1}, bdat: after{1, 2},
 		},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			srv := newChunkingSMTP(t, tc.reply)
-			m := newMailer(t, srv.addr, nil)
-			_, err := m.SendMail(ctx(t), mail(1))
-			var pe *provider.Error
-			require.ErrorAs(t, err, &pe)
-			require.Equal(t, tc.class, pe.Class, "%v", err)
-			require.Equal(t, tc.code, pe.Code)
-			require.Contains(t, pe.Err.Error(), tc.stage)
-			_, err = m.SendMail(ctx(t), mail(2))
-			require.NoError(t, err)
-			_, batched, messages, conns := srv.state()
-			require.Equal(t, 1, messages, "only the second message was sent")
-			require.Equal(t, 1, conns, "the connection stayed in step")
-			require.Equal(t, []bool{true, true}, batched)
-		})
+		for _, chunking := range []bool{false, true} {
+			want, name := tc.data, tc.name+", DATA"
+			if chunking {
+				want, name = tc.bdat, tc.name+", BDAT"
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				srv := newFakeSMTP(t, true, tc.reply)
+				if chunking {
+					srv = newChunkingSMTP(t, tc.reply)
+				}
+				m := newMailer(t, srv.addr, nil)
+				_, err := m.SendMail(ctx(t), mail(1))
+				var pe *provider.Error
+				require.ErrorAs(t, err, &pe)
+				require.Equal(t, tc.class, pe.Class, "%v", err)
+				require.Equal(t, tc.code, pe.Code)
+				require.Contains(t, pe.Err.Error(), tc.stage)
+				_, err = m.SendMail(ctx(t), mail(2))
+				require.NoError(t, err)
+				_, batched, messages, conns := srv.state()
+				require.Equal(t, want.messages, messages)
+				require.Equal(t, want.conns, conns)
+				require.Equal(t, []bool{true, true}, batched)
+			})
+		}
 	}
 }
 

@@ -425,17 +425,15 @@ func (m *Mailer) open(ctx context.Context, c *conn, from, rcpt string) (io.Write
 // before anything is sent, so a message that cannot be rendered leaves
 // the connection untouched.
 //
-// Every reply is read whatever the one before said, and the first refusal
-// is the answer with its stage, as in openPipelined. A server that refused
-// MAIL FROM or RCPT TO still reads the chunk and refuses BDAT (RFC 3030
-// §3), so the session stays in step; the reply to BDAT LAST ends the
-// transaction either way, and the connection is kept if it then accepts
-// RSET. The reply to BDAT LAST is the server's acceptance, as the reply to
-// the final dot is.
+// Refusals are read as in openPipelined. A server that refused MAIL FROM
+// or RCPT TO still reads the chunk and refuses BDAT (RFC 3030 §3), so the
+// session stays in step; the reply to BDAT LAST ends the transaction
+// either way, and the connection is kept if it then accepts RSET. The
+// reply to BDAT LAST is the server's acceptance, as the reply to the final
+// dot is.
 func (m *Mailer) deliverChunked(ctx context.Context, c *conn, msg *gomail.Msg, from, rcpt string) (string, bool, error) {
-	if strings.ContainsAny(from+rcpt, "\r\n") {
-		// As in openPipelined: build never lets one through.
-		return "", true, &stageError{stage: stageMail, err: errors.New("smtp: a line break in an address")}
+	if err := addressBreak(from, rcpt); err != nil {
+		return "", true, err
 	}
 	var body bytes.Buffer
 	if _, err := msg.WriteTo(&body); err != nil {
@@ -444,46 +442,18 @@ func (m *Mailer) deliverChunked(ctx context.Context, c *conn, msg *gomail.Msg, f
 	// BDAT sends the bytes as they are; DATA's dot writer would have made
 	// a bare line feed a line end, so this does too.
 	data := crlf(body.Bytes())
-	cmds := [...]struct {
-		stage, line string
-		code        int // as go-mail expects them: 25 is any 25x
-	}{
+	res := m.pipeline(ctx, c, []command{
 		{stageMail, "MAIL FROM:" + from + c.mailParams, 250},
 		{stageRcpt, "RCPT TO:" + rcpt, 25},
 		{stageData, "BDAT " + strconv.Itoa(len(data)) + " LAST", 250},
+	}, data)
+	switch {
+	case res.lost:
+		return "", false, res.refused
+	case res.refused != nil:
+		return "", m.recover(ctx, c, res.refused), res.refused
 	}
-	if err := m.step(ctx, c, stageMail, func() error {
-		for _, cmd := range cmds {
-			_, _ = c.sc.Text.W.WriteString(cmd.line)
-			_, _ = c.sc.Text.W.WriteString("\r\n")
-		}
-		_, _ = c.sc.Text.W.Write(data)
-		return c.sc.Text.W.Flush()
-	}); err != nil {
-		return "", false, err // cut off mid-write: nothing about the session is known
-	}
-	var refused error
-	var resp string
-	for _, cmd := range cmds {
-		err := m.step(ctx, c, cmd.stage, func() (err error) { _, resp, err = c.sc.Text.ReadResponse(cmd.code); return err })
-		var te *textproto.Error
-		switch {
-		case err == nil:
-		case !errors.As(err, &te):
-			// The connection failed: it is dropped. A refusal read before
-			// it is still the server's word on this message.
-			if refused == nil {
-				refused = err
-			}
-			return "", false, refused
-		case refused == nil:
-			refused = err
-		}
-	}
-	if refused != nil {
-		return "", m.recover(ctx, c, refused), refused
-	}
-	return resp, true, nil
+	return res.last, true, nil
 }
 
 // crlf returns b with every line feed not after a carriage return made
@@ -510,63 +480,91 @@ func crlf(b []byte) []byte {
 }
 
 // openPipelined starts a transaction as RFC 2920 allows: MAIL FROM, RCPT
-// TO and DATA in one write, then their three replies in order. Every reply
-// is read whatever the one before said, so the session stays in step; the
-// first refusal is the answer, with its stage, as if the commands had gone
-// one by one.
+// TO and DATA in one write, then their three replies in order (pipeline).
 func (m *Mailer) openPipelined(ctx context.Context, c *conn, from, rcpt string) (io.WriteCloser, bool, error) {
-	if strings.ContainsAny(from+rcpt, "\r\n") {
-		// go-mail's Mail and Rcpt refuse these too; build never lets one
-		// through.
-		return nil, true, &stageError{stage: stageMail, err: errors.New("smtp: a line break in an address")}
+	if err := addressBreak(from, rcpt); err != nil {
+		return nil, true, err
 	}
-	cmds := [...]struct {
-		stage, line string
-		code        int // as go-mail expects them: 25 is any 25x
-	}{
+	res := m.pipeline(ctx, c, []command{
 		{stageMail, "MAIL FROM:" + from + c.mailParams, 250},
 		{stageRcpt, "RCPT TO:" + rcpt, 25},
 		{stageData, "DATA", 354},
+	}, nil)
+	switch {
+	case res.lost:
+		return nil, false, res.refused
+	case res.refused == nil:
+	case res.lastOK:
+		// A server that refused MAIL or RCPT must refuse DATA too (RFC
+		// 2920); one that answered 354 anyway waits for a message, and
+		// only dropping the connection ends that without sending one.
+		return nil, false, res.refused
+	default:
+		return nil, m.recover(ctx, c, res.refused), res.refused
 	}
+	return &dataWriter{c: c, w: c.sc.Text.DotWriter()}, true, nil
+}
+
+// addressBreak refuses an address with a line break, which would end its
+// command early in a pipelined write. go-mail's Mail and Rcpt refuse these
+// too; build never lets one through.
+func addressBreak(from, rcpt string) error {
+	if strings.ContainsAny(from+rcpt, "\r\n") {
+		return &stageError{stage: stageMail, err: errors.New("smtp: a line break in an address")}
+	}
+	return nil
+}
+
+// command is one pipelined SMTP command and the reply it expects.
+type command struct {
+	stage, line string
+	code        int // as go-mail expects them: 25 is any 25x
+}
+
+// pipelined is what the replies to a pipelined write said.
+type pipelined struct {
+	// refused is the first refusal, at its command's stage, as if the
+	// commands had gone one by one; when lost, the connection's failure,
+	// or a refusal read before it (still the server's word on the
+	// message).
+	refused error
+	lost    bool   // the connection failed: drop it
+	lastOK  bool   // the last command was accepted
+	last    string // the last reply's text
+}
+
+// pipeline writes cmds, then tail, in one write, and reads every reply in
+// order whatever the one before said, so the session stays in step.
+func (m *Mailer) pipeline(ctx context.Context, c *conn, cmds []command, tail []byte) pipelined {
 	if err := m.step(ctx, c, stageMail, func() error {
 		for _, cmd := range cmds {
 			_, _ = c.sc.Text.W.WriteString(cmd.line)
 			_, _ = c.sc.Text.W.WriteString("\r\n")
 		}
+		_, _ = c.sc.Text.W.Write(tail)
 		return c.sc.Text.W.Flush()
 	}); err != nil {
-		return nil, false, err
+		return pipelined{refused: err, lost: true} // cut off mid-write: nothing about the session is known
 	}
-	var refused error
-	dataOpen := false // DATA was answered 354: the server waits for a message
+	var res pipelined
 	for _, cmd := range cmds {
-		err := m.step(ctx, c, cmd.stage, func() error { _, _, err := c.sc.Text.ReadResponse(cmd.code); return err })
+		var msg string
+		err := m.step(ctx, c, cmd.stage, func() (err error) { _, msg, err = c.sc.Text.ReadResponse(cmd.code); return err })
+		res.lastOK, res.last = err == nil, msg
 		var te *textproto.Error
 		switch {
 		case err == nil:
-			dataOpen = cmd.stage == stageData
 		case !errors.As(err, &te):
-			// The connection failed: it is dropped. A refusal read before
-			// it is still the server's word on this message.
-			if refused == nil {
-				refused = err
+			if res.refused == nil {
+				res.refused = err
 			}
-			return nil, false, refused
-		case refused == nil:
-			refused = err
+			res.lost = true
+			return res
+		case res.refused == nil:
+			res.refused = err
 		}
 	}
-	switch {
-	case refused == nil:
-	case dataOpen:
-		// A server that refused MAIL or RCPT must refuse DATA too (RFC
-		// 2920); one that answered 354 anyway waits for a message, and
-		// only dropping the connection ends that without sending one.
-		return nil, false, refused
-	default:
-		return nil, m.recover(ctx, c, refused), refused
-	}
-	return &dataWriter{c: c, w: c.sc.Text.DotWriter()}, true, nil
+	return res
 }
 
 // mailParams are the MAIL FROM parameters go-mail's Client.Mail adds for

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -231,5 +232,90 @@ func TestComposerPassesLargeArgumentLists(t *testing.T) {
 			require.Equal(t, "a0", got[2])
 			require.Equal(t, fmt.Sprint("a", n-1), got[3])
 		}
+	}
+}
+
+// sizes records how many calls each composite a client sends carries
+// (its first argument after the keys).
+type sizes struct {
+	mu sync.Mutex
+	n  []int64
+}
+
+func (h *sizes) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *sizes) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.add(cmd); return next(ctx, cmd) }
+}
+func (h *sizes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			h.add(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+func (h *sizes) add(cmd redis.Cmder) {
+	if cmd.Name() != "evalsha" {
+		return
+	}
+	a := cmd.Args() // evalsha, sha, numkeys, keys..., ARGV[1] = calls
+	nk, _ := a[2].(int)
+	n, _ := a[3+nk].(int)
+	h.mu.Lock()
+	h.n = append(h.n, int64(n))
+	h.mu.Unlock()
+}
+
+// A burst longer than CompositeMax calls (a WeCom batch's 1,000 status
+// records) goes as several composites in the same round trip, none
+// holding Redis for more than CompositeMax calls, every call still run
+// once, in order, with its own reply.
+func TestComposerSplitsLongBurstsIntoBoundedComposites(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := testenv.Context(t, 10*time.Second)
+	incr := redis.NewScript(`return redis.call('INCRBY', KEYS[1], ARGV[1])`)
+	c := rdb.NewComposer()
+	warm := c.Recorder()
+	incr.Run(ctx, warm, []string{r.Prefix + "{w}:k"}, 1)
+	require.NoError(t, c.Exec(ctx, r.Client, warm))
+
+	h := &sizes{}
+	if cc, ok := rdb.AsCluster(r.Client); ok {
+		cc.AddHook(h)
+	} else {
+		r.Client.AddHook(h)
+	}
+	for _, tc := range []struct {
+		calls int
+		want  []int64
+	}{
+		{calls: 1, want: []int64{1}},
+		{calls: rdb.CompositeMax, want: []int64{rdb.CompositeMax}},
+		{calls: rdb.CompositeMax + 1, want: []int64{rdb.CompositeMax, 1}},
+		{calls: 1000, want: []int64{128, 128, 128, 128, 128, 128, 128, 104}},
+	} {
+		t.Run(strconv.Itoa(tc.calls), func(t *testing.T) {
+			h.mu.Lock()
+			h.n = nil
+			h.mu.Unlock()
+			key := fmt.Sprintf("%s{split%d}:k", r.Prefix, tc.calls)
+			// Three recorders, as three deliveries of a burst: the
+			// split does not follow their boundaries.
+			recs := []*rdb.Recorder{c.Recorder(), c.Recorder(), c.Recorder()}
+			cmds := make([]*redis.Cmd, tc.calls)
+			for i := range cmds {
+				cmds[i] = incr.Run(ctx, recs[i*len(recs)/tc.calls], []string{key}, 1)
+			}
+			require.NoError(t, c.Exec(ctx, r.Client, recs...))
+			h.mu.Lock()
+			got := h.n
+			h.mu.Unlock()
+			require.Equal(t, tc.want, got, "calls per composite")
+			for i, cmd := range cmds {
+				v, err := cmd.Int64()
+				require.NoError(t, err)
+				require.EqualValues(t, i+1, v, "call %d ran once, in order", i)
+			}
+		})
 	}
 }

@@ -266,11 +266,15 @@ admission:
 		return first // what a single send would have got
 	}
 	ids := make([]string, len(accepted))
+	var records []status.Record
 	for i, a := range accepted {
 		ids[i] = a.taskID
 		out.Accepted = append(out.Accepted, BatchAccepted{Recipient: a.recipient, TaskID: a.taskID})
+		if a.record != nil {
+			records = append(records, *a.record)
+		}
 	}
-	if err := s.d.Status.CreateBatch(ctx, out.BatchID, ids); err != nil {
+	if err := s.d.Status.CreateBatch(ctx, out.BatchID, ids, records...); err != nil {
 		s.rollbackBatch(ctx, "", accepted, nil)
 		s.releaseBatch(ctx, held, batchID)
 		return unavailable(err, "status is unavailable (Redis); nothing was kept, try again")

@@ -2,16 +2,22 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/rdb"
 )
 
 func noticeBody(messageType string, mod func(map[string]any)) map[string]any {
@@ -261,5 +267,144 @@ func TestPartlyPublishedBatchIsWithdrawn(t *testing.T) {
 		v, err := h.redis.Client.Get(t.Context(), h.redis.Prefix+"mail:sent:task:{"+m.TaskID+"}").Result()
 		require.NoError(t, err)
 		require.Equal(t, "withdrawn", v, "a consumer acks it without sending")
+	}
+}
+
+// statusScripts watches the scripts that write status records (a key
+// under status:{…}) on a harness's Redis client: how many records each
+// carries, and, while fail is set, fails them as an unreachable Redis
+// would, leaving the other scripts alone.
+type statusScripts struct {
+	marker string
+	fail   atomic.Bool
+	mu     sync.Mutex
+	sizes  []int
+}
+
+func watchStatusScripts(h *harness) *statusScripts {
+	s := &statusScripts{marker: h.redis.Prefix + "status:{"}
+	if cc, ok := rdb.AsCluster(h.redis.Client); ok {
+		cc.AddHook(s)
+	} else {
+		h.redis.Client.AddHook(s)
+	}
+	return s
+}
+
+func (s *statusScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (s *statusScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if s.watch(cmd) {
+			return cmd.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+func (s *statusScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if s.watch(cmd) {
+				return cmd.Err()
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// watch counts cmd's records if it is a script writing some, and reports
+// whether it failed it.
+func (s *statusScripts) watch(cmd redis.Cmder) bool {
+	if n := cmd.Name(); n != "evalsha" && n != "eval" {
+		return false
+	}
+	a := cmd.Args() // evalsha, sha, numkeys, keys…
+	nk, _ := a[2].(int)
+	records := 0
+	for _, k := range a[3 : 3+nk] {
+		if ks, _ := k.(string); strings.HasPrefix(ks, s.marker) {
+			records++
+		}
+	}
+	if records == 0 {
+		return false
+	}
+	s.mu.Lock()
+	s.sizes = append(s.sizes, records)
+	s.mu.Unlock()
+	if s.fail.Load() {
+		cmd.SetErr(errors.New("injected: Redis unreachable"))
+		return true
+	}
+	return false
+}
+
+// A batch's 1,000 records are written after its admission, in scripts of
+// at most rdb.CompositeMax records: none holds Redis long in front of the
+// codes of other requests (issue 22: the admitting script with every
+// record in it took about 7 ms).
+func TestBatchRecordsGoInBoundedScripts(t *testing.T) {
+	h := setup(t, options{})
+	watch := watchStatusScripts(h)
+	to := make([]string, MaxBatchRecipients)
+	for i := range to {
+		to[i] = fmt.Sprintf("u%04d", i)
+	}
+	r := h.do("POST", "/api/messages/batch", noticeBody("WECOM", func(m map[string]any) { m["recipients"] = to }))
+	require.Equal(t, http.StatusAccepted, r.Status, r.Msg)
+	var res BatchResult
+	r.data(t, &res)
+	require.Len(t, res.Accepted, MaxBatchRecipients)
+	require.Len(t, h.keysMatching("status:*"), MaxBatchRecipients, "every record written")
+	watch.mu.Lock()
+	sizes := watch.sizes
+	watch.mu.Unlock()
+	total := 0
+	for _, n := range sizes {
+		require.LessOrEqual(t, n, rdb.CompositeMax, "records in one script: %v", sizes)
+		total += n
+	}
+	require.Equal(t, MaxBatchRecipients, total, "each record written once: %v", sizes)
+}
+
+// When a batch's records cannot be written after its recipients were
+// admitted, the answer is a 503 that keeps its word: no record, nothing
+// published, and what was counted given back.
+func TestBatchWhoseRecordsFailIsUndone(t *testing.T) {
+	for _, messageType := range []string{"EMAIL", "WECOM"} {
+		t.Run(messageType, func(t *testing.T) {
+			lim := defaultLimits()
+			lim.PerAPIKeyMinute = 3
+			h := setup(t, options{limits: lim})
+			watch := watchStatusScripts(h)
+			three := []string{"a@example.com", "b@example.com", "c@example.com"}
+			queue := "queue.mail.normal"
+			if messageType == "WECOM" {
+				three, queue = []string{"alice", "bob", "carol"}, "queue.wecom.normal"
+			}
+			body := noticeBody(messageType, func(m map[string]any) { m["recipients"] = three })
+			watch.fail.Store(true)
+			r := h.do("POST", "/api/messages/batch", body)
+			require.Equal(t, http.StatusServiceUnavailable, r.Status, r.Msg)
+			require.Contains(t, r.Msg, "nothing was kept")
+			watch.fail.Store(false)
+			require.Empty(t, h.keysMatching("status:*"), "no status record")
+			require.Empty(t, h.keysMatching("batch:*"), "no batch")
+			require.Zero(t, h.depth(queue), "nothing published")
+			// The reservation is given back in the background: the same
+			// three fit again once it is.
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				r = h.do("POST", "/api/messages/batch", body)
+				if r.Status == http.StatusAccepted || time.Now().After(deadline) {
+					break
+				}
+				require.Equal(t, http.StatusTooManyRequests, r.Status, r.Msg)
+				time.Sleep(20 * time.Millisecond)
+			}
+			require.Equal(t, http.StatusAccepted, r.Status, r.Msg)
+			var res BatchResult
+			r.data(t, &res)
+			require.Len(t, res.Accepted, 3, "the failed batch's three were given back")
+		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/delay"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/topology"
 	"github.com/msgpulse/msgpulse/internal/verify"
@@ -276,7 +277,15 @@ func (s *Server) rollback(ctx context.Context, u undo) {
 		steps = append(steps, func(ctx context.Context) error { return s.d.Codes.Rollback(ctx, u.code) })
 	}
 	if u.taskID != "" {
-		steps = append(steps, func(ctx context.Context) error { return s.d.Status.Delete(ctx, u.taskID) })
+		steps = append(steps, func(ctx context.Context) error {
+			// A record that never landed (a batch's, written after its
+			// admission) is already undone; an error here would stop the
+			// steps after it as if Redis were unreachable.
+			if err := s.d.Status.Delete(ctx, u.taskID); !errors.Is(err, status.ErrNotFound) {
+				return err
+			}
+			return nil
+		})
 	}
 	if u.reservation != nil {
 		steps = append(steps, func(ctx context.Context) error { return s.d.Limiter.Rollback(ctx, u.reservation) })

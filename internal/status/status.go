@@ -124,16 +124,17 @@ func (c *Config) Validate() error {
 
 // Store reads and writes records. It is safe for concurrent use.
 type Store struct {
-	rdb redis.UniversalClient
-	cfg Config
+	rdb  redis.UniversalClient
+	cfg  Config
+	comp *rdb.Composer // CreateBatch's composites
 }
 
 // New validates cfg and returns a Store.
-func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
+func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Store{rdb: rdb, cfg: cfg}, nil
+	return &Store{rdb: client, cfg: cfg, comp: rdb.NewComposer()}, nil
 }
 
 // key carries the task's hash tag, like the task's claim keys (see
@@ -298,24 +299,56 @@ func fields(r Record) []any {
 // be set. Run them in a pipeline (rdb.Command.Do) or inside another
 // package's script (ratelimit.Request.Then).
 func (s *Store) InsertCommands(r Record) ([]rdb.Command, error) {
+	key, kv, err := s.insertFields(r)
+	if err != nil {
+		return nil, err
+	}
+	hset := append(rdb.Command{"HSET", key}, kv...)
+	return []rdb.Command{hset, {"PEXPIRE", key, s.cfg.TTL.Milliseconds()}}, nil
+}
+
+// insertFields checks a new record and returns its key and the field/value
+// pairs to store (the empty ones left out).
+func (s *Store) insertFields(r Record) (string, []any, error) {
 	if r.Status == "" {
 		r.Status = Queued
 	}
 	if err := validateRecord(r); err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	if r.CreatedAt.IsZero() || r.UpdatedAt.IsZero() {
-		return nil, errors.New("status: insert needs CreatedAt and UpdatedAt")
+		return "", nil, errors.New("status: insert needs CreatedAt and UpdatedAt")
 	}
-	key := s.key(r.TaskID)
 	all := fields(r)
-	hset := rdb.Command{"HSET", key}
+	kv := make([]any, 0, len(all))
 	for i := 0; i+1 < len(all); i += 2 {
 		if v, _ := all[i+1].(string); v != "" {
-			hset = append(hset, all[i], v)
+			kv = append(kv, all[i], v)
 		}
 	}
-	return []rdb.Command{hset, {"PEXPIRE", key, s.cfg.TTL.Milliseconds()}}, nil
+	return s.key(r.TaskID), kv, nil
+}
+
+// insertScript is InsertCommands as a script, for a Composer. KEYS: the
+// record. ARGV: ttl ms, then field/value pairs.
+var insertScript = redis.NewScript(`
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return 1`)
+
+// queueInserts records on rec the scripts that store recs as
+// InsertCommands would.
+func (s *Store) queueInserts(ctx context.Context, rec *rdb.Recorder, recs []Record) ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, len(recs))
+	ttl := s.cfg.TTL.Milliseconds()
+	for i, r := range recs {
+		key, kv, err := s.insertFields(r)
+		if err != nil {
+			return nil, err
+		}
+		cmds[i] = insertScript.Run(ctx, rec, []string{key}, append([]any{ttl}, kv...)...)
+	}
+	return cmds, nil
 }
 
 // LoadScripts loads the script QueueUpdate runs, for pipelines.

@@ -3,6 +3,8 @@ package status_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -415,4 +417,45 @@ func TestBatchCountsItsTasksByStatus(t *testing.T) {
 	_, err = e.s.GetBatch(e.ctx, "batch-1")
 	require.ErrorIs(t, err, status.ErrNotFound)
 	require.Error(t, e.s.CreateBatch(e.ctx, "batch-2", nil))
+}
+
+// CreateBatch writes the records it is given with the task list, in one
+// round trip, each as InsertCommands would: every field, the TTL, and a
+// batch of 1,000 split into bounded scripts changes nothing of that.
+func TestCreateBatchWritesItsRecords(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	now := time.Now().Truncate(time.Millisecond)
+	for _, n := range []int{1, 3, 1000} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			ids := make([]string, n)
+			recs := make([]status.Record, n)
+			for i := range ids {
+				ids[i] = fmt.Sprintf("cb%d-%d", n, i)
+				recs[i] = status.Record{TaskID: ids[i], Channel: "wecom", Recipient: fmt.Sprintf("u%d", i), Kind: "notification",
+					Template: "notice", Tenant: "shop", Priority: "normal", CreatedAt: now, UpdatedAt: now}
+			}
+			batch := fmt.Sprintf("batch-with-records-%d", n)
+			require.NoError(t, e.s.CreateBatch(e.ctx, batch, ids, recs...))
+			b, err := e.s.GetBatch(e.ctx, batch)
+			require.NoError(t, err)
+			require.Equal(t, ids, b.TaskIDs)
+			require.Equal(t, map[status.State]int{status.Queued: n}, b.Counts)
+			for _, i := range []int{0, n / 2, n - 1} {
+				got, err := e.s.Get(e.ctx, ids[i])
+				require.NoError(t, err)
+				require.Equal(t, recs[i].Recipient, got.Recipient)
+				require.Equal(t, status.Queued, got.Status)
+				require.Equal(t, "shop", got.Tenant)
+				require.True(t, got.CreatedAt.Equal(now))
+				require.Greater(t, e.ttl(t, ids[i]), 50*time.Minute)
+			}
+		})
+	}
+	_, err := e.s.GetBatch(e.ctx, "never")
+	require.ErrorIs(t, err, status.ErrNotFound)
+	bad := status.Record{TaskID: "cb-bad", Channel: "wecom"} // no times
+	require.Error(t, e.s.CreateBatch(e.ctx, "batch-bad", []string{"cb-bad"}, bad))
+	_, err = e.s.GetBatch(e.ctx, "batch-bad")
+	require.ErrorIs(t, err, status.ErrNotFound, "nothing written for a bad record")
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/rdb"
+	"github.com/msgpulse/msgpulse/internal/testenv"
 )
 
 func noticeBody(messageType string, mod func(map[string]any)) map[string]any {
@@ -275,67 +276,37 @@ func TestPartlyPublishedBatchIsWithdrawn(t *testing.T) {
 // carries, and, while fail is set, fails them as an unreachable Redis
 // would, leaving the other scripts alone.
 type statusScripts struct {
-	marker string
-	fail   atomic.Bool
-	mu     sync.Mutex
-	sizes  []int
+	fail  atomic.Bool
+	mu    sync.Mutex
+	sizes []int
 }
 
 func watchStatusScripts(h *harness) *statusScripts {
-	s := &statusScripts{marker: h.redis.Prefix + "status:{"}
-	if cc, ok := rdb.AsCluster(h.redis.Client); ok {
-		cc.AddHook(s)
-	} else {
-		h.redis.Client.AddHook(s)
-	}
-	return s
-}
-
-func (s *statusScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (s *statusScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if s.watch(cmd) {
-			return cmd.Err()
+	s := &statusScripts{}
+	marker := h.redis.Prefix + "status:{"
+	h.redis.AddHook(testenv.CommandHook(func(cmd redis.Cmder) error {
+		keys, _, ok := testenv.IsScript(cmd)
+		if !ok {
+			return nil
 		}
-		return next(ctx, cmd)
-	}
-}
-func (s *statusScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			if s.watch(cmd) {
-				return cmd.Err()
+		records := 0
+		for _, k := range keys {
+			if strings.HasPrefix(k, marker) {
+				records++
 			}
 		}
-		return next(ctx, cmds)
-	}
-}
-
-// watch counts cmd's records if it is a script writing some, and reports
-// whether it failed it.
-func (s *statusScripts) watch(cmd redis.Cmder) bool {
-	if n := cmd.Name(); n != "evalsha" && n != "eval" {
-		return false
-	}
-	a := cmd.Args() // evalsha, sha, numkeys, keys…
-	nk, _ := a[2].(int)
-	records := 0
-	for _, k := range a[3 : 3+nk] {
-		if ks, _ := k.(string); strings.HasPrefix(ks, s.marker) {
-			records++
+		if records == 0 {
+			return nil
 		}
-	}
-	if records == 0 {
-		return false
-	}
-	s.mu.Lock()
-	s.sizes = append(s.sizes, records)
-	s.mu.Unlock()
-	if s.fail.Load() {
-		cmd.SetErr(errors.New("injected: Redis unreachable"))
-		return true
-	}
-	return false
+		s.mu.Lock()
+		s.sizes = append(s.sizes, records)
+		s.mu.Unlock()
+		if s.fail.Load() {
+			return errors.New("injected: Redis unreachable")
+		}
+		return nil
+	}))
+	return s
 }
 
 // A batch's 1,000 records are written after its admission, in scripts of

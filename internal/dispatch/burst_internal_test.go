@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,30 +16,6 @@ import (
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/testenv"
 )
-
-// scripts counts the scripts a client sends, pipelined or not.
-type scripts struct{ n atomic.Int64 }
-
-func (h *scripts) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *scripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-func (h *scripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			h.count(c)
-		}
-		return next(ctx, cmds)
-	}
-}
-func (h *scripts) count(c redis.Cmder) {
-	if n := c.Name(); n == "evalsha" || n == "eval" {
-		h.n.Add(1)
-	}
-}
 
 // step sends one step's queued Redis work and reads its replies: through
 // burst, or as a pipeline of its own.
@@ -106,18 +81,13 @@ func TestBurstBatchesClaimsAndMarks(t *testing.T) {
 	require.NoError(t, err)
 	statuses, err := status.New(r.Client, status.Config{Prefix: r.Prefix})
 	require.NoError(t, err)
-	h := &scripts{}
-	if cc, ok := rdb.AsCluster(r.Client); ok {
-		cc.AddHook(h)
-	} else {
-		r.Client.AddHook(h)
-	}
+	evals := r.CountScripts()
 	b := newBurst(r.Client)
 
 	work := func(id string, high bool) error { return burstMessage(ctx, b, claims, statuses, id, high) }
 	// Warm: the composite is new to Redis once (NOSCRIPT, load, again).
 	require.NoError(t, work("warm", true))
-	h.n.Store(0)
+	evals.Store(0)
 	f0, o0 := b.stats()
 
 	const n = 64
@@ -148,10 +118,10 @@ func TestBurstBatchesClaimsAndMarks(t *testing.T) {
 		require.Equal(t, 1, rec.Attempts)
 	}
 	f, o := b.stats()
-	perMsg := float64(h.n.Load()) / n
-	t.Logf("%d deliveries: %d scripts (%.2f per delivery, 4 unbatched), %d flushes for %d claims and marks", n, h.n.Load(), perMsg, f-f0, o-o0)
+	perMsg := float64(evals.Load()) / n
+	t.Logf("%d deliveries: %d scripts (%.2f per delivery, 4 unbatched), %d flushes for %d claims and marks", n, evals.Load(), perMsg, f-f0, o-o0)
 	if _, ok := rdb.AsCluster(r.Client); !ok {
-		require.Equal(t, f-f0, h.n.Load(), "one script per flush on one Redis")
+		require.Equal(t, f-f0, evals.Load(), "one script per flush on one Redis")
 	}
 	require.Less(t, f-f0, o-o0, "claims and marks of the burst were batched")
 

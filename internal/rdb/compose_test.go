@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,29 +14,6 @@ import (
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/testenv"
 )
-
-// countEvals counts the scripts a client sends, pipelined or not.
-type countEvals struct{ n atomic.Int64 }
-
-func (h *countEvals) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *countEvals) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if n := cmd.Name(); n == "evalsha" || n == "eval" {
-			h.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-func (h *countEvals) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			if n := cmd.Name(); n == "evalsha" || n == "eval" {
-				h.n.Add(1)
-			}
-		}
-		return next(ctx, cmds)
-	}
-}
 
 // Many scripts' calls from several recorders run as one script (one per
 // hash tag on a cluster), in order, each getting its own reply: values,
@@ -49,12 +25,7 @@ func TestComposerRunsManyCallsAsOneScript(t *testing.T) {
 	get := redis.NewScript(`local v = redis.call('GET', KEYS[1]); if v then return {v, ARGV[1]} end; return nil`)
 	boom := redis.NewScript(`return redis.call('HSET', KEYS[1])`) // wrong arity: an error
 
-	h := &countEvals{}
-	if cc, ok := rdb.AsCluster(r.Client); ok {
-		cc.AddHook(h)
-	} else {
-		r.Client.AddHook(h)
-	}
+	evals := r.CountScripts()
 	c := rdb.NewComposer()
 	// Warm: the composite over these three scripts is new to Redis once
 	// (NOSCRIPT, load, again); what is counted is the steady state.
@@ -63,7 +34,7 @@ func TestComposerRunsManyCallsAsOneScript(t *testing.T) {
 	get.Run(ctx, warm, []string{r.Prefix + "{w}:k"}, "x")
 	boom.Run(ctx, warm, []string{r.Prefix + "{w}:h"})
 	require.NoError(t, c.Exec(ctx, r.Client, warm))
-	h.n.Store(0)
+	evals.Store(0)
 	const n = 20
 	recs := make([]*rdb.Recorder, n)
 	incrs := make([]*redis.Cmd, n)
@@ -80,13 +51,13 @@ func TestComposerRunsManyCallsAsOneScript(t *testing.T) {
 			bad = boom.Run(ctx, recs[i], []string{key + ":h"})
 		}
 	}
-	require.Zero(t, h.n.Load(), "recording sends nothing")
+	require.Zero(t, evals.Load(), "recording sends nothing")
 	require.NoError(t, c.Exec(ctx, r.Client, recs...))
 	want := int64(1)
 	if _, ok := rdb.AsCluster(r.Client); ok {
 		want = 4 // one per tag
 	}
-	require.Equal(t, want, h.n.Load(), "one script per hash tag for %d calls", 3*n+1)
+	require.Equal(t, want, evals.Load(), "one script per hash tag for %d calls", 3*n+1)
 	for i := range n {
 		v, err := incrs[i].Int64()
 		require.NoError(t, err)
@@ -235,37 +206,6 @@ func TestComposerPassesLargeArgumentLists(t *testing.T) {
 	}
 }
 
-// sizes records how many calls each composite a client sends carries
-// (its first argument after the keys).
-type sizes struct {
-	mu sync.Mutex
-	n  []int64
-}
-
-func (h *sizes) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *sizes) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { h.add(cmd); return next(ctx, cmd) }
-}
-func (h *sizes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			h.add(cmd)
-		}
-		return next(ctx, cmds)
-	}
-}
-func (h *sizes) add(cmd redis.Cmder) {
-	if cmd.Name() != "evalsha" {
-		return
-	}
-	a := cmd.Args() // evalsha, sha, numkeys, keys..., ARGV[1] = calls
-	nk, _ := a[2].(int)
-	n, _ := a[3+nk].(int)
-	h.mu.Lock()
-	h.n = append(h.n, int64(n))
-	h.mu.Unlock()
-}
-
 // A burst longer than CompositeMax calls (a WeCom batch's 1,000 status
 // records) goes as several composites in the same round trip, none
 // holding Redis for more than CompositeMax calls, every call still run
@@ -279,12 +219,18 @@ func TestComposerSplitsLongBurstsIntoBoundedComposites(t *testing.T) {
 	incr.Run(ctx, warm, []string{r.Prefix + "{w}:k"}, 1)
 	require.NoError(t, c.Exec(ctx, r.Client, warm))
 
-	h := &sizes{}
-	if cc, ok := rdb.AsCluster(r.Client); ok {
-		cc.AddHook(h)
-	} else {
-		r.Client.AddHook(h)
-	}
+	// How many calls each composite sent carries: its ARGV[1].
+	var mu sync.Mutex
+	var sizes []int64
+	r.AddHook(testenv.CommandHook(func(cmd redis.Cmder) error {
+		if _, args, ok := testenv.IsScript(cmd); ok {
+			n, _ := args[0].(int)
+			mu.Lock()
+			sizes = append(sizes, int64(n))
+			mu.Unlock()
+		}
+		return nil
+	}))
 	for _, tc := range []struct {
 		calls int
 		want  []int64
@@ -295,9 +241,9 @@ func TestComposerSplitsLongBurstsIntoBoundedComposites(t *testing.T) {
 		{calls: 1000, want: []int64{128, 128, 128, 128, 128, 128, 128, 104}},
 	} {
 		t.Run(strconv.Itoa(tc.calls), func(t *testing.T) {
-			h.mu.Lock()
-			h.n = nil
-			h.mu.Unlock()
+			mu.Lock()
+			sizes = nil
+			mu.Unlock()
 			key := fmt.Sprintf("%s{split%d}:k", r.Prefix, tc.calls)
 			// Three recorders, as three deliveries of a burst: the
 			// split does not follow their boundaries.
@@ -307,9 +253,9 @@ func TestComposerSplitsLongBurstsIntoBoundedComposites(t *testing.T) {
 				cmds[i] = incr.Run(ctx, recs[i*len(recs)/tc.calls], []string{key}, 1)
 			}
 			require.NoError(t, c.Exec(ctx, r.Client, recs...))
-			h.mu.Lock()
-			got := h.n
-			h.mu.Unlock()
+			mu.Lock()
+			got := sizes
+			mu.Unlock()
 			require.Equal(t, tc.want, got, "calls per composite")
 			for i, cmd := range cmds {
 				v, err := cmd.Int64()

@@ -379,3 +379,36 @@ func TestBatchWhoseRecordsFailIsUndone(t *testing.T) {
 		})
 	}
 }
+
+// A client that retries the 503 of a batch whose records failed, with its
+// Idempotency-Key, gets the batch once: every record, one message per
+// recipient, and the same answer when it asks again.
+func TestBatchRetriedAfterItsRecordsFailed(t *testing.T) {
+	h := setup(t, options{})
+	watch := watchStatusScripts(h)
+	body := noticeBody("EMAIL", func(m map[string]any) {
+		m["recipients"] = []string{"a@example.com", "b@example.com", "c@example.com"}
+	})
+	watch.fail.Store(true)
+	r := h.do("POST", "/api/messages/batch", body, idemHeader, "rec-fail")
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, r.Msg)
+	watch.fail.Store(false)
+	require.Zero(t, h.depth("queue.mail.normal"), "nothing published by the failed attempt")
+
+	r = h.do("POST", "/api/messages/batch", body, idemHeader, "rec-fail")
+	require.Equal(t, http.StatusAccepted, r.Status, r.Msg)
+	var res BatchResult
+	r.data(t, &res)
+	require.Len(t, res.Accepted, 3)
+	for _, a := range res.Accepted {
+		got := h.do("GET", "/api/messages/"+a.TaskID, nil)
+		require.Equal(t, http.StatusOK, got.Status, "record of %s", a.Recipient)
+	}
+	require.Len(t, h.keysMatching("status:*"), 3, "no record left over from the failed attempt")
+	require.Equal(t, 3, h.depth("queue.mail.normal"), "one message per recipient")
+
+	again := h.do("POST", "/api/messages/batch", body, idemHeader, "rec-fail")
+	require.Equal(t, http.StatusAccepted, again.Status, again.Msg)
+	require.JSONEq(t, string(r.RawData), string(again.RawData), "replayed, not sent again")
+	require.Equal(t, 3, h.depth("queue.mail.normal"))
+}

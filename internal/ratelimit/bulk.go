@@ -62,8 +62,8 @@ func (b Bulk) Reservations() []*Reservation { return b.res }
 // rdb.FailFast): unlike Take's, it does not recognise a second run of
 // itself.
 func (l *Limiter) TakeUpTo(ctx context.Context, req Request, each [][]rdb.Command) (Bulk, error) {
-	if req.Cooldown != nil || req.Once != nil || len(req.Then) > 0 {
-		return Bulk{}, errors.New("ratelimit: take up to: no cooldown, once or Then in a bulk request (give each unit's writes in each)")
+	if req.Cooldown != nil || req.Once != nil || len(req.Then) > 0 || req.Guard != nil {
+		return Bulk{}, errors.New("ratelimit: take up to: no cooldown, once, guard or Then in a bulk request (give each unit's writes in each)")
 	}
 	n := len(each)
 	if n == 0 {
@@ -158,8 +158,9 @@ func (l *Limiter) takeEach(ctx context.Context, req Request, each [][]rdb.Comman
 // mark once), and runs the first k units' commands.
 //
 // KEYS: per rule its log and its counter, then the mark when ARGV[4] > 0.
-// ARGV: reservation id, 0 (no cooldown), number of rules, mark ms, then per
-// rule its windows as takeScript's, then n, the commands per unit, and the
+// ARGV: reservation id, 0 (no cooldown), number of rules, mark ms, the
+// clock's offset ms (Limiter.Advance), then per rule its windows as
+// takeScript's, then n, the commands per unit, and the
 // units' commands (words, then the words) in order.
 // Returns {1, rule, window, retry ms} when not even one unit fits, else
 // {0, replies, k}, followed by unit k+1's rule, window and retry ms when
@@ -168,12 +169,12 @@ func (l *Limiter) takeEach(ctx context.Context, req Request, each [][]rdb.Comman
 // overflow.
 var takeUpToScript = redis.NewScript(counterLua + `
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[5])
 local nows = int(now) -- as Redis wants it (counterLua's int)
 local id = ARGV[1]
 local nrules = tonumber(ARGV[3])
 local markms = tonumber(ARGV[4])
-local a = 5
+local a = 6
 local rules = {}
 for r = 1, nrules do
   local nw = tonumber(ARGV[a])

@@ -23,11 +23,12 @@ import (
 // slotGroup is the part of a request whose keys share a hash tag.
 type slotGroup struct {
 	tag   string
-	keys  []string // per rule its log and counter, then the cooldown key when hasCD, then mark
+	keys  []string // per rule its log and counter, then the cooldown key when hasCD, then mark, then the guard's
 	rules []int    // the script's 1-based rule positions in the whole request
 	args  []any    // per rule: window count, then (length, limit, mode) triples
 	hasCD bool
-	mark  string // the reservation's mark when a window of the group is counted
+	mark  string // the reservation's mark when a window of the group is counted, or it has the guard
+	guard bool   // the request's guard is here
 }
 
 // hashTag returns what Redis Cluster hashes for key: the part between the
@@ -44,8 +45,10 @@ func hashTag(key string) string {
 
 // groupBySlot splits what Take built (keys and the script's arguments)
 // into slot groups, in the order their keys first appear. A group with a
-// counted window gets a mark of its own, in its slot.
-func (l *Limiter) groupBySlot(keys []string, args []any, nrules int, cooldownKey, id string) []*slotGroup {
+// counted window, or with the guard (which counts), gets a mark of its
+// own, in its slot.
+func (l *Limiter) groupBySlot(p prepared, cooldownKey, id string) []*slotGroup {
+	keys, args, nrules := p.keys, p.args, len(p.ruleIdx)
 	var order []*slotGroup
 	byTag := map[string]*slotGroup{}
 	group := func(key string) *slotGroup {
@@ -58,7 +61,7 @@ func (l *Limiter) groupBySlot(keys []string, args []any, nrules int, cooldownKey
 		}
 		return g
 	}
-	a := 4
+	a := 5
 	for r := 1; r <= nrules; r++ {
 		nw, _ := args[a].(int)
 		g := group(keys[2*r-2])
@@ -75,6 +78,13 @@ func (l *Limiter) groupBySlot(keys []string, args []any, nrules int, cooldownKey
 	if cooldownKey != "" {
 		group(cooldownKey).hasCD = true
 	}
+	if len(p.guardKeys) > 0 {
+		g := group(p.guardKeys[0])
+		g.guard = true
+		if g.mark == "" {
+			g.mark = l.markKey(g.tag, id)
+		}
+	}
 	for _, g := range order {
 		if g.hasCD {
 			g.keys = append(g.keys, cooldownKey)
@@ -82,12 +92,16 @@ func (l *Limiter) groupBySlot(keys []string, args []any, nrules int, cooldownKey
 		if g.mark != "" {
 			g.keys = append(g.keys, g.mark)
 		}
+		if g.guard {
+			g.keys = append(g.keys, p.guardKeys...)
+		}
 	}
 	return order
 }
 
-func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req Request, res *Reservation, keys []string, args []any, ruleIdx []int, winIdx [][]int) (*Reservation, error) {
-	groups := l.groupBySlot(keys, args, len(ruleIdx), res.CooldownKey, res.ID)
+func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req Request, res *Reservation, pr prepared) (*Reservation, error) {
+	args, ruleIdx, winIdx := pr.args, pr.ruleIdx, pr.winIdx
+	groups := l.groupBySlot(pr, res.CooldownKey, res.ID)
 	for _, g := range groups {
 		if g.mark != "" {
 			res.Marks = append(res.Marks, g.mark)
@@ -104,7 +118,7 @@ func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req R
 	)
 	err := rdb.Pipelined(ctx, cc, func(p redis.Pipeliner) (func() error, error) {
 		if o := req.Once; o != nil {
-			oargs := []any{o.Digest, o.IDs, res.ID, int64(0), 0, int64(0)}
+			oargs := []any{o.Digest, o.IDs, res.ID, int64(0), 0, int64(0), args[4], 0}
 			then := o.reserve(res.OnceKey, res.ID)
 			oargs = append(oargs, len(then))
 			for _, c := range then {
@@ -123,7 +137,12 @@ func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req R
 			if g.mark != "" {
 				mark = args[3]
 			}
-			gargs := append([]any{res.ID, cd, len(g.rules), mark}, g.args...)
+			gargs := append([]any{res.ID, cd, len(g.rules), mark, args[4]}, g.args...)
+			if g.guard {
+				gargs = append(gargs, pr.guard...)
+			} else {
+				gargs = append(gargs, 0)
+			}
 			gargs = append(gargs, 0) // no Then commands: they run once all admitted
 			cmds[i] = takeScript.EvalSha(ctx, p, g.keys, gargs...)
 		}

@@ -5,7 +5,8 @@
 // A Take checks and records every dimension of a request (per recipient, per
 // IP, per API key, global, per provider config...) in one Lua script: either
 // all of them admit the request and all record it, or none records anything.
-// Time is Redis server time, so replicas with skewed clocks still agree.
+// Time is Redis server time, so replicas with skewed clocks still agree
+// (plus Limiter.Advance's offset, which only tests set, to drive windows).
 //
 // It must never admit more than an exact window's limit within any span of that
 // window's length, never record a denied request, and never let a rollback
@@ -23,6 +24,12 @@
 // (a sliding log per address, recorded and judged in one script, before
 // the API answers), and never records a refused failure, so its log stays
 // at the limit under a flood.
+//
+// A Take may also carry a Guard (guard.go): the same script judges the
+// request's destination (a tenant's phone-number prefix) by its sent and
+// verified counts, blocks it when it looks pumped, and refuses it while
+// blocked. It must never count a refused request, and never block a
+// destination on another's counts.
 //
 // The take script also keeps the API's Idempotency-Key entries (Once): a
 // request finds its key's entry, or reserves it, in the Take it runs

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -60,6 +61,9 @@ type Request struct {
 	// the same script first looks the key up and, if an earlier request
 	// holds it, returns an *OnceError and does nothing else (see once.go).
 	Once *Once
+	// Guard, when set, also judges the request's destination (guard.go):
+	// a blocked one refuses it with a *GuardError.
+	Guard *Guard
 }
 
 // Reservation is what Take recorded, with enough to undo it from any replica.
@@ -132,6 +136,7 @@ type Limiter struct {
 	rdb      redis.UniversalClient
 	prefix   string
 	exactMax int
+	offset   atomic.Int64 // ms added to Redis time (Advance)
 }
 
 // New returns a Limiter whose keys all start with prefix. Windows whose
@@ -143,6 +148,20 @@ func New(rdb redis.UniversalClient, prefix string) *Limiter {
 
 // Prefix is what every key of the limiter starts with.
 func (l *Limiter) Prefix() string { return l.prefix }
+
+// Advance moves the limiter's clock d forward: from then on its take
+// scripts read Redis time plus every d advanced so far, so that windows,
+// counters and guards move as if that time had passed. It is for tests
+// that drive hours of window logic in seconds; nothing else calls it.
+// Cooldowns and marks still expire by Redis's own clock (their TTLs).
+func (l *Limiter) Advance(d time.Duration) { l.offset.Add(d.Milliseconds()) }
+
+// ClockOffset is what Advance added to Redis time so far (0 outside
+// tests): whoever writes counts a take script reads (verify.Tally) adds it
+// too.
+func (l *Limiter) ClockOffset() time.Duration {
+	return time.Duration(l.offset.Load()) * time.Millisecond
+}
 
 // Each key's hash tag is what it protects (a recipient, an IP, an API key, a
 // global limit), so that a Redis Cluster spreads the limits over its
@@ -179,16 +198,20 @@ func ceilMS(d time.Duration) int64 {
 // admit.
 //
 // KEYS: per rule its log and its counter (counter.go), then the cooldown
-// key when ARGV[2] > 0, then the reservation's mark when ARGV[4] > 0.
+// key when ARGV[2] > 0, then the reservation's mark when ARGV[4] > 0, then
+// the guard's three keys when it has one (guard.go).
 // ARGV: reservation id, cooldown ms (0 = none), number of rules, mark ms
-// (0 = no counter window), then per rule: number of windows, then (length
-// ms, limit, mode) per window, mode 0 for an exact window (the log), 1 for
-// a counted one. After the rules: the number of Then commands, then per
-// command its number of words and the words.
+// (0 = no counter window), the clock's offset ms (Limiter.Advance; 0),
+// then per rule: number of windows, then (length ms, limit, mode) per
+// window, mode 0 for an exact window (the log), 1 for a counted one. After
+// the rules: the guard's words (a count, 0 = none: guard.go), then the
+// number of Then commands, then per command its number of words and the
+// words.
 // Returns {0, replies} when admitted (replies: one per Then command), else
 // {1, rule, window, retry ms} for the violation with the longest retry
 // (rule 0 = the cooldown); rule and window are 1-based positions in the
-// arguments.
+// arguments; or the guard's refusal, {1, -1, reason, retry ms, sent,
+// verified, started}, when it is the longest.
 //
 // An exact window is (now-length, now]. Its entries are the highest-scored
 // ones of the log, so when count >= limit the entry whose departure makes
@@ -211,7 +234,7 @@ var takeScript = redis.NewScript(takeLua)
 
 const takeLua = counterLua + `
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[5])
 local nows = int(now) -- as Redis wants it (counterLua's int)
 local id = ARGV[1]
 local cdms = tonumber(ARGV[2])
@@ -232,7 +255,7 @@ if cdms > 0 and not again then
   if pttl == -1 then pttl = cdms end
   if pttl > 0 then best = {1, 0, 0, pttl} end
 end
-local a = 5
+local a = 6
 local spans = {}
 local logged = {}
 local counted = {}
@@ -287,6 +310,7 @@ if markms == 0 and cdms == 0 and firstlog ~= nil then
     best = nil
   end
 end
+` + guardLua + `
 if best then return best end
 for r = 1, nrules do
   if again then break end
@@ -300,6 +324,7 @@ for r = 1, nrules do
     count(KEYS[2 * r], counted[r], 1, now)
   end
 end
+if gcw then count(gsent, gcw, 1, now) end
 if cdms > 0 and not again then
   redis.call('SET', cdkey, id, 'PX', ARGV[2])
 end
@@ -377,14 +402,19 @@ type prepared struct {
 	// 1-based positions back to the request for the LimitError.
 	ruleIdx []int
 	winIdx  [][]int
-	// markTag is the tag of the first counted rule ("" when none counts).
+	// markTag is the tag of the first counted rule, else the guard's (""
+	// when nothing counts).
 	markTag string
+	// guard are the guard's words (just its count, 0, without one) and
+	// keys, which follow the cooldown and the mark.
+	guard     []any
+	guardKeys []string
 }
 
 // prepare checks req and turns it into the scripts' keys and arguments,
 // filling res's Keys, Counters and CooldownKey.
 func (l *Limiter) prepare(req Request, res *Reservation) (prepared, error) {
-	p := prepared{args: []any{res.ID, int64(0), 0, int64(0)}}
+	p := prepared{args: []any{res.ID, int64(0), 0, int64(0), l.offset.Load()}, guard: []any{0}}
 	seen := make(map[string]bool, len(req.Rules))
 	for i, r := range req.Rules {
 		if r.Key == "" {
@@ -441,6 +471,18 @@ func (l *Limiter) prepare(req Request, res *Reservation) (prepared, error) {
 		p.keys = append(p.keys, res.CooldownKey)
 		p.args[1] = ceilMS(cd.For)
 	}
+	if g := req.Guard; g != nil {
+		if err := g.check(); err != nil {
+			return p, err
+		}
+		// The guard's count is undone like a counted rule's: by the
+		// mark of its slot.
+		res.Counters = append(res.Counters, g.Sent)
+		if p.markTag == "" {
+			p.markTag = hashTag(g.Sent)
+		}
+		p.guard, p.guardKeys = g.args(), g.keys()
+	}
 	if p.markTag != "" {
 		p.args[3] = ceilMS(markTTL)
 	}
@@ -466,11 +508,11 @@ func (l *Limiter) Take(ctx context.Context, req Request) (*Reservation, error) {
 		}
 		res.OnceKey = l.onceKey(req.Once.Key)
 	}
-	if len(keys) == 0 && len(req.Then) == 0 && req.Once == nil {
+	if len(keys) == 0 && len(req.Then) == 0 && req.Once == nil && req.Guard == nil {
 		return res, nil
 	}
 	if cc, ok := rdb.AsCluster(l.rdb); ok {
-		return l.takeSpread(ctx, cc, req, res, keys, args, ruleIdx, winIdx)
+		return l.takeSpread(ctx, cc, req, res, p)
 	}
 	if markTag != "" {
 		// One Redis: one mark for the whole request, whatever its tag.
@@ -478,6 +520,8 @@ func (l *Limiter) Take(ctx context.Context, req Request) (*Reservation, error) {
 		res.Marks = []string{mk}
 		keys = append(keys, mk)
 	}
+	keys = append(keys, p.guardKeys...)
+	args = append(args, p.guard...)
 	script, then := takeScript, req.Then
 	if o := req.Once; o != nil {
 		// The once script reads its two arguments and the entry's two keys
@@ -516,13 +560,14 @@ func (l *Limiter) Take(ctx context.Context, req Request) (*Reservation, error) {
 	return nil, limitError(req, out, ruleIdx, winIdx)
 }
 
-// refusal reads the script's {1, rule, window, retry ms} reply.
+// refusal reads the script's {1, rule, window, retry ms} reply, or the
+// guard's {1, -1, reason, retry ms, sent, verified, started}.
 func refusal(raw []any) ([]int64, error) {
 	out := make([]int64, len(raw))
 	for i, v := range raw {
 		out[i], _ = v.(int64)
 	}
-	if len(out) != 4 {
+	if len(out) != 4 && (len(out) != 7 || out[1] != -1) {
 		return nil, fmt.Errorf("ratelimit: take: unexpected reply %v", raw)
 	}
 	return out, nil
@@ -533,6 +578,9 @@ func refusal(raw []any) ([]int64, error) {
 // ruleIdx and winIdx map back to req.
 func limitError(req Request, out []int64, ruleIdx []int, winIdx [][]int) error {
 	rule, window, retry := int(out[1]), int(out[2]), time.Duration(out[3])*time.Millisecond
+	if rule == -1 && req.Guard != nil {
+		return guardRefusal(out)
+	}
 	if rule == 0 {
 		cd := req.Cooldown
 		return &LimitError{Rule: cd.Name, Key: cd.Key, Window: cd.For, Limit: 1, RetryAfter: retry, Cooldown: true}

@@ -39,7 +39,7 @@ func TestBruteForceBurnsTheCodeAtTheLimit(t *testing.T) {
 			iss, err := s.Issue(ctx, "shop", ch, rcpt, purpose, "t")
 			require.NoError(t, err)
 			for i, guess := range wrongCodes(iss.Code, tc.digits, tc.attempts) {
-				res, err := s.Check(ctx, "shop", ch, rcpt, purpose, guess)
+				res, err := s.Check(ctx, "shop", ch, rcpt, purpose, guess, nil)
 				require.NoError(t, err)
 				left := tc.attempts - i - 1
 				require.Equal(t, Result{AttemptsLeft: left, Burned: left == 0}, res, "guess %d", i+1)
@@ -50,11 +50,11 @@ func TestBruteForceBurnsTheCodeAtTheLimit(t *testing.T) {
 			ttl, err := r.Client.PTTL(ctx, s.key("shop", ch, rcpt, purpose)).Result()
 			require.NoError(t, err)
 			require.Greater(t, ttl, time.Duration(0), "the lock lasts as long as the code would have")
-			res, err := s.Check(ctx, "shop", ch, rcpt, purpose, iss.Code)
+			res, err := s.Check(ctx, "shop", ch, rcpt, purpose, iss.Code, nil)
 			require.NoError(t, err)
 			require.Equal(t, Result{Locked: true}, res, "the right code after the limit fails too")
 			for _, guess := range wrongCodes(iss.Code, tc.digits, 3) {
-				res, err := s.Check(ctx, "shop", ch, rcpt, purpose, guess)
+				res, err := s.Check(ctx, "shop", ch, rcpt, purpose, guess, nil)
 				require.NoError(t, err)
 				require.Equal(t, Result{Locked: true}, res, "nothing left to guess at, and the caller is told so")
 			}
@@ -78,7 +78,7 @@ func TestSweepSucceedsOnlyWithinTheLimit(t *testing.T) {
 		guesses = append(guesses[:pos:pos], append([]string{iss.Code}, guesses[pos:]...)...)
 		found := -1
 		for i, g := range guesses {
-			res, err := s.Check(ctx, "shop", "email", rcpt, "login", g)
+			res, err := s.Check(ctx, "shop", "email", rcpt, "login", g, nil)
 			require.NoError(t, err)
 			if res.Valid {
 				require.Equal(t, -1, found, "a second success")
@@ -125,7 +125,7 @@ func TestConcurrentGuessesNeverExceedTheLimit(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				results[i], errs[i] = s.Check(ctx, "shop", "sms", rcpt, "login", g)
+				results[i], errs[i] = s.Check(ctx, "shop", "sms", rcpt, "login", g, nil)
 			}()
 		}
 		close(start)
@@ -154,7 +154,7 @@ func TestConcurrentGuessesNeverExceedTheLimit(t *testing.T) {
 		n, err := r.Client.HExists(ctx, s.key("shop", "sms", rcpt, "login"), "digest").Result()
 		require.NoError(t, err)
 		require.False(t, n, "round %d: the code is consumed or burned", round)
-		res, err := s.Check(ctx, "shop", "sms", rcpt, "login", iss.Code)
+		res, err := s.Check(ctx, "shop", "sms", rcpt, "login", iss.Code, nil)
 		require.NoError(t, err)
 		require.False(t, res.Valid, "round %d: the code works again afterwards", round)
 	}

@@ -299,10 +299,56 @@ type Result struct {
 	Locked bool
 }
 
-// Consume the code only if it is still the one we compared against.
-var consumeScript = redis.NewScript(`
+// Tally counts a verified code in a counter hash (the fraud guard's
+// verified codes of a phone-number prefix, ratelimit.Guard.Verified): one
+// more in the fixed window of each length that now falls in, fields
+// "length ms:index" as ratelimit's counters have them, with now the Redis
+// time plus Offset (ratelimit.Limiter.ClockOffset, 0 outside tests).
+type Tally struct {
+	Key     string
+	Windows []time.Duration
+	Offset  time.Duration
+}
+
+func (t *Tally) args() []any {
+	args := []any{t.Offset.Milliseconds()}
+	for _, w := range t.Windows {
+		args = append(args, w.Milliseconds())
+	}
+	return args
+}
+
+// tallyLua adds one to KEYS[k]'s fields for ARGV[j+1..] (window lengths)
+// at Redis time plus ARGV[j] (the offset), and keeps the hash for two of
+// its longest window.
+const tallyLua = `
+local function tally(k, j)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[j])
+  local keep = 0
+  for i = j + 1, #ARGV do
+    local len = tonumber(ARGV[i])
+    redis.call('HINCRBY', KEYS[k], string.format('%d:%d', len, math.floor(now / len)), 1)
+    if 2 * len > keep then keep = 2 * len end
+  end
+  redis.call('PEXPIRE', KEYS[k], string.format('%d', keep))
+end
+`
+
+// Consume the code only if it is still the one we compared against; with
+// a second key, tally it there (Tally's ARGV after the digest), in the
+// same script: on one Redis a verified code costs no round trip more.
+var consumeScript = redis.NewScript(tallyLua + `
 if redis.call('HGET', KEYS[1], 'digest') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
+if #KEYS > 1 then tally(2, 2) end
+return 1
+`)
+
+// tallyScript is the tally alone, for a Redis Cluster, where the tally's
+// hash and the code are in different slots.
+var tallyScript = redis.NewScript(tallyLua + `
+tally(1, 1)
 return 1
 `)
 
@@ -322,9 +368,12 @@ return f
 `)
 
 // Check verifies code against tenant's code. A correct code is consumed
-// (single use); a wrong one counts against the code's attempts. Another
-// tenant's code for the same recipient is never read or touched.
-func (s *Store) Check(ctx context.Context, tenant, channel, recipient, purpose, code string) (Result, error) {
+// (single use), and counted in tally when one is given: by the consume
+// script itself on one Redis, right after it on a Redis Cluster (where a
+// failed tally is returned with the valid Result: the code was consumed).
+// A wrong one counts against the code's attempts. Another tenant's code
+// for the same recipient is never read or touched.
+func (s *Store) Check(ctx context.Context, tenant, channel, recipient, purpose, code string, tally *Tally) (Result, error) {
 	key := s.key(tenant, channel, recipient, purpose)
 	stored, err := s.rdb.HMGet(ctx, key, "digest", "failures", "burned").Result()
 	if err != nil {
@@ -339,12 +388,23 @@ func (s *Store) Check(ctx context.Context, tenant, channel, recipient, purpose, 
 	}
 	failures, _ := strconv.Atoi(fmt.Sprint(stored[1]))
 	if seal.Equal(s.Digest(tenant, channel, recipient, purpose, code), digest) {
-		ok, err := consumeScript.Run(ctx, s.rdb, []string{key}, digest).Int()
+		keys, args := []string{key}, []any{digest}
+		_, cluster := rdb.AsCluster(s.rdb)
+		if tally != nil && !cluster {
+			keys, args = append(keys, tally.Key), append(args, tally.args()...)
+		}
+		ok, err := consumeScript.Run(ctx, s.rdb, keys, args...).Int()
 		if err != nil {
 			return Result{}, fmt.Errorf("verify: consume code: %w", err)
 		}
 		if ok == 1 {
-			return Result{Valid: true, AttemptsLeft: s.cfg.MaxAttempts - failures}, nil
+			res := Result{Valid: true, AttemptsLeft: s.cfg.MaxAttempts - failures}
+			if tally != nil && cluster {
+				if err := tallyScript.Run(ctx, s.rdb, []string{tally.Key}, tally.args()...).Err(); err != nil {
+					return res, fmt.Errorf("verify: tally the verified code: %w", err)
+				}
+			}
+			return res, nil
 		}
 		// A concurrent check consumed it, or a new code replaced it.
 		return Result{Valid: false, AttemptsLeft: 0}, nil

@@ -60,10 +60,10 @@ func TestCorrectCodeWorksOnceAndIsNeverStoredInClear(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, ttl, 9*time.Minute)
 
-	res, err := s.Check(ctx, "shop", "email", "a@example.com", "login", iss.Code)
+	res, err := s.Check(ctx, "shop", "email", "a@example.com", "login", iss.Code, nil)
 	require.NoError(t, err)
 	require.Equal(t, Result{Valid: true, AttemptsLeft: 5}, res)
-	res, err = s.Check(ctx, "shop", "email", "a@example.com", "login", iss.Code)
+	res, err = s.Check(ctx, "shop", "email", "a@example.com", "login", iss.Code, nil)
 	require.NoError(t, err)
 	require.False(t, res.Valid, "single use")
 }
@@ -78,11 +78,11 @@ func TestWrongAttemptsBurnTheCode(t *testing.T) {
 		wrong = "111111"
 	}
 	for i, want := range []Result{{AttemptsLeft: 2}, {AttemptsLeft: 1}, {AttemptsLeft: 0, Burned: true}} {
-		res, err := s.Check(ctx, "shop", "sms", "+8613900001234", "register", wrong)
+		res, err := s.Check(ctx, "shop", "sms", "+8613900001234", "register", wrong, nil)
 		require.NoError(t, err)
 		require.Equal(t, want, res, "attempt %d", i+1)
 	}
-	res, err := s.Check(ctx, "shop", "sms", "+8613900001234", "register", iss.Code)
+	res, err := s.Check(ctx, "shop", "sms", "+8613900001234", "register", iss.Code, nil)
 	require.NoError(t, err)
 	require.False(t, res.Valid, "a burned code stays invalid even when right")
 }
@@ -108,11 +108,11 @@ func TestCodesAreScopedAndReplaced(t *testing.T) {
 		if tc.code == second.Code && tc.name == "old code replaced" {
 			continue // 1 in 10^6: the two codes happen to be equal
 		}
-		res, err := s.Check(ctx, tc.tenant, tc.channel, tc.recipient, tc.purpose, tc.code)
+		res, err := s.Check(ctx, tc.tenant, tc.channel, tc.recipient, tc.purpose, tc.code, nil)
 		require.NoError(t, err)
 		require.False(t, res.Valid, tc.name)
 	}
-	res, err := s.Check(ctx, "shop", "email", "a@example.com", "login", second.Code)
+	res, err := s.Check(ctx, "shop", "email", "a@example.com", "login", second.Code, nil)
 	require.NoError(t, err)
 	require.True(t, res.Valid)
 }
@@ -134,7 +134,7 @@ func TestRollbackRestoresThePreviousCode(t *testing.T) {
 	iss, err = s.Issue(ctx, "shop", "email", "a@example.com", "login", "t3")
 	require.NoError(t, err)
 	require.NoError(t, s.Rollback(ctx, iss))
-	res, err := s.Check(ctx, "shop", "email", "a@example.com", "login", prev.Code)
+	res, err := s.Check(ctx, "shop", "email", "a@example.com", "login", prev.Code, nil)
 	require.NoError(t, err)
 	require.True(t, res.Valid, "the code the user already holds works again")
 
@@ -144,7 +144,7 @@ func TestRollbackRestoresThePreviousCode(t *testing.T) {
 	newer, err := s.Issue(ctx, "shop", "email", "a@example.com", "login", "t5")
 	require.NoError(t, err)
 	require.NoError(t, s.Rollback(ctx, ours))
-	res, err = s.Check(ctx, "shop", "email", "a@example.com", "login", newer.Code)
+	res, err = s.Check(ctx, "shop", "email", "a@example.com", "login", newer.Code, nil)
 	require.NoError(t, err)
 	require.True(t, res.Valid)
 }
@@ -161,7 +161,7 @@ func TestConcurrentCorrectChecksConsumeOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := s.Check(ctx, "shop", "email", "a@example.com", "login", iss.Code)
+			res, err := s.Check(ctx, "shop", "email", "a@example.com", "login", iss.Code, nil)
 			require.NoError(t, err)
 			if res.Valid {
 				mu.Lock()
@@ -213,18 +213,18 @@ func TestAnotherTenantCannotBurnOrReplaceACode(t *testing.T) {
 		wrong = "111111"
 	}
 	for range 5 {
-		res, err := s.Check(ctx, "blog", "sms", "+8613900001234", "login", wrong)
+		res, err := s.Check(ctx, "blog", "sms", "+8613900001234", "login", wrong, nil)
 		require.NoError(t, err)
 		require.Equal(t, Result{}, res, "blog has no code: nothing to count, nothing learnt")
 	}
 	theirs, err := s.Issue(ctx, "blog", "sms", "+8613900001234", "login", "t2")
 	require.NoError(t, err)
 	if theirs.Code != ours.Code { // 1 in 10^6 they are equal
-		res, err := s.Check(ctx, "blog", "sms", "+8613900001234", "login", ours.Code)
+		res, err := s.Check(ctx, "blog", "sms", "+8613900001234", "login", ours.Code, nil)
 		require.NoError(t, err)
 		require.False(t, res.Valid, "shop's code is not valid for blog")
 	}
-	res, err := s.Check(ctx, "shop", "sms", "+8613900001234", "login", ours.Code)
+	res, err := s.Check(ctx, "shop", "sms", "+8613900001234", "login", ours.Code, nil)
 	require.NoError(t, err)
 	require.Equal(t, Result{Valid: true, AttemptsLeft: 5}, res, "untouched by blog")
 }

@@ -38,12 +38,15 @@ import (
 // Refused requests are not counted: a block holds the count where it was.
 type Guard struct {
 	Sent, Verified, Block string
-	MinSends              int
-	MinVerified           float64
-	SpikeFactor           float64
-	SpikeMin              int
-	Window, Baseline      time.Duration
-	BlockFor              time.Duration
+	// Label is kept with a block for whoever lists it (the API: the
+	// prefix's country).
+	Label            string
+	MinSends         int
+	MinVerified      float64
+	SpikeFactor      float64
+	SpikeMin         int
+	Window, Baseline time.Duration
+	BlockFor         time.Duration
 }
 
 // GuardReason says why a Guard blocked a destination.
@@ -86,14 +89,14 @@ func (e *GuardError) Error() string {
 func (e *GuardError) Is(target error) bool { return target == ErrLimited }
 
 // guardWords is how many arguments a guard takes after its count word.
-const guardWords = 7
+const guardWords = 8
 
 // args are the guard's words in the take script: its count, then
 // MinSends, MinVerified in permille, SpikeFactor in hundredths, SpikeMin,
-// Window, Baseline and BlockFor in ms.
+// Window, Baseline and BlockFor in ms, and the Label.
 func (g *Guard) args() []any {
 	return []any{guardWords, g.MinSends, int64(g.MinVerified*1000 + 0.5), int64(g.SpikeFactor*100 + 0.5), g.SpikeMin,
-		ceilMS(g.Window), ceilMS(g.Baseline), ceilMS(g.BlockFor)}
+		ceilMS(g.Window), ceilMS(g.Baseline), ceilMS(g.BlockFor), g.Label}
 }
 
 func (g *Guard) keys() []string { return []string{g.Sent, g.Verified, g.Block} }
@@ -162,7 +165,7 @@ if ng > 0 then
       end
       if reason > 0 then
         local ns, nv = math.floor(sent + 0.5), math.floor(ver + 0.5)
-        redis.call('HSET', bkey, 'until', int(now + gblock), 'since', int(now), 'reason', reason, 'sent', ns, 'verified', nv)
+        redis.call('HSET', bkey, 'until', int(now + gblock), 'since', int(now), 'reason', reason, 'sent', ns, 'verified', nv, 'label', ARGV[a + 8])
         redis.call('PEXPIRE', bkey, int(gblock))
         g = {1, -1, reason, gblock, ns, nv, 1}
       else

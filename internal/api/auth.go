@@ -24,7 +24,10 @@ const ctxCaller = "msgpulse.caller"
 // counted in Redis before it is answered, the AUTH_FAILURES_PER_MINUTE+1th
 // in a minute is 429, and while the address is over the limit every
 // request from it is 429, even one with a right key, so that a flood of
-// guesses cannot tell a right one by its answer.
+// guesses cannot tell a right one by its answer. An IPv6 address counts
+// as its /64 (ratelimit.Source). A wrong key that Redis cannot count is
+// refused with 503, and so is every request from its address for a
+// while (fail closed): guesses must not go uncounted.
 func (s *Server) Authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		if s.opts.AuthDisabled {
@@ -32,8 +35,11 @@ func (s *Server) Authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			return next(c)
 		}
 		addr := c.RealIP()
-		if left, blocked := s.authFailures.Blocked(addr); blocked {
-			return s.authLimited(left)
+		if b, blocked := s.authFailures.Blocked(addr); blocked {
+			if b.Uncounted {
+				return authUncounted(b.Left, nil)
+			}
+			return s.authLimited(b.Left)
 		}
 		got := c.Request().Header.Get("X-API-Key")
 		if got == "" { // not a guess: not counted
@@ -46,14 +52,24 @@ func (s *Server) Authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 				if errors.As(err, &le) {
 					return s.authLimited(le.RetryAfter)
 				}
-				// The key was wrong either way; the guess was not counted.
-				s.log.Warn("could not count a failed X-API-Key check (Redis)", zap.String("ip", addr), zap.Error(err))
+				var ue *ratelimit.UncountedError
+				if errors.As(err, &ue) {
+					s.log.Warn("could not count a failed X-API-Key check (Redis): refusing the address for a while", zap.String("ip", addr), zap.Error(err))
+					return authUncounted(ue.RetryAfter, err)
+				}
 			}
 			return &apiError{Status: http.StatusUnauthorized, Msg: "unknown API key"}
 		}
 		c.Set(ctxCaller, key)
 		return next(c)
 	}
+}
+
+// authUncounted is the 503 of an address whose wrong key Redis could not
+// count: no request from it is served until the wait is over.
+func authUncounted(retry time.Duration, cause error) *apiError {
+	return &apiError{Status: http.StatusServiceUnavailable, RetryAfter: retry, cause: cause,
+		Msg: "failed API key checks from this address cannot be counted (Redis is unavailable), so its requests are refused for now; try again"}
 }
 
 func (s *Server) authLimited(retry time.Duration) *apiError {

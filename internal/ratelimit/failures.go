@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,15 @@ import (
 // wrong guesses, each refused, would still show the right one by its 200.
 // Each replica learns of a block at the first failure it sees from the
 // address after the limit was reached.
+//
+// An address is what one subscriber holds: an IPv4 address, or the /64 of
+// an IPv6 one (Source), so that the 2^64 addresses of one IPv6 line are
+// one count, not as many fresh ones.
+//
+// When Redis cannot count a failure, the address fails closed: this
+// process refuses it for Window/Limit (the pace the limit allows), so
+// that guesses during a Redis outage are no faster than the limit lets
+// them be, and a right key among them is not let through unlimited.
 type Failures struct {
 	rdb    redis.UniversalClient
 	prefix string
@@ -32,7 +42,7 @@ type Failures struct {
 	window time.Duration
 
 	mu      sync.Mutex
-	blocked map[string]time.Time // address → end of its block (local clock)
+	blocked map[string]Block // source → its block, Until by the local clock
 	// held is len(blocked), read without the lock: every authenticated
 	// request asks Blocked, and almost always nothing is blocked.
 	held atomic.Int64
@@ -41,7 +51,7 @@ type Failures struct {
 
 // NewFailures limits failures to limit per window (limit 0 = never).
 func NewFailures(rdb redis.UniversalClient, prefix string, limit int, window time.Duration) *Failures {
-	return &Failures{rdb: rdb, prefix: prefix, limit: limit, window: window, blocked: map[string]time.Time{}, now: time.Now}
+	return &Failures{rdb: rdb, prefix: prefix, limit: limit, window: window, blocked: map[string]Block{}, now: time.Now}
 }
 
 // Limit is the number of failures a window admits (0 = unlimited).
@@ -70,71 +80,122 @@ redis.call('PEXPIRE', KEYS[1], window)
 return {0, n + 1}
 `)
 
-// The address is the key's hash tag: one key per script, and addresses
+// The source is the key's hash tag: one key per script, and sources
 // spread over a cluster's shards.
-func (f *Failures) key(addr string) string {
-	return f.prefix + "authfail:{" + addr + "}"
+func (f *Failures) key(src string) string {
+	return f.prefix + "authfail:{" + src + "}"
 }
 
-// Blocked reports whether addr is over the limit as far as this process
-// knows, and for how long still. It never asks Redis.
-func (f *Failures) Blocked(addr string) (time.Duration, bool) {
-	if f.limit == 0 || f.held.Load() == 0 {
-		return 0, false
+// Source is what an address counts as: itself for IPv4 (an IPv4-mapped
+// IPv6 address too), its /64 for IPv6 ("2001:db8:1:2::/64": one
+// subscriber usually holds a whole /64), the text as given when it is no
+// IP address.
+func Source(addr string) string {
+	ip := net.ParseIP(addr)
+	if ip == nil {
+		return addr
 	}
+	if v4 := ip.To4(); v4 != nil {
+		return v4.String()
+	}
+	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
+}
+
+// Block is an address's block as this process knows it.
+type Block struct {
+	// Left is how long it lasts still.
+	Left time.Duration
+	// Uncounted is true when Redis could not count the address's last
+	// failure (fail closed), rather than the address being over the limit.
+	Uncounted bool
+	until     time.Time
+}
+
+// Blocked reports whether addr's source is over the limit, or failed
+// closed, as far as this process knows, and for how long still. It never
+// asks Redis.
+func (f *Failures) Blocked(addr string) (Block, bool) {
+	if f.limit == 0 || f.held.Load() == 0 {
+		return Block{}, false
+	}
+	src := Source(addr)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	until, ok := f.blocked[addr]
+	b, ok := f.blocked[src]
 	if !ok {
-		return 0, false
+		return Block{}, false
 	}
-	left := until.Sub(f.now())
-	if left <= 0 {
-		delete(f.blocked, addr)
+	b.Left = b.until.Sub(f.now())
+	if b.Left <= 0 {
+		delete(f.blocked, src)
 		f.held.Store(int64(len(f.blocked)))
-		return 0, false
+		return Block{}, false
 	}
-	return left, true
+	return b, true
 }
 
-// Fail records one failed authentication from addr, in one round trip. It
-// returns a *LimitError when addr was already at the limit (the failure is
-// then not recorded, and addr is Blocked until the window has room), and
-// another error when Redis could not be asked.
+// UncountedError is a failure Redis could not count: the address is
+// refused for RetryAfter (fail closed).
+type UncountedError struct {
+	RetryAfter time.Duration
+	Err        error
+}
+
+func (e *UncountedError) Error() string {
+	return fmt.Sprintf("auth failures: could not count a failure (refusing the address for %s): %v", e.RetryAfter, e.Err)
+}
+
+func (e *UncountedError) Unwrap() error { return e.Err }
+
+// uncountedFor is how long an address whose failure went uncounted is
+// refused: the pace the limit allows, at least a second.
+func (f *Failures) uncountedFor() time.Duration {
+	return max(f.window/time.Duration(f.limit), time.Second)
+}
+
+// Fail records one failed authentication from addr's source, in one round
+// trip. It returns a *LimitError when the source was already at the limit
+// (the failure is then not recorded, and the source is Blocked until the
+// window has room), and an *UncountedError when Redis could not count it
+// (the source is then Blocked for a while: fail closed).
 func (f *Failures) Fail(ctx context.Context, addr string) error {
 	if f.limit == 0 {
 		return nil
 	}
+	src := Source(addr)
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	raw, err := failScript.Run(ctx, f.rdb, []string{f.key(addr)}, f.window.Milliseconds(), f.limit, hex.EncodeToString(id[:])).Int64Slice()
-	if err != nil {
-		return fmt.Errorf("auth failures: %w", err)
+	raw, err := failScript.Run(ctx, f.rdb, []string{f.key(src)}, f.window.Milliseconds(), f.limit, hex.EncodeToString(id[:])).Int64Slice()
+	if err == nil && len(raw) != 2 {
+		err = fmt.Errorf("unexpected reply %v", raw)
 	}
-	if len(raw) != 2 {
-		return fmt.Errorf("auth failures: unexpected reply %v", raw)
+	if err != nil {
+		d := f.uncountedFor()
+		f.block(src, Block{Uncounted: true}, d)
+		return &UncountedError{RetryAfter: d, Err: err}
 	}
 	if raw[0] == 0 {
 		return nil
 	}
 	retry := time.Duration(raw[1]) * time.Millisecond
-	f.block(addr, retry)
+	f.block(src, Block{}, retry)
 	return &LimitError{Rule: "auth failures per address", Window: f.window, Limit: f.limit, RetryAfter: retry}
 }
 
-func (f *Failures) block(addr string, d time.Duration) {
+func (f *Failures) block(src string, b Block, d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := f.now()
 	// Forget ended blocks now and then, so the map holds only the
-	// addresses blocked at the moment.
+	// sources blocked at the moment.
 	if len(f.blocked) >= 1024 {
-		for a, until := range f.blocked {
-			if !until.After(now) {
+		for a, old := range f.blocked {
+			if !old.until.After(now) {
 				delete(f.blocked, a)
 			}
 		}
 	}
-	f.blocked[addr] = now.Add(d)
+	b.until = now.Add(d)
+	f.blocked[src] = b
 	f.held.Store(int64(len(f.blocked)))
 }

@@ -3,11 +3,13 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/testenv"
 )
 
@@ -28,9 +30,10 @@ func TestFailuresPerAddress(t *testing.T) {
 	var le *LimitError
 	require.True(t, errors.As(err, &le), "the 4th failure is refused: %v", err)
 	require.True(t, le.RetryAfter > 0 && le.RetryAfter <= time.Minute, "%s", le.RetryAfter)
-	left, blocked := f.Blocked("203.0.113.1")
+	b, blocked := f.Blocked("203.0.113.1")
 	require.True(t, blocked)
-	require.True(t, left > 0)
+	require.True(t, b.Left > 0)
+	require.False(t, b.Uncounted)
 	require.NoError(t, f.Fail(ctx, "203.0.113.2"), "another address has its own count")
 	_, blocked = f.Blocked("203.0.113.2")
 	require.False(t, blocked)
@@ -57,4 +60,55 @@ func TestFailuresBlockEnds(t *testing.T) {
 		return !blocked
 	})
 	testenv.WaitFor(t, 5*time.Second, "a failure is admitted again", func() bool { return f.Fail(ctx, "198.51.100.7") == nil })
+}
+
+func TestSource(t *testing.T) {
+	for in, want := range map[string]string{
+		"203.0.113.7":          "203.0.113.7",
+		"::ffff:203.0.113.7":   "203.0.113.7",
+		"2001:db8:1:2:3:4:5:6": "2001:db8:1:2::/64",
+		"2001:db8:1:2::ffff":   "2001:db8:1:2::/64",
+		"2001:db8:1:3::1":      "2001:db8:1:3::/64",
+		"not an address":       "not an address",
+	} {
+		require.Equal(t, want, Source(in), in)
+	}
+}
+
+// The addresses of one IPv6 /64 are one count: a guesser cannot take a
+// fresh address for each guess.
+func TestFailuresCountAnIPv6SubnetAsOne(t *testing.T) {
+	t.Parallel()
+	r := testenv.NewRedis(t)
+	f := NewFailures(r.Client, r.Prefix, 30, time.Minute)
+	ctx := context.Background()
+	for i := range 30 {
+		require.NoError(t, f.Fail(ctx, fmt.Sprintf("2001:db8:7:7::%x", i+1)), i)
+	}
+	err := f.Fail(ctx, "2001:db8:7:7:abcd::1")
+	var le *LimitError
+	require.True(t, errors.As(err, &le), "the 31st address of the /64: %v", err)
+	_, blocked := f.Blocked("2001:db8:7:7:ffff::9")
+	require.True(t, blocked, "any address of the /64")
+	require.NoError(t, f.Fail(ctx, "2001:db8:7:8::1"), "the next /64 is another subscriber")
+}
+
+// A failure Redis cannot count blocks its source here, for the pace the
+// limit allows: refused, not let through uncounted.
+func TestFailuresFailClosedWithoutRedis(t *testing.T) {
+	t.Parallel()
+	dead, err := rdb.Open(rdb.Single, "redis://127.0.0.1:18699/0", rdb.FailFast(200*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = dead.Close() })
+	f := NewFailures(dead, "test:", 30, time.Minute)
+	err = f.Fail(context.Background(), "2001:db8:9::1")
+	var ue *UncountedError
+	require.True(t, errors.As(err, &ue), "%v", err)
+	require.Equal(t, 2*time.Second, ue.RetryAfter, "a minute / 30")
+	b, blocked := f.Blocked("2001:db8:9::2")
+	require.True(t, blocked)
+	require.True(t, b.Uncounted)
+	require.LessOrEqual(t, b.Left, 2*time.Second)
+	_, blocked = f.Blocked("198.51.100.9")
+	require.False(t, blocked, "only the source whose failure went uncounted")
 }

@@ -145,7 +145,7 @@ func invalid(format string, args ...any) error {
 // (libphonenumber's IsValidNumber), not merely of a possible length.
 func Parse(s string) (Number, error) {
 	if !strings.HasPrefix(s, "+") {
-		return Number{}, invalid("must start with + and the country calling code, such as +8613900001234")
+		return Number{}, invalid("must be an E.164 number: + and the country calling code, such as +8613900001234")
 	}
 	digits := 0
 	for i := 1; i < len(s); i++ {

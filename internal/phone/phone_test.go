@@ -34,7 +34,7 @@ func TestParse(t *testing.T) {
 		{in: "+4490987900001", invalid: "too long for a number of GB"},
 		{in: "+15551234567", invalid: "not a number US (+1) assigns"},
 		{in: "+999123456789", invalid: "no country's calling code"},
-		{in: "8613812345678", invalid: "must start with +"},
+		{in: "8613812345678", invalid: "must be an E.164 number"},
 		{in: "+1 800 FLOWERS", invalid: "only digits"},
 		{in: "+44 7400 123456 ext. 12", invalid: "only digits"},
 		{in: "+", invalid: "3 to 17 digits"},

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -27,6 +28,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/delay"
 	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/fraud"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
@@ -55,6 +57,8 @@ type harness struct {
 	ch      *amqp.Channel
 	logs    *observer.ObservedLogs
 	gauge   *broker.Gauge // with options.admitFill
+	limiter *ratelimit.Limiter
+	guard   *fraud.Guard
 }
 
 type options struct {
@@ -83,6 +87,13 @@ type options struct {
 	admitFill float64
 	// wecomAccounts are WECOM_ACCOUNTS (without secrets)
 	wecomAccounts []wecom.Account
+	// fraud is the guard's config: the zero value is FRAUD_GUARD's
+	// default (standard), as in production
+	fraud fraud.Config
+	// smsCodes is the SMS code policy; zero: the defaults
+	smsCodes fraud.Policy
+	// trustedProxies are TRUSTED_PROXIES
+	trustedProxies []*net.IPNet
 }
 
 func defaultLimits() config.Limits {
@@ -182,9 +193,15 @@ func setup(t *testing.T, o options) *harness {
 			fills[ch] = o.admitFill
 		}
 	}
+	h.limiter = ratelimit.New(h.redis.Client, h.redis.Prefix)
+	if o.share != nil {
+		h.limiter = o.share.limiter // one clock (Advance) for both replicas
+	}
+	h.guard, err = fraud.New(h.redis.Client, h.redis.Prefix, o.fraud, h.limiter.ClockOffset)
+	require.NoError(t, err)
 	h.srv, err = New(Deps{
-		Log: zap.New(core), Model: m, Publisher: pub, Delayed: delay.NewPublisher(bp, planner, m.Delay, nil),
-		Limiter: ratelimit.New(h.redis.Client, h.redis.Prefix), RateLimits: rl, Codes: codes, Keys: h.keys, Status: st, Redis: h.redis.Client, Templates: tpl,
+		Log: zap.New(core), Model: m, Publisher: pub, Delayed: delay.NewPublisher(bp, planner, m.Delay, nil), Fraud: h.guard,
+		Limiter: h.limiter, RateLimits: rl, Codes: codes, Keys: h.keys, Status: st, Redis: h.redis.Client, Templates: tpl,
 		Registry: reg, Claims: claims, DLQ: CachedDLQStats(s, m, st, 0),
 		Inspect: func(ctx context.Context, names []string) ([]broker.QueueState, error) {
 			conn, err := s.Conn(ctx)
@@ -200,7 +217,8 @@ func setup(t *testing.T, o options) *harness {
 		Gauge:    h.gauge,
 		Accounts: accounts,
 	}, Options{APIKeys: o.keys, Egress: o.egress, CallbackKeys: *o.callbackKeys, AuthFailuresPerMinute: o.authFailures, BodyLimit: 4096, Limits: o.limits, PublishTimeout: 3 * time.Second,
-		BatchMaxBytes: o.batchMaxBytes, Robots: o.robots, AdmitFill: fills, WeComAccounts: o.wecomAccounts})
+		BatchMaxBytes: o.batchMaxBytes, Robots: o.robots, AdmitFill: fills, WeComAccounts: o.wecomAccounts, SMSCodes: o.smsCodes,
+		TrustedProxies: o.trustedProxies})
 	require.NoError(t, err)
 	t.Cleanup(h.srv.Wait) // background rollbacks end before Redis closes
 	h.http = httptest.NewServer(h.srv.Handler())

@@ -46,14 +46,16 @@ func (s *Server) verifyRequest(key apikey.Key, r *VerificationCodeRequest) ratel
 	// share that tag, so on a Redis Cluster one script checks them together
 	// and concurrent requests for one recipient cannot refuse each other in
 	// two slots.
-	tag := verify.Tag(key.Tenant, r.Channel, r.Recipient)
+	// An email address counts as its mailbox (emailIdentity): alice+1@
+	// and alice+2@ share alice's limits and cooldown.
+	tag := verify.Tag(key.Tenant, r.Channel, r.limitAs)
 	rules := []ratelimit.Rule{{Name: "per recipient", Key: "verify:recipient:" + tag, Tag: tag,
 		Windows: append(window(time.Hour, L.PerRecipientHour), window(24*time.Hour, L.PerRecipientDay)...)}}
 	if n := L.PerRecipientDayAllTenants; n > 0 {
 		// The one limit tenants share, on purpose: a ceiling on what all of
 		// them together send one recipient. Its own tag (the recipient
 		// without the tenant): a slot of its own on a Redis Cluster.
-		all := r.Channel + ":" + r.Recipient
+		all := r.Channel + ":" + r.limitAs
 		rules = append(rules, ratelimit.Rule{Name: "per recipient, all tenants", Key: "verify:recipient-all:" + all, Tag: all,
 			Windows: window(24*time.Hour, n)})
 	}
@@ -63,7 +65,13 @@ func (s *Server) verifyRequest(key apikey.Key, r *VerificationCodeRequest) ratel
 		rules = append(rules, ratelimit.Rule{Name: "per IP", Key: "verify:ip:" + key.Tenant + ":" + ip, Windows: window(time.Minute, L.PerIPMinute)})
 	}
 	rules = append(rules, s.commonRules(key, r.Channel)...)
+	var guard *ratelimit.Guard
+	if r.Channel == chSMS && s.d.Fraud != nil {
+		// The fraud guard judges the number's prefix in the same script.
+		guard, _ = s.d.Fraud.Watch(key.Tenant, r.number)
+	}
 	return ratelimit.Request{
+		Guard: guard,
 		Rules: nonEmpty(rules),
 		// The cooldown also makes two identical requests at the same moment
 		// create one code: the second finds the first's cooldown.

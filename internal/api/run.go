@@ -22,6 +22,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/delay"
 	"github.com/msgpulse/msgpulse/internal/dlq"
 	"github.com/msgpulse/msgpulse/internal/egress"
+	"github.com/msgpulse/msgpulse/internal/fraud"
 	"github.com/msgpulse/msgpulse/internal/mgmt"
 	"github.com/msgpulse/msgpulse/internal/profile"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
@@ -160,8 +161,16 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	limiter := ratelimit.New(redisClient, cfg.RedisPrefix).WithExactMax(cfg.Limits.ExactMax)
+	guard, err := fraud.New(redisClient, cfg.RedisPrefix, cfg.Fraud, limiter.ClockOffset)
+	if err != nil {
+		return err
+	}
+	if !guard.On() {
+		log.Warn("FRAUD_GUARD=off: nothing watches SMS codes for pumping (blocks in force still end on their own and can be lifted)")
+	}
 	srv, err := New(Deps{
-		Log: log, Model: model, Publisher: pub, Delayed: delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix).WithExactMax(cfg.Limits.ExactMax),
+		Log: log, Model: model, Publisher: pub, Delayed: delayed, Limiter: limiter, Fraud: guard,
 		RateLimits: rateLimits, Codes: codes, Keys: keys, Status: statuses, Redis: redisClient, Templates: tpl, Registry: reg, Claims: claims,
 		DLQ:      CachedDLQStats(session, model, statuses, 5*time.Second),
 		Inspect:  inspect,
@@ -184,7 +193,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		Limits: cfg.Limits, CallbackHTTP: cfg.CallbackHTTP, Egress: egress.Policy{AllowPrivate: cfg.CallbackPrivate}, CallbackKeys: cfg.CallbackKeys, AuthFailuresPerMinute: cfg.AuthFailuresPerMinute, PublishTimeout: cfg.PublishTimeout, MessageMaxAge: cfg.MessageMaxAge,
 		BatchMaxBytes: cfg.BatchMaxBytes, Robots: cfg.WeComRobots,
 		IdempotencyTTL: cfg.IdempotencyTTL, AdmitFill: cfg.AdmitFill,
-		WeComAccounts: cfg.WeComAccounts})
+		WeComAccounts: cfg.WeComAccounts, SMSCodes: cfg.SMSCodes})
 	if err != nil {
 		return err
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/egress"
+	"github.com/msgpulse/msgpulse/internal/fraud"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/seal"
@@ -86,6 +87,9 @@ type Deps struct {
 	// Accounts is the WeCom accounts' shared state, shown in
 	// /api/queues/stats; nil = not shown.
 	Accounts *accountstate.Store
+	// Fraud is the SMS pumping guard (FRAUD_GUARD); nil = off, and
+	// /api/fraud/blocks lists nothing.
+	Fraud *fraud.Guard
 }
 
 // Options are the API's behaviour settings.
@@ -124,6 +128,9 @@ type Options struct {
 	// WeComAccounts are WECOM_ACCOUNTS without their secrets: who may send
 	// from which account.
 	WeComAccounts []wecom.Account
+	// SMSCodes says which numbers verification codes may go to; its zero
+	// value allows fraud.DefaultTypes in every country.
+	SMSCodes fraud.Policy
 }
 
 // Server is the HTTP API.
@@ -140,6 +147,7 @@ type Server struct {
 	scopes       map[[2]string]apikey.Scope // method, path → the scope the route needs
 	cleanup      sync.WaitGroup             // rollbacks that outlive their request (see Wait)
 	admits       map[string]admission       // level queue → its admission limit, with Deps.Gauge
+	fraud        *fraud.Metrics
 }
 
 // Wait blocks until the rollbacks started in the background have ended;
@@ -173,7 +181,15 @@ func New(d Deps, opts Options) (*Server, error) {
 	if opts.IdempotencyTTL == 0 {
 		opts.IdempotencyTTL = 24 * time.Hour
 	}
+	if opts.SMSCodes.Types == nil {
+		opts.SMSCodes.Types = fraud.DefaultTypes
+	}
 	s := &Server{d: d, opts: opts, log: d.Log, metrics: newMetrics(d.Registry), now: time.Now, scopes: map[[2]string]apikey.Scope{}}
+	var blocked func(context.Context) (int, error)
+	if d.Fraud != nil {
+		blocked = d.Fraud.Blocked
+	}
+	s.fraud = fraud.NewMetrics(d.Registry, blocked)
 	if d.Gauge != nil {
 		s.admits = admissions(d.Model, opts.AdmitFill)
 	}
@@ -227,6 +243,8 @@ func New(d Deps, opts Options) (*Server, error) {
 		{http.MethodDelete, "/rate-limits/:id", apikey.Admin, s.deleteRateLimit},
 		{http.MethodGet, "/queues/stats", apikey.Admin, s.queueStats},
 		{http.MethodGet, "/dlq/stats", apikey.Admin, s.dlqStats},
+		{http.MethodGet, "/fraud/blocks", apikey.Read, s.listFraudBlocks},
+		{http.MethodDelete, "/fraud/blocks/:tenant/:prefix", apikey.Send, s.liftFraudBlock},
 	} {
 		g.Add(r.method, r.path, r.h, Require(r.scope))
 		s.scopes[[2]string{r.method, "/api" + r.path}] = r.scope

@@ -15,6 +15,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/msgpulse/msgpulse/internal/apikey"
+	"github.com/msgpulse/msgpulse/internal/phone"
+	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
@@ -49,7 +51,6 @@ func templateChannel(apiChannel string) template.Channel {
 var messageTypes = map[string]string{"EMAIL": chEmail, "SMS": chSMS, "WECOM": chWeCom, "WECOM_ROBOT": chWeComRobot}
 
 var (
-	e164    = regexp.MustCompile(`^\+[1-9][0-9]{7,14}$`)
 	slug    = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 	varName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,63}$`)
 	codeRE  = regexp.MustCompile(`^[0-9]{4,10}$`)
@@ -84,18 +85,35 @@ func checkChannel(ch string) *apiError {
 // normalizeRecipient validates a recipient for its channel and returns the
 // form used for keys and sending: email lower-cased, phone as E.164.
 func normalizeRecipient(channel, r string) (string, *apiError) {
+	rec, _, e := recipientOf(channel, r)
+	return rec, e
+}
+
+// recipientOf is normalizeRecipient that also returns an SMS recipient's
+// parsed number (zero for other channels).
+func recipientOf(channel, r string) (string, phone.Number, *apiError) {
 	if r == "" {
-		return "", badRequest("recipient is required")
+		return "", phone.Number{}, badRequest("recipient is required")
 	}
 	if e := noControl("recipient", r); e != nil {
-		return "", e
+		return "", phone.Number{}, e
 	}
-	switch channel {
-	case chSMS:
-		if !e164.MatchString(r) {
-			return "", badRequest("recipient must be an E.164 phone number such as +8613900001234")
+	if channel == chSMS {
+		// Parsed, not matched: a number must be one its country assigns,
+		// and has one form (E.164) whatever its spacing, so no spelling
+		// of it is a recipient of its own to the limits.
+		n, err := phone.Parse(r)
+		if err != nil {
+			return "", n, badRequest("recipient %v", err)
 		}
-		return r, nil
+		return n.E164, n, nil
+	}
+	rec, e := otherRecipient(channel, r)
+	return rec, phone.Number{}, e
+}
+
+func otherRecipient(channel, r string) (string, *apiError) {
+	switch channel {
 	case chWeCom:
 		if !userid.MatchString(r) {
 			return "", badRequest("recipient must be a WeCom userid: 1 to 64 letters, digits, _ . @ or -")
@@ -128,20 +146,43 @@ func checkPurpose(p string) *apiError {
 	return nil
 }
 
+// emailIdentity is who an address (lower-cased, valid) is to the
+// per-recipient limits and the cooldown: the mailbox, whatever tag rides
+// on it. Sending still goes to the address as given.
+//   - Subaddressing (RFC 5233): alice+anything@example.com is alice's
+//     mailbox at nearly every provider (Gmail, Outlook, iCloud, Fastmail,
+//     Proton, Postfix's and Exim's defaults), so the +tag is dropped.
+//   - Gmail, the one provider-specific rule: it ignores dots in the local
+//     part and googlemail.com is gmail.com, so a.l.i.c.e@googlemail.com is
+//     alice@gmail.com.
+func emailIdentity(addr string) string {
+	local, domain, ok := strings.Cut(addr, "@")
+	if !ok {
+		return addr
+	}
+	if i := strings.IndexByte(local, '+'); i > 0 {
+		local = local[:i]
+	}
+	if domain == "gmail.com" || domain == "googlemail.com" {
+		local, domain = strings.ReplaceAll(local, ".", ""), "gmail.com"
+		if local == "" {
+			return addr
+		}
+	}
+	return local + "@" + domain
+}
+
 // clientKey turns the end user's IP into its rate-limit key: the address
-// for IPv4, the /64 for IPv6 (one subscriber usually holds a whole /64).
+// for IPv4, the /64 for IPv6 (one subscriber usually holds a whole /64),
+// as the wrong-key limit counts sources (ratelimit.Source).
 func clientKey(ip string) (string, *apiError) {
 	if ip == "" {
 		return "", nil
 	}
-	parsed := net.ParseIP(ip)
-	if parsed == nil {
+	if net.ParseIP(ip) == nil {
 		return "", badRequest("clientIp %q is not an IP address", truncate(ip, 64))
 	}
-	if v4 := parsed.To4(); v4 != nil {
-		return v4.String(), nil
-	}
-	return parsed.Mask(net.CIDRMask(64, 128)).String() + "/64", nil
+	return ratelimit.Source(ip), nil
 }
 
 func truncate(s string, n int) string {
@@ -158,28 +199,38 @@ type VerificationCodeRequest struct {
 	Purpose   string `json:"purpose"`
 	Locale    string `json:"locale,omitempty"`
 	ClientIP  string `json:"clientIp,omitempty"`
+
+	number phone.Number // an SMS recipient, parsed
+	// limitAs is who the per-recipient limits and the cooldown count the
+	// recipient as: an email address's identity (emailIdentity), else the
+	// recipient.
+	limitAs string
 }
 
 // checkTarget validates what a code belongs to (channel, recipient,
-// purpose) and returns the normalised recipient.
-func checkTarget(channel, recipient, purpose string) (string, *apiError) {
+// purpose) and returns the normalised recipient, and its number for SMS.
+func checkTarget(channel, recipient, purpose string) (string, phone.Number, *apiError) {
 	if e := checkChannel(channel); e != nil {
-		return "", e
+		return "", phone.Number{}, e
 	}
-	rec, e := normalizeRecipient(channel, recipient)
+	rec, n, e := recipientOf(channel, recipient)
 	if e != nil {
-		return "", e
+		return "", n, e
 	}
-	return rec, checkPurpose(purpose)
+	return rec, n, checkPurpose(purpose)
 }
 
 // validate checks and normalises the request in place.
 func (r *VerificationCodeRequest) validate(locales func(string) bool) *apiError {
-	rec, e := checkTarget(r.Channel, r.Recipient, r.Purpose)
+	rec, n, e := checkTarget(r.Channel, r.Recipient, r.Purpose)
 	if e != nil {
 		return e
 	}
-	r.Recipient = rec
+	r.Recipient, r.number = rec, n
+	r.limitAs = rec
+	if r.Channel == chEmail {
+		r.limitAs = emailIdentity(rec)
+	}
 	if r.Locale != "" && !locales(r.Locale) {
 		return badRequest("locale %q is not available", truncate(r.Locale, 16))
 	}
@@ -195,14 +246,16 @@ type VerifyRequest struct {
 	Recipient string `json:"recipient"`
 	Purpose   string `json:"purpose"`
 	Code      string `json:"code"`
+
+	number phone.Number // an SMS recipient, parsed
 }
 
 func (r *VerifyRequest) validate() *apiError {
-	rec, e := checkTarget(r.Channel, r.Recipient, r.Purpose)
+	rec, n, e := checkTarget(r.Channel, r.Recipient, r.Purpose)
 	if e != nil {
 		return e
 	}
-	r.Recipient = rec
+	r.Recipient, r.number = rec, n
 	if !codeRE.MatchString(r.Code) {
 		return badRequest("code must be 4 to 10 digits")
 	}

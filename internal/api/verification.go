@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v5"
+	"go.uber.org/zap"
 
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/logging"
@@ -39,6 +40,11 @@ func (s *Server) requestCode(c *echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	caller := Caller(c)
+	if req.Channel == chSMS {
+		if e := s.checkNumber(caller.Tenant, req.number); e != nil {
+			return e
+		}
+	}
 	taskID := newTaskID()
 	// A retry of a failed attempt with the same Idempotency-Key comes back
 	// here once, under that attempt's task id (see takeOver).
@@ -97,6 +103,10 @@ again:
 			// no-op on what is not there or no longer ours.
 			s.rollbackLater(ctx, undo{code: iss, taskID: taskID, once: onceKey(s, lr.Once), onceIDs: taskID})
 		}
+		var ge *ratelimit.GuardError
+		if errors.As(err, &ge) {
+			return s.pumping(ctx, caller.Tenant, req.number, ge)
+		}
 		return limited(err)
 	}
 	if err := s.d.Codes.IssueResult(iss, res.Replies[:len(issue)]); err != nil {
@@ -133,10 +143,21 @@ func (s *Server) verifyCode(c *echo.Context) error {
 		return e
 	}
 	// The caller's tenant picks the code: another tenant's code for the
-	// same recipient is neither seen nor counted against.
-	res, err := s.d.Codes.Check(c.Request().Context(), Caller(c).Tenant, req.Channel, req.Recipient, req.Purpose, req.Code)
-	if err != nil {
+	// same recipient is neither seen nor counted against. A verified SMS
+	// code is tallied for the fraud guard in the script that consumes it.
+	tenant := Caller(c).Tenant
+	var tally *verify.Tally
+	if req.Channel == chSMS && s.d.Fraud != nil {
+		tally = s.d.Fraud.Tally(tenant, req.number)
+	}
+	res, err := s.d.Codes.Check(c.Request().Context(), tenant, req.Channel, req.Recipient, req.Purpose, req.Code, tally)
+	if err != nil && !res.Valid {
 		return unavailable(err, "verification is unavailable (Redis); try again")
+	}
+	if err != nil {
+		// Consumed, so valid; only the guard's count missed it (its prefix
+		// looks a little less verified).
+		s.log.Warn("a verified code was not tallied for the fraud guard", zap.String("tenant", tenant), zap.Error(err))
 	}
 	data := VerifyResult{Valid: res.Valid, AttemptsLeft: res.AttemptsLeft}
 	switch {

@@ -9,6 +9,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/callbackkey"
 	"github.com/msgpulse/msgpulse/internal/envconf"
+	"github.com/msgpulse/msgpulse/internal/fraud"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/seal"
@@ -88,6 +89,11 @@ type API struct {
 	// WeComAccounts are WECOM_ACCOUNTS without secrets: who may send from
 	// which WeCom account.
 	WeComAccounts []wecom.Account
+	// SMSCodes says which numbers verification codes may go to
+	// (VERIFY_SMS_NUMBER_TYPES, VERIFY_SMS_COUNTRIES[_BY_TENANT]).
+	SMSCodes fraud.Policy
+	// Fraud is the SMS pumping guard (FRAUD_GUARD and its thresholds).
+	Fraud fraud.Config
 }
 
 // DefaultAdmitFill is {CH}_QUEUE_ADMIT_FILL's default: refuse at 80% of
@@ -188,5 +194,7 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	c.Delay = loadDelay(l)
 	c.WeComRobots = loadAPIRobots(l)
 	c.WeComAccounts = loadAPIWeComAccounts(l)
+	c.SMSCodes = loadSMSCodePolicy(l)
+	c.Fraud = loadFraudGuard(l)
 	return c, l
 }

@@ -77,6 +77,8 @@ func TestDocumentHasExactlyTheContractRoutes(t *testing.T) {
 		"DELETE /api/rate-limits/{id}",
 		"GET /api/queues/stats",
 		"GET /api/dlq/stats",
+		"GET /api/fraud/blocks",
+		"DELETE /api/fraud/blocks/{tenant}/{prefix}",
 		"GET /healthz",
 		"GET /readyz",
 		"GET /metrics",
@@ -543,6 +545,7 @@ func TestClientTypesMatchSchemas(t *testing.T) {
 		{"WeComMedia", client.WeComMedia{}, true},
 		{"DLQStats", client.DLQStats{}, false},
 		{"DLQQueueStat", client.DLQQueueStat{}, false},
+		{"FraudBlock", client.FraudBlock{}, false},
 	} {
 		t.Run(tc.schema, func(t *testing.T) {
 			s := obj(t, schemas[tc.schema], tc.schema)

@@ -35,7 +35,10 @@ func TestNormalizeRecipient(t *testing.T) {
 		{"sms", "8613900001234", "", false},
 		{"sms", "+0123456789", "", false},
 		{"sms", "+1234", "", false},
-		{"sms", "+86 139 0000 1234", "", false},
+		{"sms", "+86 139 0000 1234", "+8613900001234", true}, // one number, one form
+		{"sms", "+8612345678", "", false},                    // not a number China assigns
+		{"sms", "+449098790000", "+449098790000", true},      // valid: the type is a code's concern
+		{"sms", "+86 139 0000 1234 x12", "", false},
 	} {
 		got, err := normalizeRecipient(tc.channel, tc.in)
 		if tc.ok {

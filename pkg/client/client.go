@@ -185,12 +185,39 @@ func (c *Client) GetMessage(ctx context.Context, taskID string) (*Message, error
 
 // ListRateLimits returns every rate-limit configuration (GET /api/rate-limits).
 func (c *Client) ListRateLimits(ctx context.Context) ([]RateLimit, error) {
-	const path = "/api/rate-limits"
+	return list[RateLimit](ctx, c, "/api/rate-limits")
+}
+
+// ListFraudBlocks returns the prefixes the fraud guard blocks now: the
+// key's tenant's, or every tenant's with the admin scope
+// (GET /api/fraud/blocks).
+func (c *Client) ListFraudBlocks(ctx context.Context) ([]FraudBlock, error) {
+	return list[FraudBlock](ctx, c, "/api/fraud/blocks")
+}
+
+// LiftFraudBlock ends tenant's block of prefix at once, on every replica
+// (DELETE /api/fraud/blocks/{tenant}/{prefix}). A block that is not in
+// force, or another tenant's without the admin scope, is a 404 *APIError.
+func (c *Client) LiftFraudBlock(ctx context.Context, tenant, prefix string) error {
+	ts, err := segment("tenant", tenant)
+	if err != nil {
+		return err
+	}
+	ps, err := segment("prefix", prefix)
+	if err != nil {
+		return err
+	}
+	_, err = c.do(ctx, http.MethodDelete, "/api/fraud/blocks/"+ts+"/"+ps, true, nil)
+	return err
+}
+
+// list GETs path and decodes its data, an array.
+func list[T any](ctx context.Context, c *Client, path string) ([]T, error) {
 	data, err := c.do(ctx, http.MethodGet, path, true, nil)
 	if err != nil {
 		return nil, err
 	}
-	var out []RateLimit
+	var out []T
 	if err := json.Unmarshal(data, &out); err != nil {
 		return nil, fmt.Errorf("msgpulse: GET %s: decoding data: %w", path, err)
 	}

@@ -271,6 +271,24 @@ func TestMethods(t *testing.T) {
 			want: "deleted",
 		},
 		{
+			name:       "list fraud blocks",
+			call:       func(ctx context.Context, c *Client) (any, error) { return c.ListFraudBlocks(ctx) },
+			wantMethod: "GET", wantPath: "/api/fraud/blocks",
+			status: 200, respBody: `{"code":200,"msg":"ok","data":[{"tenant":"shop","prefix":"+44740012","country":"GB","reason":"unverified",
+				"since":"2026-05-04T10:15:00Z","until":"2026-05-04T11:15:00Z","sent":50,"verified":0}]}`,
+			want: []FraudBlock{{Tenant: "shop", Prefix: "+44740012", Country: "GB", Reason: "unverified", Since: ts("2026-05-04T10:15:00Z"),
+				Until: ts("2026-05-04T11:15:00Z"), Sent: 50}},
+		},
+		{
+			name: "lift a fraud block",
+			call: func(ctx context.Context, c *Client) (any, error) {
+				return "lifted", c.LiftFraudBlock(ctx, "shop", "+44740012")
+			},
+			wantMethod: "DELETE", wantPath: "/api/fraud/blocks/shop/+44740012",
+			status: 200, respBody: `{"code":200,"msg":"fraud guard block lifted","data":null}`,
+			want: "lifted",
+		},
+		{
 			name:       "queue stats",
 			call:       func(ctx context.Context, c *Client) (any, error) { return c.QueueStats(ctx) },
 			wantMethod: "GET", wantPath: "/api/queues/stats",
@@ -592,6 +610,8 @@ func TestRefusedBeforeSending(t *testing.T) {
 			return err
 		}, "invalid rate limit id"},
 		{"empty rate limit id (delete)", func(ctx context.Context, c *Client) error { return c.DeleteRateLimit(ctx, "") }, "invalid rate limit id"},
+		{"empty fraud block tenant", func(ctx context.Context, c *Client) error { return c.LiftFraudBlock(ctx, "", "+44740012") }, "invalid tenant"},
+		{"empty fraud block prefix", func(ctx context.Context, c *Client) error { return c.LiftFraudBlock(ctx, "shop", "") }, "invalid prefix"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newFakeServer(t, answer{Status: 200, Body: `{"code":200,"msg":"ok","data":{}}`})

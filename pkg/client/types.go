@@ -311,3 +311,23 @@ type DLQQueueStat struct {
 	Oldest   *time.Time     `json:"oldest,omitempty"` // nil when empty
 	Newest   *time.Time     `json:"newest,omitempty"` // nil when empty
 }
+
+// FraudBlock is a phone-number prefix the fraud guard blocks: SMS codes to
+// it are refused (429, "suspected SMS pumping") until Until, unless lifted
+// (Client.LiftFraudBlock).
+type FraudBlock struct {
+	Tenant string `json:"tenant"`
+	// Prefix is "+", the country calling code and the first digits of the
+	// national number (+44740012).
+	Prefix string `json:"prefix"`
+	// Country is the numbers' ISO 3166 alpha-2 code.
+	Country string `json:"country"`
+	// Reason is "unverified" (enough codes sent, too few verified) or
+	// "spike" (far above the prefix's own baseline).
+	Reason string    `json:"reason"`
+	Since  time.Time `json:"since"`
+	Until  time.Time `json:"until"`
+	// Sent and Verified are the window's counts when the block began.
+	Sent     int `json:"sent"`
+	Verified int `json:"verified"`
+}

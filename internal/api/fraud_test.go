@@ -298,4 +298,3 @@ func requireMetric(t *testing.T, h *harness, line string) {
 	defer func() { _ = resp.Body.Close() }()
 	require.Contains(t, readAll(t, resp), line+"\n")
 }
-

@@ -206,6 +206,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		// console.Allowed) itself.
 		Rates:        queueRates(mc, vhost),
 		Accounts:     srv.WeComAccountStates, // the reader behind /api/queues/stats' wecomAccounts
+		Fraud:        guard,                  // the blocks GET /api/fraud/blocks lists
 		Authenticate: srv.KeyOf,
 		Lookup:       srv.KeyNamed,
 	})

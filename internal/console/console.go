@@ -61,6 +61,9 @@ type Deps struct {
 	// api.Server.WeComAccountStates); nil, or no account, hides the
 	// table. It must only read, and never return a secret.
 	Accounts func(ctx context.Context) ([]accountstate.State, error)
+	// Fraud lists and lifts the SMS fraud guard's blocks; nil hides the
+	// page.
+	Fraud Fraud
 }
 
 // Rates are one queue's messages per second in (published) and out
@@ -189,6 +192,9 @@ func (c *Console) routes() {
 	m.HandleFunc("POST /console/dlq/{queue}/purge", c.authed(c.onDLQ(purgeForm, c.purge)))
 	m.HandleFunc("GET /console/jobs/{id}", c.authed(c.jobPage))
 	m.HandleFunc("GET /console/messages", c.authed(c.messagePage))
+	m.HandleFunc("GET /console/fraud", c.authed(c.fraudPage))
+	m.HandleFunc("GET /console/fraud/lift", c.authed(c.fraudLiftPage))
+	m.HandleFunc("POST /console/fraud/lift", c.authed(c.fraudLift))
 	c.mux = m
 }
 
@@ -332,6 +338,7 @@ func (c *Console) render(w http.ResponseWriter, code int, page string, rq *reque
 	data["Req"] = rq
 	data["Now"] = c.now().UTC()
 	data["Running"] = c.running()
+	data["FraudPage"] = c.d.Fraud != nil
 	var b strings.Builder
 	if err := t.ExecuteTemplate(&b, "layout", data); err != nil {
 		c.log.Error("render", zap.String("page", page), zap.Error(err))
@@ -348,7 +355,7 @@ func (c *Console) fail(w http.ResponseWriter, rq *request, code int, err error) 
 	c.render(w, code, "error", rq, map[string]any{"Error": err.Error()})
 }
 
-var pageNames = []string{"login", "error", "queues", "dlq", "dlqlist", "dlqshow", "confirm", "purge", "job", "message"}
+var pageNames = []string{"login", "error", "queues", "dlq", "dlqlist", "dlqshow", "confirm", "purge", "job", "message", "fraud", "fraudlift"}
 
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{

@@ -54,6 +54,8 @@ type harness struct {
 	checks *atomic.Int64
 	// accounts is Deps.Accounts of the consoles serve builds (nil: none).
 	accounts func(ctx context.Context) ([]accountstate.State, error)
+	// fraud is Deps.Fraud of the consoles serve builds (nil: none).
+	fraud console.Fraud
 }
 
 func setup(t *testing.T) *harness { t.Helper(); return setupModel(t, nil) }
@@ -104,6 +106,7 @@ func (h *harness) serve(t *testing.T, apiKeys []apikey.Key, adjust func(*console
 		Authenticate: func(key string) (apikey.Key, bool) { h.checks.Add(1); return set.Lookup(key) },
 		Lookup:       set.ByName,
 		Accounts:     h.accounts,
+		Fraud:        h.fraud,
 	})
 	require.NoError(t, err)
 	t.Cleanup(con.Close)

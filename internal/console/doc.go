@@ -2,8 +2,8 @@
 // /console: queue depths and fill, the WeCom accounts' state (read through
 // the API's reader, never written), the dead-letter queues with their
 // messages, replay and purge with a confirmation step, message lookup by
-// taskId or batchId, and a chart of the last hour's sends, failures and delay
-// accuracy.
+// taskId or batchId, a chart of the last hour's sends, failures and delay
+// accuracy, and the SMS fraud guard's blocks, which it can lift.
 //
 // It is a face, like cmd/dlq: every dead-letter operation goes through
 // dlq.Tool, the code behind cmd/dlq, so the console reads, replays and

@@ -13,6 +13,7 @@ import (
 
 	"github.com/msgpulse/msgpulse/internal/delay"
 	"github.com/msgpulse/msgpulse/internal/dispatch"
+	"github.com/msgpulse/msgpulse/internal/fraud"
 )
 
 type rules struct {
@@ -60,6 +61,7 @@ func TestAlertRules(t *testing.T) {
 		{"DelayQueueOverflow", "rabbitmq_delay_queue_overflow_total[5m])) > 0", "critical"},
 		{"DelayAccuracyDegraded", "histogram_quantile(0.95, sum by (le) (rate(rabbitmq_delay_accuracy_seconds_bucket[10m]))) > 10", "warning"},
 		{"DeadLetterQueueGrowing", "msgpulse_deadlettered_total[15m]", "warning"},
+		{"SMSPumpingSuspected", "max(msgpulse_fraud_blocked_prefixes) > 0", "warning"},
 	} {
 		got, ok := byName[tc.alert]
 		require.True(t, ok, "missing alert %s", tc.alert)
@@ -79,6 +81,7 @@ func TestAlertsReadRegisteredMetrics(t *testing.T) {
 	go func() {
 		delay.NewMetrics(nil).Describe(ch)
 		dispatch.NewMetrics(nil).Describe(ch)
+		fraud.NewMetrics(nil, nil).Describe(ch)
 		close(ch)
 	}()
 	for d := range ch {

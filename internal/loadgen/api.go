@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/phone"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
@@ -113,7 +115,10 @@ type requests struct {
 	seq atomic.Int64
 }
 
-func newRequests() *requests { return &requests{run: randomID()} }
+func newRequests() *requests {
+	usExchanges() // once, before any request is timed
+	return &requests{run: randomID()}
+}
 
 // clientIP spreads n over 198.18.0.0/15 (the benchmarking range).
 func clientIP(n int64) string {
@@ -126,8 +131,8 @@ func (q *requests) code(sms bool) []byte {
 	n := q.seq.Add(1)
 	b := make([]byte, 0, 160)
 	if sms {
-		b = append(b, `{"channel":"sms","recipient":"+1555`...)
-		b = append(b, fmt.Sprintf("%07d", n%10_000_000)...)
+		b = append(b, `{"channel":"sms","recipient":"`...)
+		b = append(b, smsNumber(n)...)
 		b = append(b, '"')
 	} else {
 		b = append(b, `{"channel":"email","recipient":"lg`...)
@@ -139,6 +144,34 @@ func (q *requests) code(sms bool) []byte {
 	b = append(b, `,"purpose":"login","clientIp":"`...)
 	b = append(b, clientIP(n)...)
 	return append(b, `"}`...)
+}
+
+// usExchanges are 6-digit NANP prefixes (area code and exchange, NPA-NXX)
+// that libphonenumber says the United States assigns: every area code
+// with up to 48 exchanges each (a pair is checked whole: an exchange valid
+// in one area code may not be in another), for smsNumber.
+var usExchanges = sync.OnceValue(func() []string {
+	var out []string
+	for npa := 200; npa < 1000; npa++ {
+		for nxx := 234; nxx < 1000; nxx += 16 {
+			p := strconv.Itoa(npa) + strconv.Itoa(nxx)
+			if n, err := phone.Parse("+1" + p + "4567"); err == nil && n.Region == "US" {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+})
+
+// smsNumber is the n-th of distinct valid US numbers spread over
+// exchanges (the fraud guard's prefixes): consecutive n change the
+// exchange, then the line, so a load of never-verified codes gives each
+// prefix one in some ten thousands, as real users would, and is judged by
+// the guard at its defaults without being pumping.
+func smsNumber(n int64) string {
+	ps := usExchanges()
+	k := int64(len(ps))
+	return "+1" + ps[n%k] + fmt.Sprintf("%04d", (n/k)%10_000)
 }
 
 func (q *requests) send() []byte {

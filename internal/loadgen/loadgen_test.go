@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/msgpulse/msgpulse/internal/phone"
 	"github.com/msgpulse/msgpulse/internal/provider/sms"
 )
 
@@ -145,7 +146,10 @@ func TestRequestsSpreadRecipientsAndIPs(t *testing.T) {
 		seen[req.Recipient] = true
 		if i%3 == 0 {
 			require.Equal(t, "sms", req.Channel)
-			require.Regexp(t, `^\+1555\d{7}$`, req.Recipient)
+			n, err := phone.Parse(req.Recipient)
+			require.NoError(t, err, "a number the API accepts")
+			require.Equal(t, req.Recipient, n.E164)
+			require.Equal(t, phone.FixedLineOrMobile, n.Type)
 		}
 		require.True(t, strings.HasPrefix(req.ClientIP, "198.18.") || strings.HasPrefix(req.ClientIP, "198.19."), req.ClientIP)
 	}
@@ -400,4 +404,21 @@ func TestLineCounterCountsWholeLinesAcrossReads(t *testing.T) {
 		require.Equal(t, step.want, count(), "after %q", step.write)
 	}
 	require.Equal(t, 0, lineCounter(filepath.Join(t.TempDir(), "missing"), sms.LogLinePrefix)())
+}
+
+// Every SMS number loadgen sends to is valid and they spread over the
+// fraud guard's prefixes (NPA-NXX): a run's codes never pile into one.
+func TestSMSNumbersAreValidAndSpread(t *testing.T) {
+	perPrefix := map[string]int{}
+	for n := range int64(len(usExchanges())) {
+		num, err := phone.Parse(smsNumber(n))
+		require.NoError(t, err, smsNumber(n))
+		perPrefix[num.E164[:8]]++
+	}
+	most := 0
+	for _, c := range perPrefix {
+		most = max(most, c)
+	}
+	require.Equal(t, 1, most, "as many codes as exchanges, one per exchange")
+	require.Greater(t, len(usExchanges()), 10_000)
 }

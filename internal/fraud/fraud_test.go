@@ -116,8 +116,8 @@ func TestBlocksListLiftAndCount(t *testing.T) {
 	uk := num(t, "+447400123456")
 	ge := pump(t, ctx, g, lim, "shop", uk)
 	require.Equal(t, 50, ge.Sent)
-	pump(t, ctx, g, lim, "blog", uk)
-	pump(t, ctx, g, lim, "blog", num(t, "+8613812345678"))
+	_ = pump(t, ctx, g, lim, "blog", uk)
+	_ = pump(t, ctx, g, lim, "blog", num(t, "+8613812345678"))
 
 	all, err := g.Blocks(ctx, "")
 	require.NoError(t, err)

@@ -192,9 +192,11 @@ func (c *Console) routes() {
 	m.HandleFunc("POST /console/dlq/{queue}/purge", c.authed(c.onDLQ(purgeForm, c.purge)))
 	m.HandleFunc("GET /console/jobs/{id}", c.authed(c.jobPage))
 	m.HandleFunc("GET /console/messages", c.authed(c.messagePage))
-	m.HandleFunc("GET /console/fraud", c.authed(c.fraudPage))
-	m.HandleFunc("GET /console/fraud/lift", c.authed(c.fraudLiftPage))
-	m.HandleFunc("POST /console/fraud/lift", c.authed(c.fraudLift))
+	if c.d.Fraud != nil {
+		m.HandleFunc("GET /console/fraud", c.authed(c.fraudPage))
+		m.HandleFunc("GET /console/fraud/lift", c.authed(c.fraudLiftPage))
+		m.HandleFunc("POST /console/fraud/lift", c.authed(c.fraudLift))
+	}
 	c.mux = m
 }
 

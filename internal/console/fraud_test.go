@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/msgpulse/msgpulse/internal/fraud"
-	"github.com/msgpulse/msgpulse/internal/phone"
+	"github.com/msgpulse/msgpulse/internal/fraud/fraudtest"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/testenv"
 )
@@ -27,24 +26,8 @@ func TestBrowserLiftsAFraudBlock(t *testing.T) {
 	h.fraud = g
 	_, srv := h.serve(t, keys, nil)
 	ctx := testenv.Context(t, 60*time.Second)
-	pump := func(tenant, number string) *ratelimit.Guard {
-		n, err := phone.Parse(number)
-		require.NoError(t, err)
-		w, prefix := g.Watch(tenant, n)
-		for range 100 {
-			_, err := lim.Take(ctx, ratelimit.Request{Guard: w})
-			var ge *ratelimit.GuardError
-			if errors.As(err, &ge) {
-				require.NoError(t, g.Refused(ctx, tenant, prefix, ge))
-				return w
-			}
-			require.NoError(t, err)
-		}
-		t.Fatal("never blocked")
-		return nil
-	}
-	shop := pump("shop", "+447400123456")
-	pump("blog", "+8613812345678")
+	shop, _ := fraudtest.Block(t, ctx, g, lim, "shop", "+447400123456")
+	_, _ = fraudtest.Block(t, ctx, g, lim, "blog", "+8613812345678")
 
 	shots := t.TempDir()
 	if dir := os.Getenv("MSGPULSE_CONSOLE_SHOTS"); dir != "" {

@@ -1,7 +1,6 @@
 package fraud_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/msgpulse/msgpulse/internal/fraud"
+	"github.com/msgpulse/msgpulse/internal/fraud/fraudtest"
 	"github.com/msgpulse/msgpulse/internal/phone"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/testenv"
@@ -86,24 +86,6 @@ func TestPolicy(t *testing.T) {
 	}
 }
 
-// pump sends codes to n's prefix through the limiter until the guard
-// refuses one, and lists the block as the API does.
-func pump(t *testing.T, ctx context.Context, g *fraud.Guard, lim *ratelimit.Limiter, tenant string, n phone.Number) *ratelimit.GuardError {
-	t.Helper()
-	w, p := g.Watch(tenant, n)
-	for range 1000 {
-		_, err := lim.Take(ctx, ratelimit.Request{Guard: w})
-		var ge *ratelimit.GuardError
-		if errors.As(err, &ge) {
-			require.NoError(t, g.Refused(ctx, tenant, p, ge))
-			return ge
-		}
-		require.NoError(t, err)
-	}
-	t.Fatal("never blocked")
-	return nil
-}
-
 // Blocks are listed per tenant (or all), lifted by tenant and prefix at
 // once, and counted; another tenant's block of the same prefix is its own.
 func TestBlocksListLiftAndCount(t *testing.T) {
@@ -114,10 +96,10 @@ func TestBlocksListLiftAndCount(t *testing.T) {
 	g, err := fraud.New(r.Client, r.Prefix, fraud.Config{}, lim.ClockOffset)
 	require.NoError(t, err)
 	uk := num(t, "+447400123456")
-	ge := pump(t, ctx, g, lim, "shop", uk)
+	_, ge := fraudtest.Block(t, ctx, g, lim, "shop", uk.E164)
 	require.Equal(t, 50, ge.Sent)
-	_ = pump(t, ctx, g, lim, "blog", uk)
-	_ = pump(t, ctx, g, lim, "blog", num(t, "+8613812345678"))
+	_, _ = fraudtest.Block(t, ctx, g, lim, "blog", uk.E164)
+	_, _ = fraudtest.Block(t, ctx, g, lim, "blog", "+8613812345678")
 
 	all, err := g.Blocks(ctx, "")
 	require.NoError(t, err)

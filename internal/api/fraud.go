@@ -48,7 +48,10 @@ func (s *Server) pumping(ctx context.Context, tenant string, n phone.Number, ge 
 			zap.String("country", n.Region), zap.Stringer("reason", ge.Reason), zap.Int("sent", ge.Sent), zap.Int("verified", ge.Verified),
 			zap.Duration("for", ge.RetryAfter))
 	}
-	if err := s.d.Fraud.Refused(ctx, tenant, prefix, ge); err != nil {
+	// Listed even when the caller hung up: the block exists either way.
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := s.d.Fraud.Refused(lctx, tenant, prefix, ge); err != nil {
 		s.log.Warn("fraud guard: could not list a block (the next refusal lists it)", zap.Error(err))
 	}
 	why := fmt.Sprintf("%d codes sent to it in the last %s, %d verified", ge.Sent, windowWords(cfg.Window), ge.Verified)

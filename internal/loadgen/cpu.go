@@ -471,7 +471,11 @@ type cpuRow struct {
 	Name string
 	Rate float64 // messages/s, the run's median
 	Role string  // the process timed: its column is "the process"
-	Sum  cpuSummary
+	// Broker says RabbitMQ takes part in the run, so it counts in the
+	// system's column (the peer uses none: what RabbitMQ did meanwhile is
+	// someone else's).
+	Broker bool
+	Sum    cpuSummary
 }
 
 // cpuRoles are the table's columns after the timed process, in order.
@@ -487,7 +491,7 @@ func cpuRows(r Report) []cpuRow {
 			if rate <= 0 {
 				rate = s.Rate
 			}
-			rows = append(rows, cpuRow{Name: name, Rate: rate, Role: role, Sum: s})
+			rows = append(rows, cpuRow{Name: name, Rate: rate, Role: role, Broker: role != RolePeer, Sum: s})
 		}
 	}
 	if a := r.API; a != nil {
@@ -524,8 +528,9 @@ func cpuRows(r Report) []cpuRow {
 }
 
 // cells are the row's figures, µs per message, in the table's order: the
-// timed process, cpuRoles, the process with RabbitMQ and Redis, the rest
-// of the machine; "-" for what was not read.
+// timed process, cpuRoles, the system (the process with Redis, and with
+// RabbitMQ where it takes part), the rest of the machine; "-" for what was
+// not read.
 func (row cpuRow) cells() []string {
 	us := func(v float64, ok bool) string {
 		if !ok {
@@ -539,8 +544,11 @@ func (row cpuRow) cells() []string {
 		out = append(out, us(get(role)))
 	}
 	own, ok1 := get(row.Role)
-	mq, ok2 := get(RoleRabbitMQ)
-	rd, ok3 := get(RoleRedis)
-	out = append(out, us(own+mq+rd, ok1 && ok2 && ok3), us(row.Sum.RestUs, true))
+	rd, ok2 := get(RoleRedis)
+	mq, ok3 := get(RoleRabbitMQ)
+	if !row.Broker {
+		mq, ok3 = 0, true
+	}
+	out = append(out, us(own+rd+mq, ok1 && ok2 && ok3), us(row.Sum.RestUs, true))
 	return out
 }

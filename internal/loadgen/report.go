@@ -89,7 +89,7 @@ func WriteText(w io.Writer, r Report) {
 	if rows := cpuRows(r); len(rows) > 0 {
 		p("")
 		p("CPU per message, µs (from /proc over each timed run; medians of rounds)")
-		p("  %-72s %8s %-16s %8s %8s %8s %8s %8s %8s %6s", "", "msg/s", "process", "its CPU", "RabbitMQ", "Redis", "loadgen", "the 3", "rest", "quiet")
+		p("  %-72s %8s %-16s %8s %8s %8s %8s %8s %8s %6s", "", "msg/s", "process", "its CPU", "RabbitMQ", "Redis", "loadgen", "system", "rest", "quiet")
 		for _, row := range rows {
 			c := row.cells()
 			p("  %-72s %8.0f %-16s %8s %8s %8s %8s %8s %8s %3d/%-2d", row.Name, row.Rate, row.Role, c[0], c[1], c[2], c[3], c[4], c[5], row.Sum.Rounds-row.Sum.NotQuiet, row.Sum.Rounds)
@@ -497,9 +497,9 @@ func writeCPU(p func(string, ...any), r Report) {
 	p("")
 	p("## CPU per message")
 	p("")
-	p("The CPU time (user + system) each process used over each timed run, read from `/proc/<pid>/stat` at the run's start and end and divided by the messages it handled, in µs per message; medians of the rounds. msg/s moves with whatever else shares the machine; the CPU a process spends on a message moves far less, so this is the comparison between msgpulse and the peer that holds across machines. \"The 3\" is the timed process, RabbitMQ and Redis together: what the system costs per message. The rest of the machine is the busy time of all CPUs (`/proc/stat`) minus the columns: other processes and the kernel's own work. Before each run the load generator waited up to `--quiet-wait` for a second in which at most %.0f%% of the machine's CPU was busy; the last column counts the rounds that began that quiet.", quietBusy*100)
+	p("The CPU time (user + system) each process used over each timed run, read from `/proc/<pid>/stat` at the run's start and end and divided by the messages it handled, in µs per message; medians of the rounds. msg/s moves with whatever else shares the machine; the CPU a process spends on a message moves far less, so this is the comparison between msgpulse and the peer that holds across machines. The system is the timed process and Redis, with RabbitMQ where it takes part (not for the peer, which uses none): what a message costs the system. The rest of the machine is the busy time of all CPUs (`/proc/stat`) minus the columns: other processes and the kernel's own work. Before each run the load generator waited up to `--quiet-wait` for a second in which at most %.0f%% of the machine's CPU was busy; the last column counts the rounds that began that quiet.", quietBusy*100)
 	p("")
-	p("| run | msg/s | the process timed | its CPU | RabbitMQ | Redis | load generator | the 3 | rest of the machine | rounds begun quiet |")
+	p("| run | msg/s | the process timed | its CPU | RabbitMQ | Redis | load generator | the system | rest of the machine | rounds begun quiet |")
 	p("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
 	var notes []string
 	for _, row := range rows {

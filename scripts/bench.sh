@@ -48,7 +48,9 @@ LOADGEN+=(${LOADGEN_ARGS:-})
 # that msgpulse never depends on asynq; as many tasks as the consumer runs
 # get messages, at the two concurrencies the consumer's log-provider binary
 # runs at (CONCURRENCY, --wide-concurrency): each side is judged at its best.
-PEER=(peer --json --bin .run/asynq-noop --rounds 3 --tasks "$MESSAGES"
+# 5 rounds: a round is under a second, and the run is checked against the
+# same peer alone within 15%, which one disturbed round of 3 could miss.
+PEER=(peer --json --bin .run/asynq-noop --rounds 5 --tasks "$MESSAGES"
   --concurrency "$CONCURRENCY,$WIDE_CONCURRENCY" --db "${ASYNQ_DB:-15}")
 # msgpulse's runs in a database of their own on the same Redis (REDIS_URL,
 # when set, is used as it is).

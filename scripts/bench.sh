@@ -50,7 +50,9 @@ LOADGEN+=(${LOADGEN_ARGS:-})
 # runs at (CONCURRENCY, --wide-concurrency): each side is judged at its best.
 # 5 rounds: a round is under a second, and the run is checked against the
 # same peer alone within 15%, which one disturbed round of 3 could miss.
-PEER=(peer --json --bin .run/asynq-noop --rounds 5 --tasks "$MESSAGES"
+# Up to 30 s for a quiet machine before each round (a quiet one passes in
+# one second): after loadgen all the broker may still be tidying up.
+PEER=(peer --json --bin .run/asynq-noop --rounds 5 --tasks "$MESSAGES" --quiet-wait 30s
   --concurrency "$CONCURRENCY,$WIDE_CONCURRENCY" --db "${ASYNQ_DB:-15}")
 # msgpulse's runs in a database of their own on the same Redis (REDIS_URL,
 # when set, is used as it is).

@@ -15,8 +15,9 @@
 # deletes only what its own interrupted runs left; msgpulse's runs use
 # another (BENCH_REDIS_DB, 14), not database 0 that the tests share. Every
 # timed run whose CPU is read (the api's, the consumer binary's, the
-# peer's) first waits up to 10 s for a quiet machine, and BENCHMARKS.md
-# has their CPU per message, read from /proc.
+# peer's) first waits for a quiet machine (up to 10 s, the peer's rounds
+# 30 s; a quiet machine passes in a second), and BENCHMARKS.md has their
+# CPU per message, read from /proc. The peer adds about a minute per run.
 #
 # Nothing here asserts a target (the table says met or missed), but the run
 # fails if a measurement fails or an e2e run loses a message.

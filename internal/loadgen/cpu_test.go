@@ -278,6 +278,10 @@ func TestPeerAloneTarget(t *testing.T) {
 		return &PeerResult{Tool: "hibiken/asynq", Tasks: 8000, Concurrency: c, Median: median, Started: started}
 	}
 	t0 := time.Date(2026, 11, 28, 3, 0, 0, 0, time.UTC)
+	withRest := func(p *PeerResult, restSec float64) *PeerResult {
+		p.CPU = []*CPU{{Messages: 8000, WallSec: 1, Sec: map[string]float64{RolePeer: 0.6, RoleRedis: 0.4}, MachineSec: 1 + restSec}}
+		return p
+	}
 	tests := []struct {
 		name         string
 		peers, alone []*PeerResult
@@ -291,6 +295,8 @@ func TestPeerAloneTarget(t *testing.T) {
 		{"faster by more than 15%", []*PeerResult{at(64, 11600, time.Time{})}, []*PeerResult{at(64, 10000, time.Time{})}, "missed", "(1.16)"},
 		{"one concurrency off", []*PeerResult{at(64, 10000, time.Time{}), at(256, 8000, time.Time{})}, []*PeerResult{at(64, 10000, time.Time{}), at(256, 10000, time.Time{})}, "missed", "(0.80)"},
 		{"nothing alone at that concurrency", []*PeerResult{at(64, 10000, time.Time{})}, []*PeerResult{at(256, 10000, time.Time{})}, "not measured", notMeasured},
+		{"what else ran, when read", []*PeerResult{withRest(at(64, 4000, time.Time{}), 3.2)}, []*PeerResult{withRest(at(64, 10000, time.Time{}), 0.08)},
+			"missed", "concurrency 64: 4000 vs 10000 tasks/s alone (0.40), the rest of the machine 400 vs 10 µs per task"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -308,6 +308,12 @@ func peerAloneTarget(r Report) Target {
 		if !p.Started.IsZero() && !a.Started.IsZero() {
 			part += fmt.Sprintf(", %.0f min apart", p.Started.Sub(a.Started).Abs().Minutes())
 		}
+		// What else ran is what moves the peer (docs/performance.md).
+		ps, ok1 := summarizeCPU(p.CPU)
+		as, ok2 := summarizeCPU(a.CPU)
+		if ok1 && ok2 {
+			part += fmt.Sprintf(", the rest of the machine %.0f vs %.0f µs per task", ps.RestUs, as.RestUs)
+		}
 		parts = append(parts, part)
 		met = met && ratio >= 1-PeerTolerance && ratio <= 1+PeerTolerance
 	}

@@ -55,6 +55,12 @@ test-cluster: ## start a private 3-node RabbitMQ cluster, Redis Cluster and Sent
 bench: services ## run the benchmarks and the load generator, printing medians
 	@./scripts/bench.sh
 
+.PHONY: bench-peer
+bench-peer: services ## the peer alone: hibiken/asynq's no-op worker (bench/asynq) in Redis database 15, tasks/s and CPU per task from /proc (make bench runs it before and after its own runs)
+	@mkdir -p .run
+	$(GO) build -o .run/loadgen ./cmd/loadgen
+	.run/loadgen peer
+
 .PHONY: redis-cost
 redis-cost: ## Redis instructions per consumed message (callgrind; steady on a noisy machine, unlike msg/s)
 	@./scripts/redis-cost.sh consumer

@@ -8,6 +8,17 @@
 # About 8 minutes on a 2-core machine, and about 15 more for the headline
 # (BENCH_HEADLINE=0 skips it).
 #
+# The peer (hibiken/asynq's no-op worker, bench/asynq) runs twice: alone,
+# before anything else, and again after `loadgen all`, when no msgpulse
+# process is left; the report checks the second against the first (within
+# 15%). It runs in a Redis database of its own (ASYNQ_DB, 15), where it
+# deletes only what its own interrupted runs left; msgpulse's runs use
+# another (BENCH_REDIS_DB, 14), not database 0 that the tests share. Every
+# timed run whose CPU is read (the api's, the consumer binary's, the
+# peer's) first waits for a quiet machine (up to 10 s, the peer's rounds
+# 30 s; a quiet machine passes in a second), and BENCHMARKS.md has their
+# CPU per message, read from /proc. The peer adds about a minute per run.
+#
 # Nothing here asserts a target (the table says met or missed), but the run
 # fails if a measurement fails or an e2e run loses a message.
 # LOADGEN_ARGS adds or overrides loadgen flags, e.g. LOADGEN_ARGS="--skip delay".
@@ -38,9 +49,32 @@ LOADGEN+=(${LOADGEN_ARGS:-})
 # that msgpulse never depends on asynq; as many tasks as the consumer runs
 # get messages, at the two concurrencies the consumer's log-provider binary
 # runs at (CONCURRENCY, --wide-concurrency): each side is judged at its best.
-ASYNQ_CONCURRENCIES=("$CONCURRENCY" "$WIDE_CONCURRENCY")
-ASYNQ=(go run . -json -rounds 3 -tasks "$MESSAGES" -redis "${ASYNQ_REDIS:-127.0.0.1:6379}")
+# 5 rounds: a round is under a second, and the run is checked against the
+# same peer alone within 15%, which one disturbed round of 3 could miss.
+# Up to 30 s for a quiet machine before each round (a quiet one passes in
+# one second): after loadgen all the broker may still be tidying up.
+PEER=(peer --json --bin .run/asynq-noop --rounds 5 --tasks "$MESSAGES" --quiet-wait 30s
+  --concurrency "$CONCURRENCY,$WIDE_CONCURRENCY" --db "${ASYNQ_DB:-15}")
+# msgpulse's runs in a database of their own on the same Redis (REDIS_URL,
+# when set, is used as it is).
+export REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/${BENCH_REDIS_DB:-14}}
 
+echo "== go build -o .run/loadgen ./cmd/loadgen; (cd bench/asynq && go build -o ../../.run/asynq-noop .)"
+go build -o .run/loadgen ./cmd/loadgen
+(cd bench/asynq && go build -o ../../.run/asynq-noop .)
+
+# The peer alone, before anything of the bench has run: what the peer
+# measured after `loadgen all` is checked against.
+echo
+echo "== peer, alone: .run/loadgen ${PEER[*]}"
+peer_alone=()
+if .run/loadgen "${PEER[@]}" > .run/peer-alone.json; then
+  peer_alone=(--peer-alone .run/peer-alone.json)
+else
+  echo "the peer alone failed; BENCHMARKS.md goes without the comparison" >&2
+fi
+
+echo
 echo "== Go benchmarks: ${GOBENCH[*]}"
 bench_status=0
 "${GOBENCH[@]}" > .run/bench.txt 2>&1 || bench_status=$?
@@ -54,23 +88,19 @@ fi
 
 echo
 echo "== loadgen ${LOADGEN[*]}"
-go build -o .run/loadgen ./cmd/loadgen
 loadgen_status=0
 .run/loadgen "${LOADGEN[@]}" > .run/loadgen.json || loadgen_status=$?
 
+# The peer again, now that loadgen all has stopped every msgpulse process
+# it started.
+echo
+echo "== peer: .run/loadgen ${PEER[*]}"
 peer=()
-peer_cmds=()
-for c in "${ASYNQ_CONCURRENCIES[@]}"; do
-  echo
-  echo "== peer: (cd bench/asynq && ${ASYNQ[*]} -concurrency $c)"
-  if (cd bench/asynq && "${ASYNQ[@]}" -concurrency "$c") > ".run/asynq-$c.json"; then
-    peer+=(--peer ".run/asynq-$c.json")
-    peer_cmds+=(--command "(cd bench/asynq && ${ASYNQ[*]} -concurrency $c) > .run/asynq-$c.json")
-    cat ".run/asynq-$c.json"
-  else
-    echo "the asynq peer at concurrency $c failed; BENCHMARKS.md goes without its row" >&2
-  fi
-done
+if .run/loadgen "${PEER[@]}" > .run/peer.json; then
+  peer=(--peer .run/peer.json)
+else
+  echo "the asynq peer failed; BENCHMARKS.md goes without its rows" >&2
+fi
 
 # Seed 004's headline (loadgen headline, issue 22): 60 s per step, for
 # single mail sends from their target (3,000/s) and WeCom batches of 1,000
@@ -104,18 +134,24 @@ if [ ! -s .run/loadgen.json ]; then
   echo "loadgen wrote no results (exit $loadgen_status); BENCHMARKS.md not updated" >&2
   exit 1
 fi
-.run/loadgen report --in .run/loadgen.json --gobench .run/bench.txt --out BENCHMARKS.md "${peer[@]}" "${headline[@]}" \
+.run/loadgen report --in .run/loadgen.json --gobench .run/bench.txt --out BENCHMARKS.md "${peer[@]}" "${peer_alone[@]}" "${headline[@]}" \
   --command "make bench   # scripts/bench.sh, which runs:" \
-  --command "${GOBENCH[*]}" \
+  --command "export REDIS_URL=$REDIS_URL" \
   --command "go build -o .run/loadgen ./cmd/loadgen" \
+  --command "(cd bench/asynq && go build -o ../../.run/asynq-noop .)" \
+  --command ".run/loadgen ${PEER[*]} > .run/peer-alone.json" \
+  --command "${GOBENCH[*]}" \
   --command ".run/loadgen ${LOADGEN[*]} > .run/loadgen.json" \
-  "${peer_cmds[@]}" \
+  --command ".run/loadgen ${PEER[*]} > .run/peer.json" \
   "${headline_cmd[@]}" \
-  --command ".run/loadgen report --in .run/loadgen.json --gobench .run/bench.txt --out BENCHMARKS.md ${peer[*]} ${headline[*]}" \
+  --command ".run/loadgen report --in .run/loadgen.json --gobench .run/bench.txt --out BENCHMARKS.md ${peer[*]} ${peer_alone[*]} ${headline[*]}" \
   --wall "$((wall / 60))m$((wall % 60))s"
 echo
 echo "== targets (BENCHMARKS.md; raw results in .run/loadgen.json and .run/bench.txt)"
 sed -n '/^## Targets/,/^## API/p' BENCHMARKS.md | grep '^|'
+echo
+echo "== CPU per message, µs (BENCHMARKS.md)"
+sed -n '/^## CPU per message/,/^## [^C]/p' BENCHMARKS.md | grep '^|' || true
 echo "make bench: $((wall / 60))m$((wall % 60))s"
 if [ "$bench_status" -ne 0 ] || [ "$loadgen_status" -ne 0 ]; then
   exit 1

@@ -42,6 +42,9 @@ Modes:
   headline   seed 004's headline: the highest offered rate holding p99 (202 →
              sink) under --p99 for a whole --step, stepping the load up, for
              single mail sends and WeCom batches, in recipients/s (not in all)
+  peer       hibiken/asynq's no-op worker (bench/asynq) in a Redis database of
+             its own, with the CPU time of its process and Redis per task
+             (not in all)
   all        api, consumer, e2e, delay and levels with --baseline: what make bench runs
   report     render BENCHMARKS.md from the JSON of a run
 
@@ -78,12 +81,13 @@ func (e *envFlags) Set(s string) error {
 }
 
 type common struct {
-	json     bool
-	baseline bool
-	rounds   int
-	binDir   string
-	extraEnv envFlags
-	profile  string
+	json      bool
+	baseline  bool
+	rounds    int
+	binDir    string
+	extraEnv  envFlags
+	profile   string
+	quietWait time.Duration
 }
 
 func (c *common) register(fs *flag.FlagSet, baseline bool) {
@@ -93,6 +97,7 @@ func (c *common) register(fs *flag.FlagSet, baseline bool) {
 	fs.StringVar(&c.binDir, "bin-dir", "", "directory with prebuilt api and consumer binaries (default: build them once into a temp dir)")
 	fs.StringVar(&c.profile, "profile", "", "directory for CPU profiles under load: api (max phase), consumer (each run), e2e (first round), via the binaries' PPROF_ADDR; adds a little load to the first round")
 	fs.Var(&c.extraEnv, "env", "KEY=VALUE added to the api's and consumer's environment (repeatable), e.g. --env PPROF_ADDR=127.0.0.1:6060")
+	fs.DurationVar(&c.quietWait, "quiet-wait", 10*time.Second, "before each run whose CPU is read (api and raw path max, the consumer binary, the peer), wait up to this long for a second in which at most 10% of the machine's CPU is busy; the report says when it was not (0: do not wait)")
 }
 
 type apiFlags struct {
@@ -204,6 +209,35 @@ func (d *delayFlags) options() loadgen.DelayOptions {
 		Mode: topology.DelayMode(d.mode), Baseline: 200, Margin: 20 * time.Millisecond, Tolerance: 2 * time.Millisecond, Worst: d.worst}
 }
 
+type peerFlags struct {
+	bin           string
+	concurrencies string
+	tasks         int
+	db            int
+}
+
+func (f *peerFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.bin, "bin", "", "the built bench/asynq binary (default: build it from the source tree into a temp dir)")
+	fs.StringVar(&f.concurrencies, "concurrency", "64,256", "asynq server concurrencies, comma-separated: one run each")
+	fs.IntVar(&f.tasks, "tasks", 8000, "tasks enqueued per round")
+	fs.IntVar(&f.db, "db", 15, "the peer's own Redis database (never the one REDIS_URL names for msgpulse and the tests); only its own keys are deleted there")
+}
+
+func (f *peerFlags) options(c common) (loadgen.PeerOptions, error) {
+	o := loadgen.PeerOptions{Bin: f.bin, Tasks: f.tasks, Rounds: c.rounds, DB: f.db}
+	for _, v := range strings.Split(f.concurrencies, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 1 {
+			return o, fmt.Errorf("--concurrency %q: want positive numbers, comma-separated", f.concurrencies)
+		}
+		o.Concurrencies = append(o.Concurrencies, n)
+	}
+	if f.tasks < 1 || f.db < 0 {
+		return o, fmt.Errorf("--tasks must be positive and --db a database number")
+	}
+	return o, nil
+}
+
 type levelsFlags struct {
 	backlog, codes, consumerC int
 	codeRate                  float64
@@ -287,6 +321,15 @@ POST /api/messages/send and requests the codes again while they drain.
 Reports request → SMTP sink latency of the codes in both phases (one run,
 one deployment) and the depth of queue.mail.normal around the second.
 `
+	synPeer = `Runs hibiken/asynq's no-op worker (bench/asynq, a module of its own) once
+per --concurrency, in Redis database --db of REDIS_URL's server (its own:
+it deletes only what its interrupted runs left there, and reports other
+keys it finds), and reads from /proc the CPU time of its process and of
+Redis around each round's enqueue and timed part, per task. Each timed
+part starts once the machine is quiet (--quiet-wait), as the consumer
+binary's runs in 'loadgen consumer' do. make bench runs it alone before
+anything else, and again after 'loadgen all', and prints both.
+`
 	synAll = `Runs api (max, then half of max), consumer, e2e, delay and levels, with
 --baseline on by default; what make bench runs. --skip names modes to leave out.
 `
@@ -319,6 +362,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		df delayFlags
 		lf levelsFlags
 		hf headlineFlags
+		pf peerFlags
 	)
 	var fs *flag.FlagSet
 	skip := ""
@@ -343,6 +387,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fs = newFlagSet(mode, synHeadline, stderr)
 		c.register(fs, false)
 		hf.register(fs)
+	case "peer":
+		fs = newFlagSet(mode, synPeer, stderr)
+		c.register(fs, false)
+		pf.register(fs)
 	case "levels":
 		fs = newFlagSet(mode, synLevels, stderr)
 		c.register(fs, false)
@@ -383,7 +431,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		_, _ = fmt.Fprintf(stderr, "loadgen %s: %v\n", mode, err)
 		return 2
 	}
-	o.BinDir, o.ExtraEnv, o.ProfileDir = c.binDir, c.extraEnv, c.profile
+	po, err := pf.options(c)
+	if err != nil && mode == "peer" {
+		_, _ = fmt.Fprintf(stderr, "loadgen %s: %v\n", mode, err)
+		return 2
+	}
+	o.BinDir, o.ExtraEnv, o.ProfileDir, o.QuietWait = c.binDir, c.extraEnv, c.profile, c.quietWait
 	if c.profile != "" {
 		if err := os.MkdirAll(c.profile, 0o750); err != nil {
 			_, _ = fmt.Fprintln(stderr, "loadgen:", err)
@@ -425,6 +478,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if mode == "headline" { // not part of all: its steps take minutes each
 		do("headline", func() (err error) {
 			rep.Headline, err = loadgen.Headline(ctx, o, ho)
+			return err
+		})
+	}
+	if mode == "peer" { // not part of all: make bench runs it alone, and after all
+		do("peer", func() (err error) {
+			rep.Peers, err = loadgen.Peer(ctx, o, po)
 			return err
 		})
 	}
@@ -481,8 +540,9 @@ func report(args []string, stdout, stderr io.Writer) int {
 	out := fs.String("out", "BENCHMARKS.md", "file to write; - for stdout")
 	wall := fs.String("wall", "", "wall time of the whole run, to print")
 	headline := fs.String("headline", "", "JSON written by 'loadgen headline --json' in the same run: its headline section joins the report")
-	var peers envFlags
-	fs.Func("peer", "JSON written by bench/asynq (-json): asynq's no-op worker from the same run, printed next to the consumer (repeatable: one per concurrency)", func(s string) error { peers = append(peers, s); return nil })
+	var peers, alone envFlags
+	fs.Func("peer", "JSON written by 'loadgen peer --json' (or by bench/asynq -json): asynq's no-op worker from the same run, printed next to the consumer (repeatable)", func(s string) error { peers = append(peers, s); return nil })
+	fs.Func("peer-alone", "JSON written by 'loadgen peer --json' run alone on the same machine minutes apart: --peer is checked against it (repeatable)", func(s string) error { alone = append(alone, s); return nil })
 	var cmds envFlags
 	fs.Func("command", "a command that produced the numbers, to list (repeatable)", func(s string) error { cmds = append(cmds, s); return nil })
 	if err := fs.Parse(args); err != nil {
@@ -517,13 +577,18 @@ func report(args []string, stdout, stderr io.Writer) int {
 		}
 		rep.Headline = hr.Headline
 	}
-	for _, path := range peers {
-		p, err := loadgen.ReadPeer(path)
-		if err != nil {
-			_, _ = fmt.Fprintln(stderr, "loadgen report:", err)
-			return 1
+	for _, f := range []struct {
+		paths []string
+		to    *[]*loadgen.PeerResult
+	}{{peers, &rep.Peers}, {alone, &rep.PeersAlone}} {
+		for _, path := range f.paths {
+			ps, err := loadgen.ReadPeers(path)
+			if err != nil {
+				_, _ = fmt.Fprintln(stderr, "loadgen report:", err)
+				return 1
+			}
+			*f.to = append(*f.to, ps...)
 		}
-		rep.Peers = append(rep.Peers, p)
 	}
 	rep.Targets = loadgen.Evaluate(rep)
 	mi := loadgen.MarkdownInput{Report: rep, Commands: cmds, WallTime: *wall}

@@ -69,6 +69,11 @@ type APIRound struct {
 	RawConsume    float64      `json:"rawConsumePerSec,omitempty"`
 	APIMem        Mem          `json:"apiMem"`
 	BaselineMem   Mem          `json:"baselineMem"`
+	// MaxCPU and BaselineCPU are the CPU time of the api (the raw path
+	// server), Redis, RabbitMQ and the load generator over the max phases,
+	// per accepted request.
+	MaxCPU      *CPU `json:"maxCpu,omitempty"`
+	BaselineCPU *CPU `json:"baselineCpu,omitempty"`
 }
 
 // APIMedian holds the medians over rounds.
@@ -346,12 +351,17 @@ func API(ctx context.Context, o *Options, a APIOptions) (*APIResult, error) {
 		var rd APIRound
 		rate := a.Rate
 		if a.Max {
-			var sampler *RSSSampler
+			var (
+				sampler *RSSSampler
+				meter   *measured
+			)
 			if proc != nil {
+				meter = o.measure(ctx, map[string]int{RoleAPI: proc.Pid()}, "api max")
 				sampler = SampleRSS(ctx, proc.Pid())
 			}
 			profiled := o.profiler().fetch(ctx, pprofAddr, "api-max", a.Duration-time.Second, o.progress)
 			m := Drive{Concurrency: a.Concurrency, Duration: a.Duration}.Run(ctx, apiDo)
+			rd.MaxCPU = meter.stop(int(m.Accepted))
 			profiled()
 			if sampler != nil {
 				rd.APIMem = sampler.Stop()
@@ -379,8 +389,10 @@ func API(ctx context.Context, o *Options, a APIOptions) (*APIResult, error) {
 			}
 		}
 		if baseDo != nil {
+			meter := o.measure(ctx, map[string]int{RoleRawPath: baseProc.Pid()}, "raw path max")
 			sampler := SampleRSS(ctx, baseProc.Pid())
 			b := Drive{Concurrency: a.Concurrency, Duration: a.Duration}.Run(ctx, baseDo)
+			rd.BaselineCPU = meter.stop(int(b.Accepted))
 			rd.BaselineMem = sampler.Stop()
 			rd.Baseline = &b
 			if err := clean(); err != nil {

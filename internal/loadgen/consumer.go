@@ -61,10 +61,15 @@ type ConsumerRound struct {
 	Binary     float64 `json:"binaryNoopPerSec,omitempty"` // the binary, SMS "log" provider
 	BinaryMem  Mem     `json:"binaryNoopConsumerMem"`
 	BinaryWide float64 `json:"binaryNoopWidePerSec,omitempty"` // the same at WideConcurrency
-	Slow       float64 `json:"slowProviderPerSec,omitempty"`
-	SMTP       float64 `json:"smtpPerSec"`
-	WeCom      float64 `json:"wecomPerSec,omitempty"`
-	RawConsume float64 `json:"rawConsumePerSec,omitempty"`
+	// The CPU time of the consumer binary, Redis, RabbitMQ and the load
+	// generator over the log-provider runs and the SMTP run, per message.
+	BinaryCPU     *CPU    `json:"binaryNoopCpu,omitempty"`
+	BinaryWideCPU *CPU    `json:"binaryNoopWideCpu,omitempty"`
+	SMTPCPU       *CPU    `json:"smtpCpu,omitempty"`
+	Slow          float64 `json:"slowProviderPerSec,omitempty"`
+	SMTP          float64 `json:"smtpPerSec"`
+	WeCom         float64 `json:"wecomPerSec,omitempty"`
+	RawConsume    float64 `json:"rawConsumePerSec,omitempty"`
 	// RawConsumeWide is raw consume+ack at the wide runs' prefetch.
 	RawConsumeWide float64 `json:"rawConsumeWidePerSec,omitempty"`
 	SlowMem        Mem     `json:"slowProviderConsumerMem"`
@@ -155,7 +160,7 @@ func Consumer(ctx context.Context, o *Options, c ConsumerOptions) (*ConsumerResu
 			}
 			o.progress("consumer round %d: no-op provider %.0f msg/s (CONCURRENCY=%d PREFETCH=%d, in-process)", r, rd.NoopWide, w.Concurrency, w.Prefetch)
 		}
-		if rd.Binary, rd.BinaryMem, err = binaryRound(ctx, o, bins, env, conn, c, logProvider); err != nil {
+		if rd.Binary, rd.BinaryMem, rd.BinaryCPU, err = binaryRound(ctx, o, bins, env, conn, c, logProvider); err != nil {
 			return nil, fmt.Errorf("consumer binary, SMS log provider: %w", err)
 		}
 		o.progress("consumer round %d: consumer binary, SMS log provider %.0f msg/s (CONCURRENCY=%d), rss %.0f MB", r, rd.Binary, c.Concurrency, rd.BinaryMem.Peak())
@@ -163,7 +168,7 @@ func Consumer(ctx context.Context, o *Options, c ConsumerOptions) (*ConsumerResu
 			w := c
 			w.Concurrency, w.Prefetch = c.WideConcurrency, widePrefetch(res)
 			var mem Mem
-			if rd.BinaryWide, mem, err = binaryRound(ctx, o, bins, env, conn, w, logProvider); err != nil {
+			if rd.BinaryWide, mem, rd.BinaryWideCPU, err = binaryRound(ctx, o, bins, env, conn, w, logProvider); err != nil {
 				return nil, fmt.Errorf("consumer binary, SMS log provider, CONCURRENCY=%d: %w", w.Concurrency, err)
 			}
 			rd.BinaryMem.PeakRSSMB = max(rd.BinaryMem.PeakRSSMB, mem.PeakRSSMB)
@@ -173,17 +178,17 @@ func Consumer(ctx context.Context, o *Options, c ConsumerOptions) (*ConsumerResu
 		if c.ProviderLatency > 0 {
 			sc := c
 			sc.Messages = slowMessages(c)
-			if rd.Slow, rd.SlowMem, err = binaryRound(ctx, o, bins, env, conn, sc, topology.SMS); err != nil {
+			if rd.Slow, rd.SlowMem, _, err = binaryRound(ctx, o, bins, env, conn, sc, topology.SMS); err != nil {
 				return nil, fmt.Errorf("provider taking %s: %w", c.ProviderLatency, err)
 			}
 			o.progress("consumer round %d: provider taking %s: %.0f msg/s (CONCURRENCY=%d), rss %.0f MB", r, c.ProviderLatency, rd.Slow, c.ProviderConcurrency, rd.SlowMem.Peak())
 		}
-		if rd.SMTP, rd.SMTPMem, err = binaryRound(ctx, o, bins, env, conn, c, topology.Mail); err != nil {
+		if rd.SMTP, rd.SMTPMem, rd.SMTPCPU, err = binaryRound(ctx, o, bins, env, conn, c, topology.Mail); err != nil {
 			return nil, fmt.Errorf("SMTP: %w", err)
 		}
 		o.progress("consumer round %d: SMTP sink %.0f msg/s (CONCURRENCY=%d), rss %.0f MB", r, rd.SMTP, c.Concurrency, rd.SMTPMem.Peak())
 		if c.ProviderLatency > 0 {
-			if rd.WeCom, _, err = binaryRound(ctx, o, bins, env, conn, c, topology.WeCom); err != nil {
+			if rd.WeCom, _, _, err = binaryRound(ctx, o, bins, env, conn, c, topology.WeCom); err != nil {
 				return nil, fmt.Errorf("WeCom: %w", err)
 			}
 			o.progress("consumer round %d: WeCom server answering in %s: %.0f msg/s (CONCURRENCY=%d)", r, WeComLatency, rd.WeCom, c.ProviderConcurrency)
@@ -310,14 +315,17 @@ func noopRound(ctx context.Context, o *Options, env *Env, conn *amqp.Connection,
 
 // binaryRound runs the consumer binary on a prefilled queue of channel:
 // SMS through the webhook provider to a sink answering after
-// ProviderLatency, mail through SMTP to the lean sink.
-func binaryRound(ctx context.Context, o *Options, bins *Binaries, env *Env, conn *amqp.Connection, c ConsumerOptions, channel string) (float64, Mem, error) {
+// ProviderLatency, mail through SMTP to the lean sink. It starts the
+// consumer once the machine is quiet after the prefill (Options.QuietWait)
+// and reads the CPU time of the consumer, Redis, RabbitMQ and this process
+// from the consumer's first message to its last.
+func binaryRound(ctx context.Context, o *Options, bins *Binaries, env *Env, conn *amqp.Connection, c ConsumerOptions, channel string) (float64, Mem, *CPU, error) {
 	logRun := channel == logProvider
 	if logRun {
 		channel = topology.SMS
 	}
 	if err := prefill(ctx, conn, channel, c.Messages); err != nil {
-		return 0, Mem{}, err
+		return 0, Mem{}, nil, err
 	}
 	arr := NewArrivals()
 	m := consumerEnv(env, c.Concurrency, c.Prefetch)
@@ -327,7 +335,7 @@ func binaryRound(ctx context.Context, o *Options, bins *Binaries, env *Env, conn
 	case topology.WeCom:
 		sink, err := NewWeComSink(arr, WeComLatency)
 		if err != nil {
-			return 0, Mem{}, err
+			return 0, Mem{}, nil, err
 		}
 		defer sink.Close()
 		m["WECOM_API_BASE"], m["WECOM_CORP_ID"], m["WECOM_CORP_SECRET"], m["WECOM_AGENT_ID"] = sink.URL(), "loadgen", "loadgen-secret", "1000002"
@@ -346,7 +354,7 @@ func binaryRound(ctx context.Context, o *Options, bins *Binaries, env *Env, conn
 		}
 		sink, err := NewWebhookSink(arr, c.ProviderLatency)
 		if err != nil {
-			return 0, Mem{}, err
+			return 0, Mem{}, nil, err
 		}
 		defer sink.Close()
 		m["SMS_PROVIDER"], m["SMS_WEBHOOK_URL"], m["SMS_WEBHOOK_SECRET"] = "webhook", sink.URL(), sink.Secret
@@ -356,7 +364,7 @@ func binaryRound(ctx context.Context, o *Options, bins *Binaries, env *Env, conn
 	default:
 		sink, err := NewSMTPSink(arr)
 		if err != nil {
-			return 0, Mem{}, err
+			return 0, Mem{}, nil, err
 		}
 		defer sink.Close()
 		host, port, _ := net.SplitHostPort(sink.Addr())
@@ -366,24 +374,29 @@ func binaryRound(ctx context.Context, o *Options, bins *Binaries, env *Env, conn
 	if pprofAddr != "" {
 		m["PPROF_ADDR"] = pprofAddr
 	}
+	name := "consumer-" + map[string]string{topology.SMS: "slow-provider", topology.Mail: "smtp", topology.WeCom: "wecom"}[channel]
+	if logRun {
+		name = "consumer-log-provider"
+	}
+	before := o.quiet(ctx, name)
 	p, err := Start("consumer", filepath.Join(bins.Dir, "consumer"), nil, append(envList(m), o.ExtraEnv...), bins.LogDir)
 	if err != nil {
-		return 0, Mem{}, err
+		return 0, Mem{}, nil, err
 	}
 	defer func() { _ = p.Stop(30 * time.Second) }()
 	if err := waitConsumers(ctx, conn, queue, p, 30*time.Second); err != nil {
-		return 0, Mem{}, err
+		return 0, Mem{}, nil, err
 	}
 	count := arr.Count
 	if logRun {
 		count = lineCounter(p.LogPath, sms.LogLinePrefix)
 	}
 	t0 := time.Now()
+	meter := o.meter(ctx, map[string]int{RoleConsumer: p.Pid()}, before)
+	// What the consumer handled before the meter started is not in its
+	// CPU reading.
+	early := count()
 	sampler := SampleRSS(ctx, p.Pid())
-	name := "consumer-" + map[string]string{topology.SMS: "slow-provider", topology.Mail: "smtp", topology.WeCom: "wecom"}[channel]
-	if logRun {
-		name = "consumer-log-provider"
-	}
 	profiled := o.profiler().fetch(ctx, pprofAddr, name, time.Second, o.progress)
 	defer profiled()
 	err = waitCount(ctx, c.Messages, 2*time.Minute+time.Duration(c.Messages)*c.ProviderLatency/time.Duration(max(c.ProviderConcurrency, 1)), count, func() error {
@@ -393,14 +406,15 @@ func binaryRound(ctx context.Context, o *Options, bins *Binaries, env *Env, conn
 		return nil
 	})
 	elapsed := time.Since(t0)
+	cpu := meter.stop(c.Messages - early)
 	mem := sampler.Stop()
 	if err != nil {
-		return 0, mem, fmt.Errorf("%w\nconsumer log:\n%s", err, p.Tail(20))
+		return 0, mem, nil, fmt.Errorf("%w\nconsumer log:\n%s", err, p.Tail(20))
 	}
 	if err := p.Stop(30 * time.Second); err != nil {
-		return 0, mem, fmt.Errorf("consumer stop: %w\n%s", err, p.Tail(20))
+		return 0, mem, nil, fmt.Errorf("consumer stop: %w\n%s", err, p.Tail(20))
 	}
-	return round2(float64(c.Messages) / elapsed.Seconds()), mem, nil
+	return round2(float64(c.Messages) / elapsed.Seconds()), mem, cpu, nil
 }
 
 // logProvider names binaryRound's run of the consumer binary with the SMS

@@ -41,9 +41,15 @@ type Options struct {
 	ExtraEnv      []string  // KEY=VALUE added to every api and consumer started
 	Progress      io.Writer // one line per phase as it ends; nil: none
 	ProfileDir    string    // when set, CPU profiles of api and consumer under load go here
+	// QuietWait is how long a timed run whose CPU is read (the api's and
+	// raw path's max phases, the consumer binary's, the peer's) waits for
+	// the machine to go quiet before it starts; 0 only records how busy it
+	// was.
+	QuietWait time.Duration
 
-	bins *Binaries
-	prof *profiling
+	bins     *Binaries
+	prof     *profiling
+	services map[string][]int // role → local pids of Redis and RabbitMQ, found once
 }
 
 // Binaries builds (or finds) the api and consumer once per Options.

@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,8 +15,10 @@ import (
 func TestPeerRowAndTarget(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "asynq.json")
 	require.NoError(t, os.WriteFile(path, []byte(`{"tool":"hibiken/asynq","version":"v0.26.0","tasks":8000,"concurrency":64,"roundsPerSec":[14000,15000,16000],"medianPerSec":15000}`+"\n"), 0o600))
-	p, err := ReadPeer(path)
+	ps, err := ReadPeers(path)
 	require.NoError(t, err)
+	require.Len(t, ps, 1)
+	p := ps[0]
 
 	r := goodReport()
 	require.Len(t, Evaluate(r), 9, "no peer, no target")
@@ -57,6 +60,40 @@ func TestPeerRowAndTarget(t *testing.T) {
 	require.Contains(t, buf.String(), "| peer: hibiken/asynq v0.26.0 no-op worker (bench/asynq, its own module; 8000 tasks prefilled per round, rounds 14000, 15000, 16000) | 15000 | concurrency 64 |")
 	require.Contains(t, buf.String(), "| the same, wider | 15200 | CONCURRENCY=256 PREFETCH=1024 |")
 
-	_, err = ReadPeer(filepath.Join(t.TempDir(), "missing.json"))
+	_, err = ReadPeers(filepath.Join(t.TempDir(), "missing.json"))
 	require.Error(t, err)
+}
+
+// ReadPeers takes what loadgen peer --json prints (a report holding one
+// peer per concurrency) as well as bench/asynq's own JSON.
+func TestReadPeers(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name, body string
+		medians    []float64
+		err        string
+	}{
+		{"loadgen peer", `{"command":"loadgen peer","peers":[{"tool":"hibiken/asynq","concurrency":64,"medianPerSec":9000,"db":15,"cpu":[{"messages":8000,"wallSec":0.9,"sec":{"Redis":0.4},"machineSec":1}]},{"tool":"hibiken/asynq","concurrency":256,"medianPerSec":9500}]}`, []float64{9000, 9500}, ""},
+		{"bench/asynq", `{"tool":"hibiken/asynq","concurrency":64,"roundsPerSec":[8000],"medianPerSec":8000}`, []float64{8000}, ""},
+		{"a peer without a median", `{"peers":[{"tool":"hibiken/asynq","concurrency":64}]}`, nil, "no median at concurrency 64"},
+		{"no median", `{"tool":"hibiken/asynq"}`, nil, "no median"},
+		{"not JSON", `round 1: 9000 tasks/s`, nil, "invalid character"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(dir, fmt.Sprintf("%d.json", i))
+			require.NoError(t, os.WriteFile(path, []byte(tt.body), 0o600))
+			ps, err := ReadPeers(path)
+			if tt.err != "" {
+				require.ErrorContains(t, err, tt.err)
+				return
+			}
+			require.NoError(t, err)
+			var medians []float64
+			for _, p := range ps {
+				medians = append(medians, p.Median)
+			}
+			require.Equal(t, tt.medians, medians)
+		})
+	}
 }

@@ -109,8 +109,21 @@ func Start(name, path string, args, env []string, logDir string) (*Proc, error) 
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	p := &Proc{Name: name, LogPath: logPath, cmd: cmd, logFile: f, done: make(chan struct{})}
-	go func() { p.err = cmd.Wait(); _ = f.Close(); close(p.done) }()
+	pid := cmd.Process.Pid
+	children.Store(pid, true)
+	go func() { p.err = cmd.Wait(); children.Delete(pid); _ = f.Close(); close(p.done) }()
 	return p, nil
+}
+
+// children holds the pids of the processes Start started that are still
+// running: a measurement's own, not strays (cpu.go).
+var children sync.Map
+
+// ownPIDs is this process and the running processes it started.
+func ownPIDs() map[int]bool {
+	ours := map[int]bool{os.Getpid(): true}
+	children.Range(func(k, _ any) bool { ours[k.(int)] = true; return true })
+	return ours
 }
 
 // Pid is the process id.

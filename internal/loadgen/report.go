@@ -86,6 +86,24 @@ func WriteText(w io.Writer, r Report) {
 			p("  consumer peak RSS: %.0f MB", m.RSSMB)
 		}
 	}
+	if rows := cpuRows(r); len(rows) > 0 {
+		p("")
+		p("CPU per message, µs (from /proc over each timed run; medians of rounds)")
+		p("  %-72s %8s %-16s %8s %8s %8s %8s %8s %8s %6s", "", "msg/s", "process", "its CPU", "RabbitMQ", "Redis", "loadgen", "system", "rest", "quiet")
+		for _, row := range rows {
+			c := row.cells()
+			p("  %-72s %8.0f %-16s %8s %8s %8s %8s %8s %8s %3d/%-2d", row.Name, row.Rate, row.Role, c[0], c[1], c[2], c[3], c[4], c[5], row.Sum.Rounds-row.Sum.NotQuiet, row.Sum.Rounds)
+		}
+	}
+	for _, set := range []struct {
+		name string
+		ps   []*PeerResult
+	}{{"peer", r.Peers}, {"peer alone", r.PeersAlone}} {
+		for _, pr := range set.ps {
+			p("")
+			p("%s: %s %s no-op worker, concurrency %d, %d tasks per round%s: rounds %s tasks/s, median %.0f", set.name, pr.Tool, pr.Version, pr.Concurrency, pr.Tasks, peerDB(pr), rates(pr.Rounds), pr.Median)
+		}
+	}
 	writeHeadline(p, r.Headline, false)
 	if e := r.E2E; e != nil {
 		p("")
@@ -342,7 +360,10 @@ func WriteMarkdown(w io.Writer, in MarkdownInput) {
 		}
 		p("| SMTP sink on loopback (consumer binary) | %.0f | CONCURRENCY=%d SMTP_POOL_SIZE=%d |", m.SMTP, c.Concurrency, c.Concurrency)
 		for _, pr := range r.Peers {
-			p("| peer: %s %s no-op worker (bench/asynq, its own module; %d tasks prefilled per round, rounds %s) | %.0f | concurrency %d |", pr.Tool, pr.Version, pr.Tasks, rates(pr.Rounds), pr.Median, pr.Concurrency)
+			p("| peer: %s %s no-op worker (bench/asynq, its own module; %d tasks prefilled per round, rounds %s%s) | %.0f | concurrency %d |", pr.Tool, pr.Version, pr.Tasks, rates(pr.Rounds), peerDB(pr), pr.Median, pr.Concurrency)
+		}
+		for _, pr := range r.PeersAlone {
+			p("| the same peer run alone on this machine, before the rest of the run (rounds %s%s) | %.0f | concurrency %d |", rates(pr.Rounds), peerDB(pr), pr.Median, pr.Concurrency)
 		}
 		if m.WeCom > 0 {
 			p("| WeCom server answering in %s (consumer binary; notices to one user each, merged into message/send calls within WECOM_MERGE_WINDOW under the application's adaptive rate of 20-50 calls/s) | %.0f | CONCURRENCY=%d PREFETCH=%d |", WeComLatency, m.WeCom, c.ProviderConcurrency, c.ProviderPrefetch)
@@ -363,6 +384,7 @@ func WriteMarkdown(w io.Writer, in MarkdownInput) {
 			p("| %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |", i+1, rd.Noop, rd.NoopWide, rd.Binary, rd.BinaryWide, rd.Slow, rd.SMTP, rd.WeCom, rd.RawConsume, rd.RawConsumeWide, max(rd.BinaryMem.Peak(), rd.SMTPMem.Peak()), rd.SlowMem.Peak())
 		}
 	}
+	writeCPU(p, r)
 	writeHeadline(p, r.Headline, true)
 	if e := r.E2E; e != nil {
 		p("")
@@ -454,6 +476,54 @@ func WriteMarkdown(w io.Writer, in MarkdownInput) {
 		p("")
 		for _, e := range r.Errors {
 			p("- %s", e)
+		}
+	}
+}
+
+// peerDB says which Redis database a peer ran in, when loadgen peer ran it.
+func peerDB(pr *PeerResult) string {
+	if pr.Started.IsZero() {
+		return ""
+	}
+	return fmt.Sprintf(", Redis database %d", pr.DB)
+}
+
+// writeCPU renders the CPU table of the runs whose CPU was read.
+func writeCPU(p func(string, ...any), r Report) {
+	rows := cpuRows(r)
+	if len(rows) == 0 {
+		return
+	}
+	p("")
+	p("## CPU per message")
+	p("")
+	p("The CPU time (user + system) each process used over each timed run, read from `/proc/<pid>/stat` at the run's start and end and divided by the messages it handled, in µs per message; medians of the rounds. msg/s moves with whatever else shares the machine; the CPU a process spends on a message moves far less, so this is the comparison between msgpulse and the peer that holds across machines. The system is the timed process and Redis, with RabbitMQ where it takes part (not for the peer, which uses none): what a message costs the system. The rest of the machine is the busy time of all CPUs (`/proc/stat`) minus the columns: other processes and the kernel's own work. Before each run the load generator waited up to `--quiet-wait` for a second in which at most %.0f%% of the machine's CPU was busy; the last column counts the rounds that began that quiet.", quietBusy*100)
+	p("")
+	p("| run | msg/s | the process timed | its CPU | RabbitMQ | Redis | load generator | the system | rest of the machine | rounds begun quiet |")
+	p("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+	var notes []string
+	for _, row := range rows {
+		c := row.cells()
+		p("| %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %d of %d |", row.Name, row.Rate, row.Role, c[0], c[1], c[2], c[3], c[4], c[5], row.Sum.Rounds-row.Sum.NotQuiet, row.Sum.Rounds)
+		if row.Sum.NotQuiet > 0 && len(row.Sum.Others) > 0 {
+			notes = append(notes, fmt.Sprintf("%s: %s", row.Name, strings.Join(row.Sum.Others, ", ")))
+		}
+	}
+	if len(notes) > 0 {
+		p("")
+		p("Busiest processes in the second before a round that did not begin quiet:")
+		p("")
+		for _, n := range notes {
+			p("- %s", n)
+		}
+	}
+	for _, set := range [][]*PeerResult{r.Peers, r.PeersAlone} {
+		for _, pr := range set {
+			if pr.OtherKeys > 0 {
+				p("")
+				p("The peer's Redis database %d held %d keys that are not asynq's: it was not a database of its own.", pr.DB, pr.OtherKeys)
+				return
+			}
 		}
 	}
 }

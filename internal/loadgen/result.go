@@ -24,10 +24,13 @@ type Report struct {
 	E2E      *E2EResult      `json:"e2e,omitempty"`
 	Delay    *DelayResult    `json:"delay,omitempty"`
 	Levels   *LevelsResult   `json:"levels,omitempty"`
-	Peers    []*PeerResult   `json:"peers,omitempty"` // bench/asynq, one per concurrency, added by 'loadgen report --peer'
-	Headline *HeadlineResult `json:"headline,omitempty"`
-	Targets  []Target        `json:"targets"`
-	Errors   []string        `json:"errors,omitempty"`
+	Peers    []*PeerResult   `json:"peers,omitempty"` // bench/asynq, one per concurrency: loadgen peer, or added by 'loadgen report --peer'
+	// PeersAlone is the same peer run alone on the same machine minutes
+	// apart ('loadgen report --peer-alone'): what Peers is checked against.
+	PeersAlone []*PeerResult   `json:"peersAlone,omitempty"`
+	Headline   *HeadlineResult `json:"headline,omitempty"`
+	Targets    []Target        `json:"targets"`
+	Errors     []string        `json:"errors,omitempty"`
 }
 
 // Machine says where the numbers come from.
@@ -55,10 +58,8 @@ func Describe(ctx context.Context, o Options) Machine {
 	}
 	if rc, err := rdb.Open(o.RedisMode, o.RedisURL); err == nil {
 		if info, err := rc.Info(ctx, "server").Result(); err == nil {
-			for line := range strings.SplitSeq(info, "\n") {
-				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-					m.Redis = v
-				}
+			if v := infoField(info, "redis_version"); v != "" {
+				m.Redis = v
 			}
 		}
 		_ = rc.Close()
@@ -219,6 +220,9 @@ func Evaluate(r Report) []Target {
 	ts = append(ts, headlineTargets(r.Headline)...)
 	if len(r.Peers) > 0 {
 		ts = append(ts, peerTarget(r))
+	}
+	if len(r.Peers) > 0 && len(r.PeersAlone) > 0 {
+		ts = append(ts, peerAloneTarget(r))
 	}
 	return ts
 }

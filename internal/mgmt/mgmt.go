@@ -336,3 +336,19 @@ func (c *Client) VHosts(ctx context.Context) ([]string, error) {
 	}
 	return out, nil
 }
+
+// Node is a broker node as /api/nodes lists it.
+type Node struct {
+	Name string `json:"name"`
+	// OSPid is the node's operating-system process id, on the machine the
+	// node runs on (the load generator reads its CPU time from /proc).
+	OSPid   string `json:"os_pid"`
+	Running bool   `json:"running"`
+}
+
+// Nodes lists the cluster's nodes.
+func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
+	var ns []Node
+	err := c.do(ctx, http.MethodGet, "/api/nodes?columns=name,os_pid,running", nil, &ns)
+	return ns, err
+}

@@ -27,6 +27,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/delay"
 	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/logging"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
@@ -83,6 +84,9 @@ type options struct {
 	admitFill float64
 	// wecomAccounts are WECOM_ACCOUNTS (without secrets)
 	wecomAccounts []wecom.Account
+	// requestLog is LOG_REQUEST_BURST and LOG_REQUEST_INTERVAL; zero
+	// writes every request line
+	requestLog logging.ThrottleConfig
 }
 
 func defaultLimits() config.Limits {
@@ -183,7 +187,8 @@ func setup(t *testing.T, o options) *harness {
 		}
 	}
 	h.srv, err = New(Deps{
-		Log: zap.New(core), Model: m, Publisher: pub, Delayed: delay.NewPublisher(bp, planner, m.Delay, nil),
+		// Stack traces as in production (logging.New): on errors only.
+		Log: zap.New(core, zap.AddStacktrace(zapcore.ErrorLevel)), Model: m, Publisher: pub, Delayed: delay.NewPublisher(bp, planner, m.Delay, nil),
 		Limiter: ratelimit.New(h.redis.Client, h.redis.Prefix), RateLimits: rl, Codes: codes, Keys: h.keys, Status: st, Redis: h.redis.Client, Templates: tpl,
 		Registry: reg, Claims: claims, DLQ: CachedDLQStats(s, m, st, 0),
 		Inspect: func(ctx context.Context, names []string) ([]broker.QueueState, error) {
@@ -200,7 +205,7 @@ func setup(t *testing.T, o options) *harness {
 		Gauge:    h.gauge,
 		Accounts: accounts,
 	}, Options{APIKeys: o.keys, Egress: o.egress, CallbackKeys: *o.callbackKeys, AuthFailuresPerMinute: o.authFailures, BodyLimit: 4096, Limits: o.limits, PublishTimeout: 3 * time.Second,
-		BatchMaxBytes: o.batchMaxBytes, Robots: o.robots, AdmitFill: fills, WeComAccounts: o.wecomAccounts})
+		BatchMaxBytes: o.batchMaxBytes, Robots: o.robots, AdmitFill: fills, WeComAccounts: o.wecomAccounts, RequestLog: o.requestLog})
 	require.NoError(t, err)
 	t.Cleanup(h.srv.Wait) // background rollbacks end before Redis closes
 	h.http = httptest.NewServer(h.srv.Handler())

@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/config"
@@ -307,7 +308,12 @@ func (s *Server) rollback(ctx context.Context, u undo) {
 	}
 	if err := errors.Join(errs...); err != nil {
 		// What is left expires by itself (the code with CODE_TTL, the
-		// counts with their windows); say so loudly.
-		s.log.Error("rollback after a failed publish was incomplete; leftovers expire on their own", zap.String("task_id", u.taskID), telemetry.LogField(ctx), zap.Error(err))
+		// counts with their windows). Redis away is what makes a rollback
+		// fail, and then every request fails so: a warning, held back
+		// past a burst like the 503s it follows, not an error line each.
+		const msg = "rollback after a failed publish was incomplete; leftovers expire on their own"
+		if s.quiet.Allow(msg, zapcore.WarnLevel, zap.String("of", msg)) {
+			s.log.Warn(msg, zap.String("task_id", u.taskID), telemetry.LogField(ctx), zap.Error(err))
+		}
 	}
 }

@@ -278,6 +278,29 @@ func thenBySlot(ctx context.Context, cc *redis.ClusterClient, cmds []rdb.Command
 // rollbackSpread is Rollback on a cluster: one rollback script per slot,
 // in one pipeline.
 func (l *Limiter) rollbackSpread(ctx context.Context, cc *redis.ClusterClient, res *Reservation) error {
+	calls := rollbackCallsBySlot(res)
+	err := rdb.Pipelined(ctx, cc, func(p redis.Pipeliner) (func() error, error) {
+		cmds := make([]*redis.Cmd, len(calls))
+		for i, c := range calls {
+			cmds[i] = rollbackScript.EvalSha(ctx, p, c.keys, c.args...)
+		}
+		return func() error {
+			var errs []error
+			for _, c := range cmds {
+				errs = append(errs, c.Err())
+			}
+			return errors.Join(errs...)
+		}, nil
+	}, func(ctx context.Context) error { return rollbackScript.Load(ctx, cc).Err() })
+	if err != nil {
+		return fmt.Errorf("ratelimit: rollback: %w", err)
+	}
+	return nil
+}
+
+// rollbackCallsBySlot are the rollback script's calls that undo res on a
+// Redis Cluster: one per slot its keys are in.
+func rollbackCallsBySlot(res *Reservation) []scriptCall {
 	type slot struct {
 		logs, counters []string
 		cd, mark       string
@@ -307,33 +330,21 @@ func (l *Limiter) rollbackSpread(ctx context.Context, cc *redis.ClusterClient, r
 			g.counters = append(g.counters, k)
 		}
 	}
-	err := rdb.Pipelined(ctx, cc, func(p redis.Pipeliner) (func() error, error) {
-		cmds := make([]*redis.Cmd, len(order))
-		for i, t := range order {
-			g := groups[t]
-			keys := append([]string(nil), g.logs...)
-			hasCD := "0"
-			if g.cd != "" {
-				keys = append(keys, g.cd) // after the logs, as the script wants
-				hasCD = "1"
-			}
-			nc := 0
-			if g.mark != "" && len(g.counters) > 0 {
-				keys = append(append(keys, g.counters...), g.mark)
-				nc = len(g.counters)
-			}
-			cmds[i] = rollbackScript.EvalSha(ctx, p, keys, res.ID, hasCD, nc)
+	calls := make([]scriptCall, len(order))
+	for i, t := range order {
+		g := groups[t]
+		keys := append([]string(nil), g.logs...)
+		hasCD := "0"
+		if g.cd != "" {
+			keys = append(keys, g.cd) // after the logs, as the script wants
+			hasCD = "1"
 		}
-		return func() error {
-			var errs []error
-			for _, c := range cmds {
-				errs = append(errs, c.Err())
-			}
-			return errors.Join(errs...)
-		}, nil
-	}, func(ctx context.Context) error { return rollbackScript.Load(ctx, cc).Err() })
-	if err != nil {
-		return fmt.Errorf("ratelimit: rollback: %w", err)
+		nc := 0
+		if g.mark != "" && len(g.counters) > 0 {
+			keys = append(append(keys, g.counters...), g.mark)
+			nc = len(g.counters)
+		}
+		calls[i] = scriptCall{keys: keys, args: []any{res.ID, hasCD, nc}}
 	}
-	return nil
+	return calls
 }

@@ -525,6 +525,23 @@ func (s *Store) Delete(ctx context.Context, taskID string) error {
 	return nil
 }
 
+// QueueDelete is Delete queued on p, for a caller that undoes many things
+// in one round trip (a failed batch); the returned function reports the
+// outcome once p has run (ErrNotFound as Delete does).
+func (s *Store) QueueDelete(ctx context.Context, p redis.Pipeliner, taskID string) func() error {
+	cmd := p.Del(ctx, s.key(taskID))
+	return func() error {
+		n, err := cmd.Result()
+		if err != nil {
+			return fmt.Errorf("status: delete %q: %w", taskID, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("%w: %q", ErrNotFound, taskID)
+		}
+		return nil
+	}
+}
+
 func parse(m map[string]string) (Record, error) {
 	r := Record{
 		TaskID:     m[fTaskID],

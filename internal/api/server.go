@@ -130,6 +130,10 @@ type Options struct {
 	// requestLevel); zero writes every line (LOG_REQUEST_BURST's default
 	// is logging.DefaultThrottleBurst).
 	RequestLog logging.ThrottleConfig
+	// RedisTimeout is REDIS_TIMEOUT, the bound of each Redis call: a
+	// failed request waits at most this long for its rollback (see
+	// bounded); 0 means 500 ms.
+	RedisTimeout time.Duration
 }
 
 // Server is the HTTP API.
@@ -184,6 +188,9 @@ func New(d Deps, opts Options) (*Server, error) {
 	}
 	if opts.IdempotencyTTL == 0 {
 		opts.IdempotencyTTL = 24 * time.Hour
+	}
+	if opts.RedisTimeout == 0 {
+		opts.RedisTimeout = 500 * time.Millisecond
 	}
 	s := &Server{d: d, opts: opts, log: d.Log, metrics: newMetrics(d.Registry), now: time.Now, scopes: map[[2]string]apikey.Scope{},
 		quiet: logging.NewThrottle(d.Log, opts.RequestLog)}

@@ -97,7 +97,7 @@ again:
 			// no-op on what is not there or no longer ours.
 			s.rollbackLater(ctx, undo{code: iss, taskID: taskID, once: onceKey(s, lr.Once), onceIDs: taskID})
 		}
-		return limited(err)
+		return s.limited(ctx, err)
 	}
 	if err := s.d.Codes.IssueResult(iss, res.Replies[:len(issue)]); err != nil {
 		s.rollback(ctx, undo{reservation: res, code: iss, taskID: taskID, once: res.OnceKey, onceIDs: taskID})

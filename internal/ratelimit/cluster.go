@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -214,11 +216,11 @@ func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req R
 	if refused != nil || len(failed) > 0 {
 		// Undo whatever the admitting groups reserved; a refusing group
 		// reserved nothing, and rollback of an absent member is a no-op.
-		rerr := errors.Join(l.rollbackSpread(context.WithoutCancel(ctx), cc, res), undoOnce())
+		rerr := l.undoRefused(context.WithoutCancel(ctx), cc, res, undoOnce)
 		if len(failed) > 0 {
 			return nil, fmt.Errorf("ratelimit: take: %w", errors.Join(append(failed, rerr)...))
 		}
-		return nil, limitError(req, refused, ruleIdx, winIdx)
+		return nil, withLeftBehind(limitError(req, refused, ruleIdx, winIdx), req, res, rerr)
 	}
 	if len(req.Then) == 0 {
 		return res, nil
@@ -231,6 +233,53 @@ func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req R
 			l.rollbackSpread(context.WithoutCancel(ctx), cc, res), undoOnce())
 	}
 	return res, nil
+}
+
+// undoRefused undoes what the admitting slots of a refused request
+// reserved, and tries once more when that fails for a reason other than a
+// timeout (a connection a failover closed, a slot that moved): a cooldown
+// left behind refuses the recipient's next requests until it expires
+// (issue 38). After a timeout the node is not answering, and the caller
+// should not wait for it twice. Both steps are idempotent.
+func (l *Limiter) undoRefused(ctx context.Context, cc *redis.ClusterClient, res *Reservation, undoOnce func() error) error {
+	err := errors.Join(l.rollbackSpread(ctx, cc, res), undoOnce())
+	var ne net.Error
+	if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
+		err = errors.Join(l.rollbackSpread(ctx, cc, res), undoOnce())
+	}
+	return err
+}
+
+// withLeftBehind attaches to the LimitError err what the failed undo of
+// its request (undoErr) may have left: the answer is still the refusal,
+// which is true, and the caller logs the rest.
+func withLeftBehind(err error, req Request, res *Reservation, undoErr error) error {
+	var le *LimitError
+	if undoErr == nil || !errors.As(err, &le) {
+		return err
+	}
+	lb := &LeftBehind{Reservation: res.ID, Err: undoErr}
+	for _, r := range req.Rules {
+		longest := time.Duration(0)
+		for _, w := range r.Windows {
+			if w.Limit > 0 {
+				longest = max(longest, w.Length)
+			}
+		}
+		if longest > 0 {
+			lb.Rules = append(lb.Rules, r.Name)
+			lb.For = max(lb.For, longest)
+		}
+	}
+	if cd := req.Cooldown; cd != nil {
+		lb.Rules = append(lb.Rules, cd.Name)
+		lb.For = max(lb.For, cd.For)
+	}
+	if req.Once != nil {
+		lb.Rules = append(lb.Rules, "idempotency entry")
+	}
+	le.LeftBehind = lb
+	return err
 }
 
 // thenBySlot runs cmds (each "NAME key ...") grouped by their key's hash

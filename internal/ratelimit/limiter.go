@@ -88,6 +88,22 @@ type LimitError struct {
 	Limit      int           // the violated window's limit; 1 for a cooldown
 	RetryAfter time.Duration // until the request would be admitted as far as this limit goes
 	Cooldown   bool
+	// LeftBehind, on a Redis Cluster, is what the refused request may
+	// still hold because its undo failed twice (nil: nothing).
+	LeftBehind *LeftBehind
+}
+
+// LeftBehind is what a refused request may still hold on a Redis Cluster:
+// its slots are checked by separate scripts, those that admit it reserve
+// before another refuses, and undoing them failed. Each piece expires by
+// itself, within For; until then it counts against its rule (a cooldown
+// refuses the recipient's next request). It names no key: keys carry
+// recipients.
+type LeftBehind struct {
+	Reservation string        // the id the keys hold (a log's member, the cooldown's value)
+	Rules       []string      // the rules and the cooldown that may still count it
+	For         time.Duration // the longest of their windows: all of it is gone by then
+	Err         error         // why the undo failed
 }
 
 func (e *LimitError) Error() string {

@@ -335,8 +335,9 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		ce := s.log.Check(level, "request")
 		// The flood of an overload (every refusal a line) is held back
 		// past a burst per route and status, and summed up; errors never
-		// are. The metrics above have counted every request already.
-		if ce == nil || (level < zapcore.ErrorLevel && !s.quiet.Allow(route+" "+strconv.Itoa(code), level, zap.String("of", "request"), zap.String("route", route), zap.Int("status", code))) {
+		// are, nor the debug lines an operator asked for. The metrics
+		// above have counted every request already.
+		if ce == nil || ((level == zapcore.InfoLevel || level == zapcore.WarnLevel) && !s.quiet.Allow(route+" "+strconv.Itoa(code), level, zap.String("of", "request"), zap.String("route", route), zap.Int("status", code))) {
 			return nil
 		}
 		k := Caller(c)

@@ -243,11 +243,16 @@ func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req R
 // should not wait for it twice. Both steps are idempotent.
 func (l *Limiter) undoRefused(ctx context.Context, cc *redis.ClusterClient, res *Reservation, undoOnce func() error) error {
 	err := errors.Join(l.rollbackSpread(ctx, cc, res), undoOnce())
-	var ne net.Error
-	if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
+	if err != nil && !timedOut(err) {
 		err = errors.Join(l.rollbackSpread(ctx, cc, res), undoOnce())
 	}
 	return err
+}
+
+// timedOut says whether err is a network wait that ran out.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // withLeftBehind attaches to the LimitError err what the failed undo of

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/cookiejar"
-	"net/url"
 	"os"
 	"os/exec"
 	"regexp"
@@ -268,16 +266,7 @@ func TestMakeRunBannerLogsInToTheConsole(t *testing.T) {
 
 	s := newSystem(t)
 	s.api("API_KEYS=" + keys)
-	jar, err := cookiejar.New(nil)
-	require.NoError(t, err)
-	hc := &http.Client{Jar: jar, Timeout: 10 * time.Second}
-	login := get(t, hc, s.apiURL+"/console/login")
-	nonce := regexp.MustCompile(`name="nonce" value="([^"]+)"`).FindStringSubmatch(login)
-	require.Len(t, nonce, 2, login)
-	resp, err := hc.PostForm(s.apiURL+"/console/login", url.Values{"nonce": {nonce[1]}, "name": {name[1]}, "key": {key[1]}})
-	require.NoError(t, err)
-	_ = resp.Body.Close()
-	page := get(t, hc, s.apiURL+"/console/queues")
+	page := get(t, s.consoleLogin(t, name[1], key[1]), s.apiURL+"/console/queues")
 	require.Contains(t, page, `id="queues"`, "logged in with what the banner printed")
 	require.Contains(t, page, "key: "+name[1])
 }

@@ -99,6 +99,8 @@ type options struct {
 	redisVia     *testenv.FaultProxy
 	redisTimeout time.Duration
 	autoPipeline string
+	// statusTTL is STATUS_TTL (0 = the default, 7 days)
+	statusTTL time.Duration
 }
 
 func defaultLimits() config.Limits {
@@ -184,7 +186,7 @@ func setup(t *testing.T, o options) *harness {
 	<-rl.Ready()
 	codes, err := verify.New(h.apiRedis, h.keys, verify.Config{Prefix: h.redis.Prefix})
 	require.NoError(t, err)
-	st, err := status.New(h.apiRedis, status.Config{Prefix: h.redis.Prefix})
+	st, err := status.New(h.apiRedis, status.Config{Prefix: h.redis.Prefix, TTL: o.statusTTL})
 	require.NoError(t, err)
 	claims, err := claim.New(h.apiRedis, claim.Config{Prefix: h.redis.Prefix})
 	require.NoError(t, err)

@@ -45,7 +45,9 @@ func testBatchRollbackBounded(t *testing.T, autoPipeline string) {
 	proxy := testenv.NewFaultProxy(t, u.Host)
 	lim := defaultLimits()
 	lim.EmailPerSecond = 0
-	h := setup(t, options{limits: lim, redisVia: proxy, redisTimeout: timeout, autoPipeline: autoPipeline})
+	// A short STATUS_TTL: a record the silent Redis took in after the
+	// test deleted its keys must not stay in the shared Redis for days.
+	h := setup(t, options{limits: lim, redisVia: proxy, redisTimeout: timeout, autoPipeline: autoPipeline, statusTTL: time.Minute})
 	var holeAt atomic.Pointer[time.Time]
 	batchKey := h.redis.Prefix + "batch:"
 	h.apiRedis.AddHook(testenv.CommandHook(func(cmd redis.Cmder) error {
@@ -86,10 +88,11 @@ func testBatchRollbackBounded(t *testing.T, autoPipeline string) {
 	testenv.WaitFor(t, 10*time.Second, "a line saying what is left", func() bool {
 		return h.logs.FilterMessageSnippet("rollback after a failed publish was incomplete").Len() > 0
 	})
-	// What the silent Redis never answered may still land once it
-	// speaks again (a connection that stayed open delivers what it held,
-	// as TCP would), and then expires with STATUS_TTL; nothing was
-	// published, so nothing is sent.
-	proxy.Restore()
 	require.Zero(t, h.depth("queue.mail.normal"), "nothing published")
+	// What the silent Redis never answered could still land if it spoke
+	// again on a connection that stayed open (a full-duplex one delivers
+	// what it held, as TCP would), and would then expire with STATUS_TTL.
+	// Cut, not Restore: those bytes are dropped, and nothing lands in the
+	// shared Redis after the test's keys are deleted.
+	proxy.Cut()
 }

@@ -7,26 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-RUN_DIR=.run
+# The settings (each overridable from the environment) and the banner.
+. scripts/run-env.sh
 mkdir -p "$RUN_DIR"
 BIN=bin
-
-export LOG_FORMAT="${LOG_FORMAT:-console}"
-export AMQP_URL="${AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}"
-export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379/0}"
-export RABBITMQ_MANAGEMENT_URL="${RABBITMQ_MANAGEMENT_URL:-http://guest:guest@127.0.0.1:15672}"
-DEV_KEY="${DEV_API_KEY:-dev-key-change-me}"
-# admin must be written (a key without scopes is send+read): the dev key
-# also opens the queue stats and the console.
-export API_KEYS="${API_KEYS:-dev:$DEV_KEY:send+read+admin}"
-# Callbacks are signed per tenant; without a secret a callbackUrl is refused.
-export CALLBACK_SECRET="${CALLBACK_SECRET:-dev-callback-secret-change-me}"
-export HTTP_ADDR="${HTTP_ADDR:-127.0.0.1:8080}"
-export METRICS_ADDR="${METRICS_ADDR:-127.0.0.1:9090}"
-export MAILCATCHER_SMTP_ADDR="${MAILCATCHER_SMTP_ADDR:-127.0.0.1:1025}"
-export MAILCATCHER_HTTP_ADDR="${MAILCATCHER_HTTP_ADDR:-127.0.0.1:8025}"
-export SMTP_HOST="${MAILCATCHER_SMTP_ADDR%:*}" SMTP_PORT="${MAILCATCHER_SMTP_ADDR##*:}" SMTP_TLS=none
-export SMS_PROVIDER="${SMS_PROVIDER:-log}"
 
 say() { printf '\033[1m%s\033[0m\n' "$*"; }
 
@@ -70,22 +54,7 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 
-cat <<EOF2
-
-  msgpulse is running. Send yourself a verification code:
-
-    curl -s -X POST http://$HTTP_ADDR/api/verification-codes \\
-      -H 'Content-Type: application/json' -H 'X-API-Key: $DEV_KEY' \\
-      -d '{"channel":"email","recipient":"you@example.com","purpose":"login"}'
-
-  The email prints below and shows at http://$MAILCATCHER_HTTP_ADDR
-  Status:  curl -s -H 'X-API-Key: $DEV_KEY' http://$HTTP_ADDR/api/messages/<taskId>
-  Queues:  curl -s -H 'X-API-Key: $DEV_KEY' http://$HTTP_ADDR/api/queues/stats
-  Console: http://$HTTP_ADDR/console (log in with the key $DEV_KEY)
-  SMS go to the consumer's log (SMS_PROVIDER=log): $RUN_DIR/consumer.log
-  Ctrl-C stops everything.
-
-EOF2
+banner
 wait -n "${pids[@]}"
 echo "run: a process exited; see $RUN_DIR/*.log" >&2
 exit 1

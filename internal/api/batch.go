@@ -224,8 +224,7 @@ admission:
 		if e != nil && e.Status == http.StatusServiceUnavailable {
 			// Redis is not answering: the next recipients would each wait
 			// for it too. Nothing of this batch is kept.
-			s.rollbackBatch(ctx, "", admittedSoFar(), nil)
-			s.releaseBatch(ctx, held, batchID)
+			s.rollbackBatch(ctx, failedBatch{id: batchID, accepted: admittedSoFar(), held: held})
 			return e
 		}
 		if e != nil {
@@ -243,8 +242,7 @@ admission:
 		}
 		as, refused, fatal := s.admitBulk(ctx, caller, req, recipients, ids, now)
 		if fatal != nil {
-			s.rollbackBatch(ctx, "", admittedSoFar(), nil)
-			s.releaseBatch(ctx, held, batchID)
+			s.rollbackBatch(ctx, failedBatch{id: batchID, accepted: admittedSoFar(), held: held})
 			return fatal
 		}
 		for j, i := range rest {
@@ -275,35 +273,24 @@ admission:
 		}
 	}
 	if err := s.d.Status.CreateBatch(ctx, out.BatchID, ids, records...); err != nil {
-		s.rollbackBatch(ctx, "", accepted, nil)
-		s.releaseBatch(ctx, held, batchID)
+		s.rollbackBatch(ctx, failedBatch{id: batchID, accepted: accepted, held: held})
 		return unavailable(err, "status is unavailable (Redis); nothing was kept, try again")
 	}
 	if takeover && s.d.Claims != nil {
 		// The failed attempt withdrew what it had published; this attempt
 		// publishes the same tasks, which must not meet those marks.
 		if err := s.d.Claims.Unwithdraw(ctx, s.batchClaimKeys(req.channel, batchID, accepted)); err != nil {
-			s.rollbackBatch(ctx, out.BatchID, accepted, nil)
-			s.releaseBatch(ctx, held, batchID)
+			s.rollbackBatch(ctx, failedBatch{id: batchID, listed: true, accepted: accepted, held: held})
 			return unavailable(err, "claims are unavailable (Redis); nothing was sent, retry with the same %s", HeaderIdempotencyKey)
 		}
 	}
 	if published, err := s.publishBatch(ctx, req, caller.Tenant, out.BatchID, accepted, now); err != nil {
-		s.rollbackBatch(ctx, out.BatchID, accepted, published)
-		s.releaseBatch(ctx, held, batchID)
+		s.rollbackBatch(ctx, failedBatch{id: batchID, listed: true, accepted: accepted, published: published, held: held})
 		return publishFailure(err)
 	}
 	st, at := req.acceptedAs(now)
 	out.Status, out.ScheduledAt = string(st), at
 	return s.answer(c, in, held, http.StatusAccepted, "batch "+string(st), out)
-}
-
-// releaseBatch releases the Idempotency-Key entry a failed batch held
-// (none when held is nil), keeping its batchId for the retry.
-func (s *Server) releaseBatch(ctx context.Context, held *ratelimit.Reservation, batchID string) {
-	if held != nil && held.OnceKey != "" {
-		s.rollback(ctx, undo{once: held.OnceKey, onceIDs: batchID})
-	}
 }
 
 // batchClaimKeys are the claim keys of a batch's messages: one for a WeCom
@@ -390,33 +377,60 @@ func (s *Server) claimKeys(channel, taskID string) []string {
 	return []string{s.d.Claims.TaskKey(channel, taskID)}
 }
 
+// failedBatch is what a batch that failed had written, to undo.
+type failedBatch struct {
+	id       string // the batch id, under which its Idempotency-Key entry is held
+	listed   bool   // its task list was written
+	accepted []admitted
+	// published are the claim keys of the messages the broker may have
+	// queued, to withdraw so that consumers ack them unsent.
+	published []string
+	// held is the admission that reserved the Idempotency-Key's entry
+	// (nil: none), released with the batch id kept for the retry.
+	held *ratelimit.Reservation
+}
+
 // rollbackBatch undoes every accepted recipient (status record and
-// counted limits), the batch's task list, and withdraws the messages the
-// broker had already confirmed, so that consumers ack them unsent.
-func (s *Server) rollbackBatch(ctx context.Context, batchID string, accepted []admitted, published []string) {
-	ctx = context.WithoutCancel(ctx)
-	if len(published) > 0 {
-		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if err := s.d.Claims.Withdraw(wctx, published); err != nil {
-			s.log.Error("could not withdraw the published part of a failed batch; it may be sent", zap.String("batch_id", batchID), zap.Error(err))
-		}
-		cancel()
-	}
-	if batchID != "" {
-		if err := s.d.Status.DeleteBatch(ctx, batchID); err != nil {
-			s.log.Warn("could not delete the task list of a failed batch; it expires with STATUS_TTL", zap.String("batch_id", batchID), zap.Error(err))
-		}
-	}
+// counted limits), the batch's task list and its Idempotency-Key entry,
+// and withdraws the messages the broker had already confirmed: all in one
+// round trip (undoAll), waited for at most REDIS_TIMEOUT (bounded), so
+// that the 503 of a batch of 1,000 comes within one REDIS_TIMEOUT of the
+// failure, not 1,000 of them, when Redis is away (issue 38).
+func (s *Server) rollbackBatch(ctx context.Context, b failedBatch) {
 	// Recipients admitted together share one reservation (admitBulk):
 	// it is undone once, with all of them.
 	undone := map[*ratelimit.Reservation]bool{}
-	for _, a := range accepted {
+	us := make([]undo, 0, len(b.accepted)+1)
+	for _, a := range b.accepted {
 		u := undo{taskID: a.taskID}
 		if !undone[a.res] {
 			undone[a.res], u.reservation = true, a.res
 		}
-		s.rollback(ctx, u)
+		us = append(us, u)
 	}
+	if b.held != nil && b.held.OnceKey != "" {
+		us = append(us, undo{once: b.held.OnceKey, onceIDs: b.id})
+	}
+	list := ""
+	if b.listed {
+		list = b.id
+	}
+	undo := func() {
+		werr, err := s.undoAll(ctx, us, list, b.published)
+		if werr != nil {
+			s.log.Error("could not withdraw the published part of a failed batch; it may be sent", zap.String("batch_id", b.id), zap.Error(werr))
+		}
+		if err != nil {
+			s.rollbackFailed(ctx, zap.String("batch_id", b.id), err)
+		}
+	}
+	if len(b.published) > 0 {
+		// The 503 says nothing was kept: it waits for the withdrawal,
+		// which is what keeps the consumers from sending.
+		undo()
+		return
+	}
+	s.bounded(undo)
 }
 
 // BatchView is GET /api/batches/{batchId}'s data.

@@ -8,12 +8,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -29,6 +31,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/fraud"
+	"github.com/msgpulse/msgpulse/internal/logging"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
@@ -59,6 +62,9 @@ type harness struct {
 	gauge   *broker.Gauge // with options.admitFill
 	limiter *ratelimit.Limiter
 	guard   *fraud.Guard
+	// apiRedis is the client the API uses: redis.Client, or one through
+	// options.redisVia
+	apiRedis redis.UniversalClient
 }
 
 type options struct {
@@ -94,6 +100,18 @@ type options struct {
 	smsCodes fraud.Policy
 	// trustedProxies are TRUSTED_PROXIES
 	trustedProxies []*net.IPNet
+	// requestLog is LOG_REQUEST_BURST and LOG_REQUEST_INTERVAL; zero
+	// writes every request line
+	requestLog logging.ThrottleConfig
+	// redisVia: the API reaches Redis through this proxy (one Redis, not
+	// a cluster), every call bounded by redisTimeout as REDIS_TIMEOUT
+	// does (rdb.FailFast), batching its commands as autoPipeline says
+	// (REDIS_AUTOPIPELINE)
+	redisVia     *testenv.FaultProxy
+	redisTimeout time.Duration
+	autoPipeline string
+	// statusTTL is STATUS_TTL (0 = the default, 7 days)
+	statusTTL time.Duration
 }
 
 func defaultLimits() config.Limits {
@@ -139,6 +157,15 @@ func setup(t *testing.T, o options) *harness {
 	if o.share == nil {
 		require.NoError(t, broker.Declare(h.conn, m))
 	}
+	h.apiRedis = h.redis.Client
+	if o.redisVia != nil {
+		u, err := url.Parse(h.redis.URL)
+		require.NoError(t, err)
+		u.Host = o.redisVia.Addr()
+		h.apiRedis, err = rdb.Open(rdb.Single, u.String(), rdb.FailFast(o.redisTimeout), rdb.WithAutoPipeline(o.autoPipeline))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = h.apiRedis.Close() })
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	h.stopBus = cancel
@@ -161,22 +188,22 @@ func setup(t *testing.T, o options) *harness {
 	require.NoError(t, err)
 	h.keys, err = seal.New(seal.DevSecret)
 	require.NoError(t, err)
-	rl, err := ratelimit.NewConfigStore(h.redis.Client, h.redis.Prefix, zap.NewNop(), ratelimit.StoreConfig{RefreshEvery: time.Hour})
+	rl, err := ratelimit.NewConfigStore(h.apiRedis, h.redis.Prefix, zap.NewNop(), ratelimit.StoreConfig{RefreshEvery: time.Hour})
 	require.NoError(t, err)
 	rlCtx, rlCancel := context.WithCancel(context.Background())
 	rlDone := make(chan struct{})
 	go func() { _ = rl.Run(rlCtx); close(rlDone) }()
 	t.Cleanup(func() { rlCancel(); <-rlDone })
 	<-rl.Ready()
-	codes, err := verify.New(h.redis.Client, h.keys, verify.Config{Prefix: h.redis.Prefix})
+	codes, err := verify.New(h.apiRedis, h.keys, verify.Config{Prefix: h.redis.Prefix})
 	require.NoError(t, err)
-	st, err := status.New(h.redis.Client, status.Config{Prefix: h.redis.Prefix})
+	st, err := status.New(h.apiRedis, status.Config{Prefix: h.redis.Prefix, TTL: o.statusTTL})
 	require.NoError(t, err)
-	claims, err := claim.New(h.redis.Client, claim.Config{Prefix: h.redis.Prefix})
+	claims, err := claim.New(h.apiRedis, claim.Config{Prefix: h.redis.Prefix})
 	require.NoError(t, err)
 	tpl, err := template.Load("", "en")
 	require.NoError(t, err)
-	accounts, err := accountstate.New(h.redis.Client, accountstate.Config{Prefix: h.redis.Prefix})
+	accounts, err := accountstate.New(h.apiRedis, accountstate.Config{Prefix: h.redis.Prefix})
 	require.NoError(t, err)
 	core, logs := observer.New(zapcore.DebugLevel)
 	h.logs = logs
@@ -193,15 +220,16 @@ func setup(t *testing.T, o options) *harness {
 			fills[ch] = o.admitFill
 		}
 	}
-	h.limiter = ratelimit.New(h.redis.Client, h.redis.Prefix)
+	h.limiter = ratelimit.New(h.apiRedis, h.redis.Prefix)
 	if o.share != nil {
 		h.limiter = o.share.limiter // one clock (Advance) for both replicas
 	}
-	h.guard, err = fraud.New(h.redis.Client, h.redis.Prefix, o.fraud, h.limiter.ClockOffset)
+	h.guard, err = fraud.New(h.apiRedis, h.redis.Prefix, o.fraud, h.limiter.ClockOffset)
 	require.NoError(t, err)
 	h.srv, err = New(Deps{
-		Log: zap.New(core), Model: m, Publisher: pub, Delayed: delay.NewPublisher(bp, planner, m.Delay, nil), Fraud: h.guard,
-		Limiter: h.limiter, RateLimits: rl, Codes: codes, Keys: h.keys, Status: st, Redis: h.redis.Client, Templates: tpl,
+		// Stack traces as in production (logging.New): on errors only.
+		Log: zap.New(core, zap.AddStacktrace(zapcore.ErrorLevel)), Model: m, Publisher: pub, Delayed: delay.NewPublisher(bp, planner, m.Delay, nil), Fraud: h.guard,
+		Limiter: h.limiter, RateLimits: rl, Codes: codes, Keys: h.keys, Status: st, Redis: h.apiRedis, Templates: tpl,
 		Registry: reg, Claims: claims, DLQ: CachedDLQStats(s, m, st, 0),
 		Inspect: func(ctx context.Context, names []string) ([]broker.QueueState, error) {
 			conn, err := s.Conn(ctx)
@@ -218,7 +246,7 @@ func setup(t *testing.T, o options) *harness {
 		Accounts: accounts,
 	}, Options{APIKeys: o.keys, Egress: o.egress, CallbackKeys: *o.callbackKeys, AuthFailuresPerMinute: o.authFailures, BodyLimit: 4096, Limits: o.limits, PublishTimeout: 3 * time.Second,
 		BatchMaxBytes: o.batchMaxBytes, Robots: o.robots, AdmitFill: fills, WeComAccounts: o.wecomAccounts, SMSCodes: o.smsCodes,
-		TrustedProxies: o.trustedProxies})
+		TrustedProxies: o.trustedProxies, RequestLog: o.requestLog, RedisTimeout: o.redisTimeout})
 	require.NoError(t, err)
 	t.Cleanup(h.srv.Wait) // background rollbacks end before Redis closes
 	h.http = httptest.NewServer(h.srv.Handler())

@@ -1,12 +1,17 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/verify"
 )
 
@@ -91,9 +96,12 @@ func nonEmpty(rules []ratelimit.Rule) []ratelimit.Rule {
 
 // limited turns a Take error into the answer: 429 naming the limit, or 503
 // when Redis cannot be asked (failing closed: no message goes out unchecked).
-func limited(err error) *apiError {
+func (s *Server) limited(ctx context.Context, err error) *apiError {
 	var le *ratelimit.LimitError
 	if errors.As(err, &le) {
+		if lb := le.LeftBehind; lb != nil {
+			s.logLeftBehind(ctx, lb)
+		}
 		label := le.Rule
 		if !le.Cooldown {
 			label += " " + ratelimit.WindowName(le.Window)
@@ -101,4 +109,16 @@ func limited(err error) *apiError {
 		return &apiError{Status: http.StatusTooManyRequests, Msg: le.Error(), RetryAfter: le.RetryAfter, Limit: label, cause: err}
 	}
 	return unavailable(err, "frequency control is unavailable (Redis); nothing was sent, try again")
+}
+
+// logLeftBehind says what a refused request could not undo on a Redis
+// Cluster (ratelimit.LeftBehind): until it expires, its rules count a
+// request that was refused, and a cooldown refuses the recipient's next
+// one, so whoever is asked why should find it in the log (issue 38).
+func (s *Server) logLeftBehind(ctx context.Context, lb *ratelimit.LeftBehind) {
+	const msg = "a refused request's reservation could not be undone; it expires by itself"
+	if s.quiet.Allow(msg, zapcore.WarnLevel, zap.String("of", msg)) {
+		s.log.Warn(msg, zap.String("reservation", lb.Reservation), zap.Strings("rules", lb.Rules),
+			zap.Duration("expires_within", lb.For), telemetry.LogField(ctx), zap.Error(lb.Err))
+	}
 }

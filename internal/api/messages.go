@@ -196,7 +196,7 @@ func (s *Server) admitAs(ctx context.Context, caller apikey.Key, req *Message, r
 			}
 			s.rollbackLater(ctx, u)
 		}
-		return admitted{}, limited(err)
+		return admitted{}, s.limited(ctx, err)
 	}
 	return admitted{recipient: recipient, taskID: taskID, res: res}, nil
 }
@@ -231,7 +231,7 @@ func (s *Server) admitBulk(ctx context.Context, caller apikey.Key, req *Message,
 		for i := range b.Admitted {
 			s.rollbackLater(ctx, undo{reservation: b.Reservation(i)})
 		}
-		return nil, nil, limited(err)
+		return nil, nil, s.limited(ctx, err)
 	}
 	as = make([]admitted, b.Admitted)
 	for i := range as {
@@ -239,7 +239,7 @@ func (s *Server) admitBulk(ctx context.Context, caller apikey.Key, req *Message,
 		as[i] = admitted{recipient: recipients[i], taskID: taskIDs[i], res: b.Reservation(i), record: &rec}
 	}
 	if b.Refused != nil {
-		refused = limited(b.Refused)
+		refused = s.limited(ctx, b.Refused)
 	} else if b.Admitted < len(recipients) {
 		// TakeUpTo refuses every unit it does not admit; anything else is
 		// a bug, and nothing of the batch is kept for it.

@@ -82,9 +82,8 @@ func (s *Server) handleError(c *echo.Context, err error) {
 			ae = &apiError{Status: code, Msg: http.StatusText(code), cause: err}
 		}
 	}
-	if ae.Status >= 500 {
-		s.log.Error("request failed", zap.String("route", c.Path()), zap.Int("status", ae.Status), zap.Error(ae))
-	}
+	// Not logged here: observe writes the request's one line, with the
+	// cause, at the level its status deserves (requestLevel).
 	if ae.RetryAfter > 0 {
 		secs := int((ae.RetryAfter + time.Second - 1) / time.Second)
 		c.Response().Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))

@@ -17,6 +17,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	apidoc "github.com/msgpulse/msgpulse/api"
 	"github.com/msgpulse/msgpulse/internal/accountstate"
@@ -27,6 +28,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/fraud"
+	"github.com/msgpulse/msgpulse/internal/logging"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/seal"
@@ -131,6 +133,14 @@ type Options struct {
 	// SMSCodes says which numbers verification codes may go to; its zero
 	// value allows fraud.DefaultTypes in every country.
 	SMSCodes fraud.Policy
+	// RequestLog bounds the lines of refused and failed requests (see
+	// requestLevel); zero writes every line (LOG_REQUEST_BURST's default
+	// is logging.DefaultThrottleBurst).
+	RequestLog logging.ThrottleConfig
+	// RedisTimeout is REDIS_TIMEOUT, the bound of each Redis call: a
+	// failed request waits at most this long for its rollback (see
+	// bounded); 0 means 500 ms.
+	RedisTimeout time.Duration
 }
 
 // Server is the HTTP API.
@@ -148,11 +158,17 @@ type Server struct {
 	cleanup      sync.WaitGroup             // rollbacks that outlive their request (see Wait)
 	admits       map[string]admission       // level queue → its admission limit, with Deps.Gauge
 	fraud        *fraud.Metrics
+	// quiet holds back request lines past Options.RequestLog's burst.
+	quiet *logging.Throttle
 }
 
-// Wait blocks until the rollbacks started in the background have ended;
-// call it after the HTTP server has drained, before closing Redis.
-func (s *Server) Wait() { s.cleanup.Wait() }
+// Wait blocks until the rollbacks started in the background have ended,
+// then writes the request lines' summary still owed; call it after the
+// HTTP server has drained, before closing Redis.
+func (s *Server) Wait() {
+	s.cleanup.Wait()
+	s.quiet.Close()
+}
 
 // New builds the server and its routes.
 func New(d Deps, opts Options) (*Server, error) {
@@ -184,7 +200,11 @@ func New(d Deps, opts Options) (*Server, error) {
 	if opts.SMSCodes.Types == nil {
 		opts.SMSCodes.Types = fraud.DefaultTypes
 	}
-	s := &Server{d: d, opts: opts, log: d.Log, metrics: newMetrics(d.Registry), now: time.Now, scopes: map[[2]string]apikey.Scope{}}
+	if opts.RedisTimeout == 0 {
+		opts.RedisTimeout = 500 * time.Millisecond
+	}
+	s := &Server{d: d, opts: opts, log: d.Log, metrics: newMetrics(d.Registry), now: time.Now, scopes: map[[2]string]apikey.Scope{},
+		quiet: logging.NewThrottle(d.Log, opts.RequestLog)}
 	var blocked func(context.Context) (int, error)
 	if d.Fraud != nil {
 		blocked = d.Fraud.Blocked
@@ -305,7 +325,8 @@ func (s *Server) recoverer(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // observe records metrics and one log line per request. Recipients and
-// bodies are never logged here.
+// bodies are never logged here. Its field names are a contract (README,
+// "Log fields").
 func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		start := time.Now()
@@ -328,31 +349,57 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if errors.As(err, &ae) && ae.Limit != "" {
 			s.metrics.rejections.WithLabelValues(ae.Limit).Inc()
 		}
-		k := Caller(c)
-		fields := []zap.Field{zap.String("method", c.Request().Method), zap.String("route", route), zap.Int("status", code),
-			zap.Duration("took", elapsed), zap.String("caller", k.Name), zap.String("tenant", k.Tenant), zap.String("ip", c.RealIP()),
-			telemetry.LogField(c.Request().Context())}
-		switch {
-		case code >= 500:
-			s.log.Warn("request", fields...)
-		case code >= 400:
-			s.log.Info("request", append(fields, zap.String("error", errText(err)))...)
-		default:
-			s.log.Debug("request", fields...)
+		level := requestLevel(code)
+		ce := s.log.Check(level, "request")
+		// The flood of an overload (every refusal a line) is held back
+		// past a burst per route and status, and summed up; errors never
+		// are, nor the debug lines an operator asked for. The metrics
+		// above have counted every request already.
+		if ce == nil || ((level == zapcore.InfoLevel || level == zapcore.WarnLevel) && !s.quiet.Allow(route+" "+strconv.Itoa(code), level, zap.String("of", "request"), zap.String("route", route), zap.Int("status", code))) {
+			return nil
 		}
+		k := Caller(c)
+		// api_key, not caller: zap's own "caller" (the source line) is on
+		// every line, and a JSON line with a key twice is refused by
+		// Elasticsearch or loses one of the two elsewhere (issue 38).
+		fields := []zap.Field{zap.String("method", c.Request().Method), zap.String("route", route), zap.Int("status", code),
+			zap.Duration("took", elapsed), zap.String("api_key", k.Name), zap.String("tenant", k.Tenant), zap.String("ip", c.RealIP()),
+			telemetry.LogField(c.Request().Context())}
+		if err != nil {
+			fields = append(fields, errField(err, code))
+		}
+		ce.Write(fields...)
 		return nil
 	}
 }
 
-func errText(err error) string {
+// requestLevel is the level of a request's line. A refusal (429, 503: a
+// limit, a full queue, a dependency down) is the system working as
+// designed, said at info and warn without a stack trace; only a 500 (a
+// bug, or a panic) is an error, with its stack, for an alert to fire on.
+func requestLevel(code int) zapcore.Level {
+	switch {
+	case code == http.StatusServiceUnavailable:
+		return zapcore.WarnLevel
+	case code >= 500:
+		return zapcore.ErrorLevel
+	case code >= 400:
+		return zapcore.InfoLevel
+	}
+	return zapcore.DebugLevel
+}
+
+// errField is a failed request's "error": what the caller was told, and
+// for a 5xx the cause behind it, which only the log shows.
+func errField(err error, code int) zap.Field {
 	var ae *apiError
-	if errors.As(err, &ae) {
-		return ae.Msg
+	switch {
+	case !errors.As(err, &ae):
+		return zap.Error(err)
+	case code >= 500 && ae.cause != nil:
+		return zap.String("error", ae.Msg+": "+ae.cause.Error())
 	}
-	if err != nil {
-		return err.Error()
-	}
-	return ""
+	return zap.String("error", ae.Msg)
 }
 
 func (s *Server) healthz(c *echo.Context) error {

@@ -107,7 +107,7 @@ again:
 		if errors.As(err, &ge) {
 			return s.pumping(ctx, caller.Tenant, req.number, ge)
 		}
-		return limited(err)
+		return s.limited(ctx, err)
 	}
 	if err := s.d.Codes.IssueResult(iss, res.Replies[:len(issue)]); err != nil {
 		s.rollback(ctx, undo{reservation: res, code: iss, taskID: taskID, once: res.OnceKey, onceIDs: taskID})

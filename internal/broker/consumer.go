@@ -192,7 +192,11 @@ func (c *Consumer) InFlight() int64 { return c.inFlight.Load() }
 // no handler started, lets running handlers finish (up to Grace) and acts
 // on their results, and only then closes the channel.
 func (c *Consumer) Run(ctx context.Context) error {
-	log := c.cfg.Logger.With(zap.String("queue", c.cfg.queues))
+	// "queues" on the lines about every queue of the consumer, "queue" on
+	// those about one (the acker's among them): a logger carrying either
+	// would repeat the key on the others' lines (issue 38: a JSON line
+	// with a key twice is refused by Elasticsearch).
+	log := c.cfg.Logger
 	backoff := 100 * time.Millisecond
 	for {
 		conn, err := c.cfg.Session.Conn(ctx)
@@ -210,7 +214,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if time.Since(started) > 10*time.Second {
 			backoff = 100 * time.Millisecond
 		}
-		log.Warn("consumer stopped; re-consuming", zap.Error(err), zap.Duration("in", backoff))
+		log.Warn("consumer stopped; re-consuming", zap.String("queues", c.cfg.queues), zap.Error(err), zap.Duration("in", backoff))
 		select {
 		case <-ctx.Done():
 			return nil
@@ -241,7 +245,7 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 			return err
 		}
 		inboxes = append(inboxes, in)
-		log.Info("consuming", zap.String("tag", in.tag), zap.Int("concurrency", c.cfg.Concurrency), zap.Int("prefetch", q.Prefetch), zap.Int("weight", q.Weight))
+		log.Info("consuming", zap.String("queue", q.Name), zap.String("tag", in.tag), zap.Int("concurrency", c.cfg.Concurrency), zap.Int("prefetch", q.Prefetch), zap.Int("weight", q.Weight))
 	}
 	pick := newPicker(inboxes)
 
@@ -274,7 +278,7 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 					continue
 				}
 				if c.cfg.BatchHandler != nil {
-					c.handleBatch(hctx, in.acks, c.gather(d, in.buf), log)
+					c.handleBatch(hctx, in.acks, c.gather(d, in.buf))
 					p.release()
 					continue
 				}
@@ -282,7 +286,7 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 				if h == nil {
 					h = c.cfg.Handler
 				}
-				c.handle(hctx, in.acks, &d, h, log)
+				c.handle(hctx, in.acks, &d, h)
 				p.release()
 			}
 		}()
@@ -306,7 +310,7 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 		select {
 		case <-workersDone:
 		case <-time.After(c.cfg.Grace):
-			log.Warn("grace period over; abandoning in-flight handlers (their messages will be redelivered)", zap.Int64("in_flight", c.inFlight.Load()))
+			log.Warn("grace period over; abandoning in-flight handlers (their messages will be redelivered)", zap.String("queues", c.cfg.queues), zap.Int64("in_flight", c.inFlight.Load()))
 			hcancel()
 			<-workersDone
 		}
@@ -376,7 +380,7 @@ func (c *Consumer) subscribe(conn *amqp.Connection, q QueueShare, tag string, lo
 		return fail(fmt.Errorf("consume %s: %w", q.Name, err))
 	}
 	in := startInbox(q, tag, deliveries)
-	in.ch, in.acks, in.watched = ch, newAcker(ch, log, q.Prefetch, c.cfg.MaxConcurrency), watched
+	in.ch, in.acks, in.watched = ch, newAcker(ch, log.With(zap.String("queue", q.Name)), q.Prefetch, c.cfg.MaxConcurrency), watched
 	return in, nil
 }
 
@@ -398,12 +402,12 @@ func (c *Consumer) gather(first amqp.Delivery, deliveries <-chan amqp.Delivery) 
 	return batch
 }
 
-func (c *Consumer) handleBatch(ctx context.Context, acks *acker, ds []*amqp.Delivery, log *zap.Logger) {
+func (c *Consumer) handleBatch(ctx context.Context, acks *acker, ds []*amqp.Delivery) {
 	c.inFlight.Add(int64(len(ds)))
 	defer c.inFlight.Add(-int64(len(ds)))
 	actions := c.safeHandleBatch(ctx, ds)
 	for i, d := range ds {
-		c.settle(acks, d, actions[i], log)
+		c.settle(acks, d, actions[i])
 	}
 }
 
@@ -432,13 +436,13 @@ func (c *Consumer) safeHandleBatch(ctx context.Context, ds []*amqp.Delivery) (ac
 	return c.cfg.BatchHandler(ctx, ds)
 }
 
-func (c *Consumer) handle(ctx context.Context, acks *acker, d *amqp.Delivery, h Handler, log *zap.Logger) {
+func (c *Consumer) handle(ctx context.Context, acks *acker, d *amqp.Delivery, h Handler) {
 	c.inFlight.Add(1)
 	defer c.inFlight.Add(-1)
-	c.settle(acks, d, c.safeHandle(ctx, d, h), log)
+	c.settle(acks, d, c.safeHandle(ctx, d, h))
 }
 
-func (c *Consumer) settle(acks *acker, d *amqp.Delivery, action Action, log *zap.Logger) {
+func (c *Consumer) settle(acks *acker, d *amqp.Delivery, action Action) {
 	var err error
 	switch action {
 	case Ack:
@@ -449,7 +453,7 @@ func (c *Consumer) settle(acks *acker, d *amqp.Delivery, action Action, log *zap
 		err = acks.requeue(d.DeliveryTag)
 	}
 	if err != nil {
-		log.Warn("could not settle delivery; the broker will redeliver it", zap.String("action", action.String()), zap.String("message_id", d.MessageId), zap.Error(err))
+		acks.log.Warn("could not settle delivery; the broker will redeliver it", zap.String("action", action.String()), zap.String("message_id", d.MessageId), zap.Error(err))
 	}
 }
 

@@ -338,16 +338,32 @@ func (cl *Claim) Release(ctx context.Context) error {
 // A key a consumer holds or marked already is left alone: that message
 // is on its way.
 func (c *Claimer) Withdraw(ctx context.Context, keys []string) error {
-	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, k := range keys {
-			p.SetNX(ctx, k, "withdrawn", c.cfg.SentTTL)
-		}
+	var done func() error
+	if _, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		done = c.QueueWithdraw(ctx, p, keys)
 		return nil
-	})
-	if err != nil {
+	}); err != nil {
 		return fmt.Errorf("claim: withdraw: %w", err)
 	}
-	return nil
+	return done()
+}
+
+// QueueWithdraw is Withdraw queued on p, for a caller that undoes several
+// things in one round trip; the returned function reports the outcome
+// once p has run.
+func (c *Claimer) QueueWithdraw(ctx context.Context, p redis.Pipeliner, keys []string) func() error {
+	cmds := make([]*redis.BoolCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = p.SetNX(ctx, k, "withdrawn", c.cfg.SentTTL)
+	}
+	return func() error {
+		for _, cmd := range cmds {
+			if err := cmd.Err(); err != nil {
+				return fmt.Errorf("claim: withdraw: %w", err)
+			}
+		}
+		return nil
+	}
 }
 
 // unwithdrawLua deletes KEYS[1] only if Withdraw wrote it.

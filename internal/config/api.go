@@ -10,6 +10,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/callbackkey"
 	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/fraud"
+	"github.com/msgpulse/msgpulse/internal/logging"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/seal"
@@ -94,6 +95,9 @@ type API struct {
 	SMSCodes fraud.Policy
 	// Fraud is the SMS pumping guard (FRAUD_GUARD and its thresholds).
 	Fraud fraud.Config
+	// RequestLog bounds the request lines of refused and failed requests
+	// (LOG_REQUEST_BURST, LOG_REQUEST_INTERVAL).
+	RequestLog logging.ThrottleConfig
 }
 
 // DefaultAdmitFill is {CH}_QUEUE_ADMIT_FILL's default: refuse at 80% of
@@ -196,5 +200,11 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	c.WeComAccounts = loadAPIWeComAccounts(l)
 	c.SMSCodes = loadSMSCodePolicy(l)
 	c.Fraud = loadFraudGuard(l)
+	c.RequestLog = logging.ThrottleConfig{
+		Burst: l.Int("LOG_REQUEST_BURST", logging.DefaultThrottleBurst, 0, 1_000_000,
+			"request lines (4xx, 503) written one by one per route and status in each LOG_REQUEST_INTERVAL; the rest are counted in one \"log lines held back\" line per route and status, so an overload cannot flood the logs (msgpulse_http_requests_total counts every request; 0 = every line)"),
+		Interval: l.Duration("LOG_REQUEST_INTERVAL", logging.DefaultThrottleInterval, 100*time.Millisecond, time.Hour,
+			"the window of LOG_REQUEST_BURST, and how often its summary lines are written"),
+	}
 	return c, l
 }

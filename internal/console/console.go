@@ -230,7 +230,9 @@ func (c *Console) authed(h func(http.ResponseWriter, *http.Request, *request)) h
 			err = errSession
 		}
 		if err != nil && !errors.Is(err, errSession) {
-			c.log.Error("console session", zap.Error(err))
+			// A 503 saying Redis is away is the console working as
+			// designed: warn, with no stack trace (those are for bugs).
+			c.log.Warn("console: cannot read the session (Redis); answered 503", zap.Error(err))
 			http.Error(w, "the console cannot read its sessions (Redis): try again shortly", http.StatusServiceUnavailable)
 			return
 		}
@@ -270,7 +272,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	// counts, so no more than the limit reach the key check.
 	within, err := c.logins.count(r.Context(), ip, name)
 	if err != nil {
-		c.log.Error("console login", zap.Error(err))
+		c.log.Warn("console login: cannot count logins (Redis); answered 503", zap.Error(err))
 		http.Error(w, "the console cannot count logins (Redis): try again shortly", http.StatusServiceUnavailable)
 		return
 	}
@@ -294,7 +296,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	id, err := c.sess.open(r.Context(), caller, c.now())
 	if err != nil {
-		c.log.Error("console login", zap.Error(err))
+		c.log.Warn("console login: cannot store the session (Redis); answered 503", zap.Error(err))
 		http.Error(w, "the console cannot store the session (Redis): try again shortly", http.StatusServiceUnavailable)
 		return
 	}
@@ -317,7 +319,7 @@ func (c *Console) loggable(name string) string {
 // from then on, by every replica) and clears the cookie.
 func (c *Console) logout(w http.ResponseWriter, r *http.Request, rq *request) {
 	if err := c.sess.close(r.Context(), rq.session); err != nil {
-		c.log.Error("console logout", zap.Error(err))
+		c.log.Warn("console logout: cannot end the session (Redis); answered 503", zap.Error(err))
 		http.Error(w, "the console could not end the session (Redis): try again", http.StatusServiceUnavailable)
 		return
 	}

@@ -104,8 +104,9 @@ func (t *Tool) readLog(ctx context.Context, dlq string, visit func(d *amqp.Deliv
 	// older one look gone).
 	var fps []string
 	depthRead := false
-	// The log is classic: no waiting for returns after each read (which a
-	// concurrent reader, holding part of it, would stretch to the timeout).
+	// The log is classic: its returns are waited for with a barrier, not
+	// by polling its depth (which a concurrent reader, holding part of it,
+	// would stretch to the timeout).
 	_, err := scanWith(ctx, t.conn, lq.Name, 0, true, nil, func(r *reader, d *amqp.Delivery) (bool, error) {
 		if !depthRead {
 			depth, err := t.depth(dlq)

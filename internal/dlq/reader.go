@@ -41,8 +41,8 @@ type reader struct {
 	fps     map[uint64]string
 	removed []string
 	closed  bool
-	// noSettle: the queue is classic (a DLQ's log), which has given
-	// everything back by the time it answers, so release need not wait.
+	// noSettle: the queue is classic (a DLQ's log), whose returns release
+	// waits for with a barrier instead of polling its depth (see barrier).
 	noSettle bool
 }
 
@@ -124,7 +124,11 @@ func (r *reader) release() error {
 			errs = append(errs, fmt.Errorf("give back %d messages to %s: %w (closing the channel gives them back)", r.held(), r.queue, err))
 		}
 	}
-	if last != 0 && len(errs) == 0 && !r.noSettle {
+	switch {
+	case last == 0 || len(errs) > 0:
+	case r.noSettle:
+		r.barrier()
+	default:
 		r.settle(r.depth - len(r.acked))
 	}
 	if err := r.ch.Close(); err != nil && !errors.Is(err, amqp.ErrClosed) {
@@ -135,13 +139,34 @@ func (r *reader) release() error {
 	return errors.Join(errs...)
 }
 
+// barrier makes the channel's Close return only once the queue has taken
+// back what was given back to it. A classic queue takes a nack's requeue
+// as a message it handles in turn, and answers a passive declare (a
+// prioritised call) before it: right after a read of a log, the next
+// reader (the next command, the read's own second pass, the API's stats)
+// counted the log short by what was still being requeued and read less of
+// it (issue 38: 29 reads of 30, 500 messages, RabbitMQ 3.10). A channel
+// with a consumer on the queue tells the queue it closes with a call that
+// the queue handles after those returns, and close-ok comes after that
+// call; polling the depth instead (settle) is stretched to its timeout by
+// a concurrent reader holding part of the log. The consumer's prefetch of
+// 1 bounds what it may be sent before the close returns it, also a
+// redelivery the log does not count (it is classic: no delivery limit).
+// Best effort: if the consumer cannot start, Close still gives back.
+func (r *reader) barrier() {
+	if err := r.ch.Qos(1, 0, false); err != nil {
+		return
+	}
+	_, _ = r.ch.Consume(r.queue, "", false, false, false, false, nil)
+}
+
 // settleTimeout bounds settle; returns normally show up within milliseconds.
 const settleTimeout = 5 * time.Second
 
 // settle waits until the queue has at least want ready messages again, or
-// settleTimeout passes. A classic queue requeues before it answers the next
-// command on the channel, so the first check passes; a quorum queue applies
-// returns through its Raft log afterwards, and a reader starting right after
+// settleTimeout passes. A queue applies returns after it answers the nack
+// (a quorum queue through its Raft log; a classic one answers a passive
+// declare first, see barrier), and a reader starting right after
 // this one (the next dlq command, the API's stats) would otherwise see only
 // part of the queue, stop at that smaller depth and miss the rest. This is
 // best effort: messages arriving meanwhile count too, and a concurrent
@@ -169,7 +194,8 @@ func scan(ctx context.Context, conn *amqp.Connection, queue string, scanMax int,
 	return scanWith(ctx, conn, queue, scanMax, false, done, visit)
 }
 
-// scanWith is scan; noSettle skips the wait for returns (classic queues).
+// scanWith is scan; noSettle waits for the returns with a barrier instead
+// of polling the depth (classic queues: a DLQ's log).
 func scanWith(ctx context.Context, conn *amqp.Connection, queue string, scanMax int, noSettle bool, done func(r *reader) error, visit func(r *reader, d *amqp.Delivery) (stop bool, err error)) (r *reader, err error) {
 	r, err = openReader(conn, queue)
 	if err != nil {

@@ -248,15 +248,7 @@ func TestConsoleServedByTheAPIChartsTheConsumersSends(t *testing.T) {
 	testenv.WaitFor(t, 15*time.Second, "the mail", func() bool { return s.mailsTo("carol@example.com") == 1 })
 	cons.Term(t)
 
-	jar, err := cookiejar.New(nil)
-	require.NoError(t, err)
-	hc := &http.Client{Jar: jar, Timeout: 10 * time.Second}
-	login := get(t, hc, s.apiURL+"/console/login")
-	nonce := regexp.MustCompile(`name="nonce" value="([^"]+)"`).FindStringSubmatch(login)
-	require.Len(t, nonce, 2, login)
-	resp, err := hc.PostForm(s.apiURL+"/console/login", url.Values{"nonce": {nonce[1]}, "name": {"e2e"}, "key": {apiKey}})
-	require.NoError(t, err)
-	_ = resp.Body.Close()
+	hc := s.consoleLogin(t, "e2e", apiKey)
 	page := get(t, hc, s.apiURL+"/console/queues") // the login redirected here too
 	require.Contains(t, page, `id="queues"`)
 	require.Contains(t, page, "key: e2e")
@@ -270,6 +262,22 @@ func TestConsoleServedByTheAPIChartsTheConsumersSends(t *testing.T) {
 		row, _, _ = strings.Cut(row, "</tr>")
 		return strings.Contains(row, "in ") && strings.Contains(row, " out ")
 	})
+}
+
+// consoleLogin logs in to the last API's console with the login form, as
+// a person would, and returns the client holding the session.
+func (s *system) consoleLogin(t *testing.T, name, key string) *http.Client {
+	t.Helper()
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	hc := &http.Client{Jar: jar, Timeout: 10 * time.Second}
+	login := get(t, hc, s.apiURL+"/console/login")
+	nonce := regexp.MustCompile(`name="nonce" value="([^"]+)"`).FindStringSubmatch(login)
+	require.Len(t, nonce, 2, login)
+	resp, err := hc.PostForm(s.apiURL+"/console/login", url.Values{"nonce": {nonce[1]}, "name": {name}, "key": {key}})
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	return hc
 }
 
 func get(t *testing.T, hc *http.Client, u string) string {

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 
 	"go.uber.org/zap"
@@ -46,9 +48,89 @@ func NewTo(w io.Writer, level, format string) (*zap.Logger, error) {
 	default:
 		return nil, fmt.Errorf("log format %q: want json or console", format)
 	}
-	// No sampling: every failure line matters more than log volume here.
+	// No sampling: every failure line matters more than log volume here;
+	// floods are bounded where they arise (Throttle).
 	core := zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), zap.NewAtomicLevelAt(lvl))
-	return zap.New(Redacting(core), opts...), nil
+	return zap.New(Redacting(Unique(core)), opts...), nil
+}
+
+// reservedKeys are the keys New's encoders write on every line.
+var reservedKeys = []string{"ts", "level", "logger", "caller", "msg", "stacktrace", "function"}
+
+// Unique wraps a core so that no line it writes has a key twice: a field
+// whose key the line already has (from the encoder, a logger's With, or
+// an earlier field) is written as key_2 (key_3, …). Elasticsearch refuses
+// a document with a duplicate field, and most other pipelines keep one of
+// the two values (issue 38: the API's request lines had "caller" twice,
+// zap's and the API key's). The code is meant never to need it, and tests
+// look for both (logging's TestNoFieldKeyIsWrittenTwice, e2e's
+// TestEveryLogLineHasEachKeyOnce); this keeps a line a path no test took
+// from being lost. It costs a comparison of each field's key with the
+// line's others.
+func Unique(c zapcore.Core) zapcore.Core { return uniqueCore{Core: c} }
+
+type uniqueCore struct {
+	zapcore.Core
+	with []string // the keys With gave, in order
+}
+
+func (u uniqueCore) With(fields []zapcore.Field) zapcore.Core {
+	fields = unique(fields, u.with)
+	with := slices.Clip(u.with)
+	for _, f := range fields {
+		if f.Type == zapcore.NamespaceType {
+			break
+		}
+		with = append(with, f.Key)
+	}
+	return uniqueCore{Core: u.Core.With(fields), with: with}
+}
+
+func (u uniqueCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if u.Enabled(e.Level) {
+		return ce.AddCore(e, u)
+	}
+	return ce
+}
+
+func (u uniqueCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	return u.Core.Write(e, unique(fields, u.with))
+}
+
+// unique renames the fields whose key is reserved, in with, or used by an
+// earlier field; it copies fields only when it renames one. A namespace
+// ends the check: the keys after it are in an object of their own.
+func unique(fields []zapcore.Field, with []string) []zapcore.Field {
+	taken := func(k string, upto int, fs []zapcore.Field) bool {
+		if slices.Contains(reservedKeys, k) || slices.Contains(with, k) {
+			return true
+		}
+		for _, f := range fs[:upto] {
+			if f.Key == k && f.Type != zapcore.SkipType {
+				return true
+			}
+		}
+		return false
+	}
+	out := fields
+	for i, f := range fields {
+		if f.Type == zapcore.NamespaceType {
+			break
+		}
+		if f.Type == zapcore.SkipType || f.Key == "" || !taken(f.Key, i, out) {
+			continue
+		}
+		if &out[0] == &fields[0] {
+			out = slices.Clone(fields)
+		}
+		for n := 2; ; n++ {
+			if k := f.Key + "_" + strconv.Itoa(n); !taken(k, len(out), out) {
+				out[i].Key = k
+				break
+			}
+		}
+	}
+	return out
 }
 
 // Redacting wraps a core so that no line it writes carries the password of

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -233,11 +235,11 @@ func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req R
 	if refused != nil || len(failed) > 0 {
 		// Undo whatever the admitting groups reserved; a refusing group
 		// reserved nothing, and rollback of an absent member is a no-op.
-		rerr := errors.Join(l.rollbackSpread(context.WithoutCancel(ctx), cc, res), undoOnce())
+		rerr := l.undoRefused(context.WithoutCancel(ctx), cc, res, undoOnce)
 		if len(failed) > 0 {
 			return nil, fmt.Errorf("ratelimit: take: %w", errors.Join(append(failed, rerr)...))
 		}
-		return nil, limitError(req, refused, ruleIdx, winIdx)
+		return nil, withLeftBehind(limitError(req, refused, ruleIdx, winIdx), req, res, rerr)
 	}
 	if len(req.Then) == 0 {
 		return res, nil
@@ -250,6 +252,58 @@ func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req R
 			l.rollbackSpread(context.WithoutCancel(ctx), cc, res), undoOnce())
 	}
 	return res, nil
+}
+
+// undoRefused undoes what the admitting slots of a refused request
+// reserved, and tries once more when that fails for a reason other than a
+// timeout (a connection a failover closed, a slot that moved): a cooldown
+// left behind refuses the recipient's next requests until it expires
+// (issue 38). After a timeout the node is not answering, and the caller
+// should not wait for it twice. Both steps are idempotent.
+func (l *Limiter) undoRefused(ctx context.Context, cc *redis.ClusterClient, res *Reservation, undoOnce func() error) error {
+	err := errors.Join(l.rollbackSpread(ctx, cc, res), undoOnce())
+	if err != nil && !timedOut(err) {
+		err = errors.Join(l.rollbackSpread(ctx, cc, res), undoOnce())
+	}
+	return err
+}
+
+// timedOut says whether err is a network wait that ran out.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// withLeftBehind attaches to the LimitError err what the failed undo of
+// its request (undoErr) may have left: the answer is still the refusal,
+// which is true, and the caller logs the rest.
+func withLeftBehind(err error, req Request, res *Reservation, undoErr error) error {
+	var le *LimitError
+	if undoErr == nil || !errors.As(err, &le) {
+		return err
+	}
+	lb := &LeftBehind{Reservation: res.ID, Err: undoErr}
+	for _, r := range req.Rules {
+		longest := time.Duration(0)
+		for _, w := range r.Windows {
+			if w.Limit > 0 {
+				longest = max(longest, w.Length)
+			}
+		}
+		if longest > 0 {
+			lb.Rules = append(lb.Rules, r.Name)
+			lb.For = max(lb.For, longest)
+		}
+	}
+	if cd := req.Cooldown; cd != nil {
+		lb.Rules = append(lb.Rules, cd.Name)
+		lb.For = max(lb.For, cd.For)
+	}
+	if req.Once != nil {
+		lb.Rules = append(lb.Rules, "idempotency entry")
+	}
+	le.LeftBehind = lb
+	return err
 }
 
 // thenBySlot runs cmds (each "NAME key ...") grouped by their key's hash
@@ -297,6 +351,29 @@ func thenBySlot(ctx context.Context, cc *redis.ClusterClient, cmds []rdb.Command
 // rollbackSpread is Rollback on a cluster: one rollback script per slot,
 // in one pipeline.
 func (l *Limiter) rollbackSpread(ctx context.Context, cc *redis.ClusterClient, res *Reservation) error {
+	calls := rollbackCallsBySlot(res)
+	err := rdb.Pipelined(ctx, cc, func(p redis.Pipeliner) (func() error, error) {
+		cmds := make([]*redis.Cmd, len(calls))
+		for i, c := range calls {
+			cmds[i] = rollbackScript.EvalSha(ctx, p, c.keys, c.args...)
+		}
+		return func() error {
+			var errs []error
+			for _, c := range cmds {
+				errs = append(errs, c.Err())
+			}
+			return errors.Join(errs...)
+		}, nil
+	}, func(ctx context.Context) error { return rollbackScript.Load(ctx, cc).Err() })
+	if err != nil {
+		return fmt.Errorf("ratelimit: rollback: %w", err)
+	}
+	return nil
+}
+
+// rollbackCallsBySlot are the rollback script's calls that undo res on a
+// Redis Cluster: one per slot its keys are in.
+func rollbackCallsBySlot(res *Reservation) []scriptCall {
 	type slot struct {
 		logs, counters []string
 		cd, mark       string
@@ -326,33 +403,21 @@ func (l *Limiter) rollbackSpread(ctx context.Context, cc *redis.ClusterClient, r
 			g.counters = append(g.counters, k)
 		}
 	}
-	err := rdb.Pipelined(ctx, cc, func(p redis.Pipeliner) (func() error, error) {
-		cmds := make([]*redis.Cmd, len(order))
-		for i, t := range order {
-			g := groups[t]
-			keys := append([]string(nil), g.logs...)
-			hasCD := "0"
-			if g.cd != "" {
-				keys = append(keys, g.cd) // after the logs, as the script wants
-				hasCD = "1"
-			}
-			nc := 0
-			if g.mark != "" && len(g.counters) > 0 {
-				keys = append(append(keys, g.counters...), g.mark)
-				nc = len(g.counters)
-			}
-			cmds[i] = rollbackScript.EvalSha(ctx, p, keys, res.ID, hasCD, nc)
+	calls := make([]scriptCall, len(order))
+	for i, t := range order {
+		g := groups[t]
+		keys := append([]string(nil), g.logs...)
+		hasCD := "0"
+		if g.cd != "" {
+			keys = append(keys, g.cd) // after the logs, as the script wants
+			hasCD = "1"
 		}
-		return func() error {
-			var errs []error
-			for _, c := range cmds {
-				errs = append(errs, c.Err())
-			}
-			return errors.Join(errs...)
-		}, nil
-	}, func(ctx context.Context) error { return rollbackScript.Load(ctx, cc).Err() })
-	if err != nil {
-		return fmt.Errorf("ratelimit: rollback: %w", err)
+		nc := 0
+		if g.mark != "" && len(g.counters) > 0 {
+			keys = append(append(keys, g.counters...), g.mark)
+			nc = len(g.counters)
+		}
+		calls[i] = scriptCall{keys: keys, args: []any{res.ID, hasCD, nc}}
 	}
-	return nil
+	return calls
 }

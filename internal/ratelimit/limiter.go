@@ -92,6 +92,22 @@ type LimitError struct {
 	Limit      int           // the violated window's limit; 1 for a cooldown
 	RetryAfter time.Duration // until the request would be admitted as far as this limit goes
 	Cooldown   bool
+	// LeftBehind, on a Redis Cluster, is what the refused request may
+	// still hold because its undo failed twice (nil: nothing).
+	LeftBehind *LeftBehind
+}
+
+// LeftBehind is what a refused request may still hold on a Redis Cluster:
+// its slots are checked by separate scripts, those that admit it reserve
+// before another refuses, and undoing them failed. Each piece expires by
+// itself, within For; until then it counts against its rule (a cooldown
+// refuses the recipient's next request). It names no key: keys carry
+// recipients.
+type LeftBehind struct {
+	Reservation string        // the id the keys hold (a log's member, the cooldown's value)
+	Rules       []string      // the rules and the cooldown that may still count it
+	For         time.Duration // the longest of their windows: all of it is gone by then
+	Err         error         // why the undo failed
 }
 
 func (e *LimitError) Error() string {
@@ -597,11 +613,54 @@ func limitError(req Request, out []int64, ruleIdx []int, winIdx [][]int) error {
 // publish failed), so it does not count against anyone. It is idempotent, and
 // leaves a cooldown alone once a later request holds it.
 func (l *Limiter) Rollback(ctx context.Context, res *Reservation) error {
-	if res == nil || (len(res.Keys) == 0 && res.CooldownKey == "" && len(res.Marks) == 0) {
+	calls := l.rollbackCalls(res)
+	if len(calls) == 0 {
 		return nil
 	}
 	if cc, ok := rdb.AsCluster(l.rdb); ok {
 		return l.rollbackSpread(ctx, cc, res)
+	}
+	if err := rollbackScript.Run(ctx, l.rdb, calls[0].keys, calls[0].args...).Err(); err != nil {
+		return fmt.Errorf("ratelimit: rollback: %w", err)
+	}
+	return nil
+}
+
+// QueueRollback is Rollback queued on p, for a caller that undoes many
+// things in one round trip (a failed batch: issue 38); the returned
+// function reports the outcome once p has run. The scripts go as EVAL, so
+// a Redis that forgot them (a restart, a new cluster node) cannot answer
+// NOSCRIPT: a rollback is rare, and must not need a second round trip.
+func (l *Limiter) QueueRollback(ctx context.Context, p redis.Pipeliner, res *Reservation) func() error {
+	var cmds []*redis.Cmd
+	for _, c := range l.rollbackCalls(res) {
+		cmds = append(cmds, rollbackScript.Eval(ctx, p, c.keys, c.args...))
+	}
+	return func() error {
+		for _, c := range cmds {
+			if err := c.Err(); err != nil {
+				return fmt.Errorf("ratelimit: rollback: %w", err)
+			}
+		}
+		return nil
+	}
+}
+
+// scriptCall is one call of a script: its keys and arguments.
+type scriptCall struct {
+	keys []string
+	args []any
+}
+
+// rollbackCalls are the rollback script's calls that undo res: one on one
+// Redis, one per slot on a Redis Cluster (a script may only touch one);
+// none for a reservation that holds nothing.
+func (l *Limiter) rollbackCalls(res *Reservation) []scriptCall {
+	if res == nil || (len(res.Keys) == 0 && res.CooldownKey == "" && len(res.Marks) == 0) {
+		return nil
+	}
+	if _, ok := rdb.AsCluster(l.rdb); ok {
+		return rollbackCallsBySlot(res)
 	}
 	keys := append([]string(nil), res.Keys...)
 	hasCD := "0"
@@ -615,8 +674,5 @@ func (l *Limiter) Rollback(ctx context.Context, res *Reservation) error {
 		keys = append(keys, res.Marks[0])
 		nc = len(res.Counters)
 	}
-	if err := rollbackScript.Run(ctx, l.rdb, keys, res.ID, hasCD, nc, res.Units).Err(); err != nil {
-		return fmt.Errorf("ratelimit: rollback: %w", err)
-	}
-	return nil
+	return []scriptCall{{keys: keys, args: []any{res.ID, hasCD, nc, res.Units}}}
 }

@@ -188,7 +188,7 @@ func Open(mode, rawURL string, opts ...Option) (redis.UniversalClient, error) {
 		o := options(rawURL, opts)
 		co.ClientName, co.Protocol, co.ContextTimeoutEnabled = o.ClientName, o.Protocol, o.ContextTimeoutEnabled
 		co.DialTimeout, co.ReadTimeout, co.WriteTimeout, co.PoolTimeout = o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout
-		co.PoolSize, co.MaxRetries = o.PoolSize, o.MaxRetries
+		co.PoolSize, co.MaxRetries, co.PipelinePoolSize = o.PoolSize, o.MaxRetries, o.PipelinePoolSize
 		// go-redis reloads the slot map on MOVED and ASK only; a master
 		// that died answers neither, so without a periodic reload its
 		// slots stay routed to it long after its replica took over (60 s
@@ -208,7 +208,7 @@ func Open(mode, rawURL string, opts ...Option) (redis.UniversalClient, error) {
 		o := options(rawURL, opts)
 		fo.ClientName, fo.Protocol, fo.ContextTimeoutEnabled = o.ClientName, o.Protocol, o.ContextTimeoutEnabled
 		fo.DialTimeout, fo.ReadTimeout, fo.WriteTimeout, fo.PoolTimeout = o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout
-		fo.PoolSize, fo.MaxRetries = o.PoolSize, o.MaxRetries
+		fo.PoolSize, fo.MaxRetries, fo.PipelinePoolSize = o.PoolSize, o.MaxRetries, o.PipelinePoolSize
 		fo.AutoPipelineOptions = o.AutoPipelineOptions
 		return autoPipeline(redis.NewFailoverClient(fo), o)
 	}
@@ -276,6 +276,16 @@ func setDefaults(rawURL string, o *redis.Options, opts []Option) {
 	}
 	for _, opt := range opts {
 		opt(o)
+	}
+	// A fail-fast client (FailFast) without the full-duplex connection
+	// runs its pipelines on the main pool, not go-redis's pipeline pool: a
+	// pipeline that finds no connection there dials one, and when the
+	// handshake times out it spills to the main pool and dials again, so
+	// a Redis that stopped answering held it for twice REDIS_TIMEOUT (a
+	// failed batch's records: 1.0 s at 500 ms; issue 38). The full-duplex
+	// pipeliner keeps the pool: its held connection comes from there.
+	if o.MaxRetries < 0 && (o.AutoPipelineOptions == nil || !o.AutoPipelineOptions.FullDuplex) {
+		o.PipelinePoolSize = -1
 	}
 }
 

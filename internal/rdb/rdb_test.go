@@ -62,6 +62,28 @@ func TestNewOptions(t *testing.T) {
 	}
 }
 
+// A fail-fast client runs its pipelines on the main pool unless the
+// full-duplex pipeliner holds a connection of the pipeline pool: through
+// that pool, a dead Redis held a pipeline for twice the timeout.
+func TestFailFastPipelinesSkipThePipelinePoolWithoutFullDuplex(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		opts []rdb.Option
+		pool int
+	}{
+		{"fail fast", []rdb.Option{rdb.FailFast(time.Second)}, -1},
+		{"fail fast, auto-pipelined", []rdb.Option{rdb.FailFast(time.Second), rdb.WithAutoPipeline(rdb.AutoPipelineOn)}, -1},
+		{"fail fast, full duplex", []rdb.Option{rdb.WithAutoPipeline(rdb.AutoPipelineFullDuplex), rdb.FailFast(time.Second)}, 0},
+		{"go-redis retries", nil, 0},
+	} {
+		c, err := rdb.New("redis://127.0.0.1:6379/0", tc.opts...)
+		require.NoError(t, err)
+		require.Equal(t, tc.pool, c.Options().PipelinePoolSize, tc.name)
+		_ = c.Close()
+	}
+}
+
 func TestNewErrorsHidePassword(t *testing.T) {
 	t.Parallel()
 	for _, u := range []string{

@@ -57,6 +57,17 @@ func (s *Store) CreateBatch(ctx context.Context, batchID string, taskIDs []strin
 	return nil
 }
 
+// QueueDeleteBatch is DeleteBatch queued on p (see QueueDelete).
+func (s *Store) QueueDeleteBatch(ctx context.Context, p redis.Pipeliner, batchID string) func() error {
+	cmd := p.Del(ctx, s.batchKey(batchID))
+	return func() error {
+		if err := cmd.Err(); err != nil {
+			return fmt.Errorf("status: delete batch %q: %w", batchID, err)
+		}
+		return nil
+	}
+}
+
 // DeleteBatch removes a batch's task list (a batch whose publish failed).
 func (s *Store) DeleteBatch(ctx context.Context, batchID string) error {
 	if err := s.rdb.Del(ctx, s.batchKey(batchID)).Err(); err != nil {

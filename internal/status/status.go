@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,6 +27,29 @@ const (
 	Expired   State = "expired"
 )
 
+// Final reports whether s is an outcome: sent, failed or expired. A
+// record in a final state never goes back to an earlier one (a late
+// "retrying" or "sending" from a delivery that lost its race): sent takes
+// no update at all, failed and expired only another outcome (a replay's).
+func (s State) Final() bool { return slices.Contains(finalStates, s) }
+
+// finalStates are the outcomes; the update script is written from them.
+var finalStates = []State{Sent, Failed, Expired}
+
+// luaFinal is a Lua table of the final states, for the update script.
+func luaFinal() string {
+	var b strings.Builder
+	b.WriteString("\nlocal final = {")
+	for i, st := range finalStates {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "[%q] = true", st)
+	}
+	b.WriteString("}\n")
+	return b.String()
+}
+
 // Valid reports whether s is one of the states above.
 func (s State) Valid() bool {
 	switch s {
@@ -39,8 +64,9 @@ var (
 	ErrNotFound = errors.New("status: record not found")
 	// ErrExists: Create found a record already there.
 	ErrExists = errors.New("status: record already exists")
-	// ErrFinal: the record is sent, and stays as it is.
-	ErrFinal = errors.New("status: record is final (sent)")
+	// ErrFinal: the record has its outcome (State.Final) and the update
+	// would have taken it back to an earlier state: it stays as it is.
+	ErrFinal = errors.New("status: record is final")
 )
 
 // Record is the status of one message. Times have millisecond precision.
@@ -190,14 +216,20 @@ return 1`)
 // field/value pairs to set (an empty value deletes the field). Returns {1,
 // fields}; for a sent record left untouched {0, fields}; when the guard
 // does not hold {2, {}}. fields is empty unless asked for.
-var updateScript = redis.NewScript(luaNow + `
+//
+// A final record is left untouched ({0, fields}) by any update to an
+// earlier state, or without one: a "retrying" or "sending" that arrives
+// after "failed" or "expired" (issue 38) must not hide the outcome. A sent
+// record takes no update at all; failed and expired take another outcome,
+// the one of a replay from the DLQ.
+var updateScript = redis.NewScript(luaNow + luaFinal() + `
 local key = KEYS[1]
 if KEYS[2] and redis.call('GET', KEYS[2]) ~= ARGV[5] then
   return {2, {}}
 end
 local back = ARGV[6] == '1'
 local st = redis.call('HGET', key, 'status')
-if st == 'sent' then
+if st == 'sent' or (final[st] and not final[ARGV[3]]) then
   if back then return {0, redis.call('HGETALL', key)} end
   return {0, {}}
 end
@@ -391,7 +423,8 @@ func (s *Store) Get(ctx context.Context, taskID string) (Record, error) {
 }
 
 // Update applies u atomically, refreshes the TTL and stamps updatedAt. A
-// missing record is created with what u gives. A sent record is returned
+// missing record is created with what u gives. A sent record, and a failed
+// or expired one that u would take to an earlier state, is returned
 // unchanged with ErrFinal.
 func (s *Store) Update(ctx context.Context, taskID string, u Update) (Record, error) {
 	done, err := s.QueueUpdate(ctx, s.rdb, taskID, u)
@@ -490,6 +523,23 @@ func (s *Store) Delete(ctx context.Context, taskID string) error {
 		return fmt.Errorf("%w: %q", ErrNotFound, taskID)
 	}
 	return nil
+}
+
+// QueueDelete is Delete queued on p, for a caller that undoes many things
+// in one round trip (a failed batch); the returned function reports the
+// outcome once p has run (ErrNotFound as Delete does).
+func (s *Store) QueueDelete(ctx context.Context, p redis.Pipeliner, taskID string) func() error {
+	cmd := p.Del(ctx, s.key(taskID))
+	return func() error {
+		n, err := cmd.Result()
+		if err != nil {
+			return fmt.Errorf("status: delete %q: %w", taskID, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("%w: %q", ErrNotFound, taskID)
+		}
+		return nil
+	}
 }
 
 func parse(m map[string]string) (Record, error) {

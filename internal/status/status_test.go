@@ -213,6 +213,32 @@ func TestTransitions(t *testing.T) {
 		{name: "sent to failed", from: status.Record{Status: status.Sent}, u: status.Update{Status: status.Failed}, final: true},
 		{name: "sent to sent", from: status.Record{Status: status.Sent}, u: status.Update{Status: status.Sent, Provider: str("other")}, final: true},
 		{name: "sent plus an attempt", from: status.Record{Status: status.Sent}, u: status.Update{IncAttempts: true}, final: true},
+		// A late update from a delivery that lost its race never hides an
+		// outcome (issue 38).
+		{name: "failed to retrying", from: status.Record{Status: status.Failed, Reason: "rejected", LastError: "550"},
+			u: status.Update{Status: status.Retrying, LastError: str("late 451"), ErrorClass: str("transient")}, final: true},
+		{name: "expired to retrying", from: status.Record{Status: status.Expired, Reason: "deadline"},
+			u: status.Update{Status: status.Retrying, LastError: str("late 451")}, final: true},
+		{name: "failed to sending", from: status.Record{Status: status.Failed, Attempts: 3},
+			u: status.Update{Status: status.Sending, IncAttempts: true}, final: true},
+		{name: "expired to sending", from: status.Record{Status: status.Expired},
+			u: status.Update{Status: status.Sending, IncAttempts: true}, final: true},
+		{name: "failed to queued", from: status.Record{Status: status.Failed}, u: status.Update{Status: status.Queued}, final: true},
+		{name: "failed plus an attempt", from: status.Record{Status: status.Failed}, u: status.Update{IncAttempts: true}, final: true},
+		// Another outcome is the news of a replay from the DLQ.
+		{
+			name: "failed to sent (replayed)", from: status.Record{Status: status.Failed, LastError: "550"},
+			u: status.Update{Status: status.Sent, LastError: str("")},
+			check: func(t *testing.T, r status.Record) {
+				require.Equal(t, status.Sent, r.Status)
+				require.Empty(t, r.LastError)
+			},
+		},
+		{
+			name: "expired to failed (replayed)", from: status.Record{Status: status.Expired},
+			u:     status.Update{Status: status.Failed, Reason: str("rejected")},
+			check: func(t *testing.T, r status.Record) { require.Equal(t, status.Failed, r.Status) },
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

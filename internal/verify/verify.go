@@ -268,6 +268,28 @@ return 2
 // Rollback removes an issued code and restores the one it replaced, if that
 // has not expired. It is a no-op if a newer code replaced this one.
 func (s *Store) Rollback(ctx context.Context, iss *Issued) error {
+	if err := rollbackScript.Run(ctx, s.rdb, []string{iss.key}, rollbackArgs(iss)...).Err(); err != nil {
+		return fmt.Errorf("verify: rollback: %w", err)
+	}
+	return nil
+}
+
+// QueueRollback is Rollback queued on p, for a caller that undoes several
+// things in one round trip; the returned function reports the outcome once
+// p has run. EVAL, not EVALSHA: a Redis that forgot the script cannot
+// answer NOSCRIPT, and a rollback must not need a second round trip.
+func (s *Store) QueueRollback(ctx context.Context, p redis.Pipeliner, iss *Issued) func() error {
+	cmd := rollbackScript.Eval(ctx, p, []string{iss.key}, rollbackArgs(iss)...)
+	return func() error {
+		if err := cmd.Err(); err != nil {
+			return fmt.Errorf("verify: rollback: %w", err)
+		}
+		return nil
+	}
+}
+
+// rollbackArgs are rollbackScript's arguments for iss.
+func rollbackArgs(iss *Issued) []any {
 	args := []any{iss.TaskID}
 	for i := 0; i+1 < len(iss.prev); i += 2 {
 		if iss.prev[i] == "pexpireat" {
@@ -280,10 +302,7 @@ func (s *Store) Rollback(ctx context.Context, iss *Issued) error {
 			args = append(args, iss.prev[i+1])
 		}
 	}
-	if err := rollbackScript.Run(ctx, s.rdb, []string{iss.key}, args...).Err(); err != nil {
-		return fmt.Errorf("verify: rollback: %w", err)
-	}
-	return nil
+	return args
 }
 
 // Result of a check.

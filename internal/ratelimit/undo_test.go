@@ -1,0 +1,78 @@
+package ratelimit_test
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/rdb"
+	"github.com/msgpulse/msgpulse/internal/testenv"
+)
+
+// On a Redis Cluster a request's slots are checked by separate scripts:
+// the recipient's admits it and sets its cooldown, the API key's refuses,
+// and the refusal undoes the cooldown. An undo that fails (a connection a
+// failover reset) is tried again; when that fails too, the LimitError
+// says what is left and until when. Issue 38: the error was dropped and
+// the cooldown stayed, refusing the recipient's next request for a
+// minute with nothing in any log.
+func TestRefusedTakeWhoseUndoFailsIsRetriedOrReported(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		failures int64 // rollback calls that fail
+		left     bool  // the cooldown is left behind, and said
+	}{
+		{"fails once: retried", 1, false},
+		{"fails twice: reported", 2, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t)
+			if _, ok := rdb.AsCluster(e.r.Client); !ok {
+				t.Skip("needs a Redis Cluster (TEST_REDIS_MODE=cluster, make test-cluster): on one Redis a request is one script")
+			}
+			apiKey := rule("per API key", "apikey:full", win(time.Minute, 1))
+			_, err := e.lim.Take(e.ctx, ratelimit.Request{Rules: []ratelimit.Rule{apiKey}})
+			require.NoError(t, err, "the API key's one request")
+
+			var failures, rollbacks atomic.Int64
+			failures.Store(tc.failures)
+			addHook(e.r.Client, testenv.CommandHook(func(cmd redis.Cmder) error {
+				if cmd.Name() != "evalsha" || cmd.Args()[1] != ratelimit.RollbackScriptHash {
+					return nil
+				}
+				rollbacks.Add(1)
+				if failures.Add(-1) >= 0 {
+					return errors.New("injected: connection reset by peer")
+				}
+				return nil
+			}))
+			cd := &ratelimit.Cooldown{Name: "resend cooldown", Key: "email:u@x", Tag: "email:u@x", For: time.Minute}
+			_, err = e.lim.Take(e.ctx, ratelimit.Request{Rules: []ratelimit.Rule{apiKey}, Cooldown: cd})
+			le := limitErr(t, err)
+			require.Equal(t, "per API key", le.Rule, "refused by the API key's slot")
+			require.Positive(t, rollbacks.Load(), "the recipient's slot was undone")
+
+			cooldowns, err := rdb.Keys(e.ctx, e.r.Client, e.r.Prefix+"ratelimit:{email:u@x}:cooldown:*")
+			require.NoError(t, err)
+			if !tc.left {
+				require.Nil(t, le.LeftBehind)
+				require.Empty(t, cooldowns, "the retried undo removed the cooldown")
+				return
+			}
+			require.Len(t, cooldowns, 1, "the cooldown the undo could not remove")
+			lb := le.LeftBehind
+			require.NotNil(t, lb, "the refusal says what its undo left")
+			require.Equal(t, []string{"per API key", "resend cooldown"}, lb.Rules)
+			require.Equal(t, time.Minute, lb.For)
+			require.NotEmpty(t, lb.Reservation)
+			require.ErrorContains(t, lb.Err, "connection reset by peer")
+		})
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -75,7 +74,7 @@ type Config struct {
 	Keys      *seal.Keys
 	Mail      provider.Mailer
 	SMS       provider.SMSSender
-	WeCom     provider.WeComSender
+	WeCom     WeComClient
 	// Adaptive holds each WeCom account (application, robot) to its
 	// adaptive rate; nil = no adaptive rate. AppRate and RobotRate bound
 	// it (defaults: DefaultAppRate, DefaultRobotRate).
@@ -163,9 +162,8 @@ type Dispatcher struct {
 	merge *merger // nil = WeCom sends are not merged
 	// uploads: one WeCom media upload per file at a time in this process.
 	uploads flight
-	// rateNoted: when each WeCom account's rate was last written for the
-	// stats (account → time.Time).
-	rateNoted sync.Map
+	// accounts are the WeCom accounts, each resolved once (accounts.go).
+	accounts *accounts
 	// renew keeps every lease of this consumer alive in one round trip per
 	// tick, instead of a goroutine per message (issue 22).
 	renew *claim.Renewer
@@ -180,7 +178,7 @@ func New(cfg Config) (*Dispatcher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	d := &Dispatcher{cfg: cfg, log: cfg.Logger, now: time.Now, renew: cfg.Claims.NewRenewer(), hot: newHotMetrics(cfg.Metrics), burst: newBurst(cfg.Redis)}
+	d := &Dispatcher{cfg: cfg, log: cfg.Logger, now: time.Now, renew: cfg.Claims.NewRenewer(), hot: newHotMetrics(cfg.Metrics), burst: newBurst(cfg.Redis), accounts: newAccounts(&cfg)}
 	if cfg.MergeWindow > 0 {
 		d.merge = newMerger(d, cfg.MergeWindow)
 	}
@@ -206,6 +204,9 @@ type job struct {
 	// groupRules: the provider limits of a message that waits to be merged,
 	// taken once for its merged send.
 	groupRules []ratelimit.Rule
+	// acct is a WeCom job's account, resolved once (accounts.resolve) and
+	// handed down to everything that needs it.
+	acct *account
 }
 
 // taskIDs are the status records a job's outcome is written to: the
@@ -327,10 +328,15 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 		rules = d.cfg.RateLimits.Rules(j.provider)
 	}
 	if j.channel == topology.WeCom && d.cfg.WeCom != nil {
-		if err := d.accountUp(ctx, msg); err != nil {
+		if j.acct == nil { // once per job, even when a Redis pause runs it again
+			if j.acct, err = d.accounts.resolve(msg); err != nil {
+				return err
+			}
+		}
+		if err := d.accountUp(ctx, j.acct); err != nil {
 			return err
 		}
-		more, err := d.wecomRules(ctx, msg)
+		more, err := d.accountRules(ctx, j.acct)
 		if err != nil {
 			return fmt.Errorf("%w: adaptive rate: %w", errRedis, err)
 		}

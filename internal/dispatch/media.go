@@ -9,25 +9,18 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider"
 )
 
-// mediaUploader is the WeCom client's media side (wecom.Client).
-type mediaUploader interface {
-	CorpOf(m provider.WeCom) string
-	UploadMedia(ctx context.Context, m provider.WeCom, kind, filename string, data []byte) (string, error)
-}
-
 // wecomMedia fetches a media message's file (through the egress guard,
 // within WeCom's limits) and sets m's media_id: the one cached for the
-// same bytes in the corp, else a fresh upload, then cached.
-func (d *Dispatcher) wecomMedia(ctx, sctx context.Context, md *envelope.Media, m *provider.WeCom) error {
-	up, ok := d.cfg.WeCom.(mediaUploader)
-	if d.cfg.Media == nil || !ok {
+// same bytes in a's corp, else a fresh upload, then cached.
+func (d *Dispatcher) wecomMedia(ctx, sctx context.Context, a *account, md *envelope.Media, m *provider.WeCom) error {
+	if d.cfg.Media == nil || a.app == nil {
 		return fmt.Errorf("%w: this consumer cannot send WeCom media", ErrTemplate)
 	}
 	f, err := d.cfg.Media.Fetch(sctx, md.URL, md.Type)
 	if err != nil {
 		return err
 	}
-	corp := up.CorpOf(*m)
+	corp := a.app.CorpID
 	// The same file for many users at once (single messages about to be
 	// merged) is uploaded by one of them; the others wait for its id.
 	id, err := d.uploads.do(corp+"\x00"+md.Type+"\x00"+f.SHA256, func() (string, error) {
@@ -38,7 +31,7 @@ func (d *Dispatcher) wecomMedia(ctx, sctx context.Context, md *envelope.Media, m
 		if id != "" {
 			return id, nil
 		}
-		if id, err = up.UploadMedia(sctx, *m, md.Type, md.Filename, f.Data); err != nil {
+		if id, err = d.cfg.WeCom.UploadMedia(sctx, a.app, md.Type, md.Filename, f.Data); err != nil {
 			return "", err
 		}
 		if err := d.cfg.Media.Remember(ctx, corp, md.Type, f.SHA256, id); err != nil {

@@ -40,6 +40,7 @@ type merger struct {
 // outcome.
 type group struct {
 	key   [32]byte
+	acct  *account
 	m     provider.WeCom // without users
 	rules []ratelimit.Rule
 	ctx   context.Context // the first member's, without its cancel
@@ -74,14 +75,14 @@ func (d *Dispatcher) mergeable(j *job) bool {
 
 // join adds m's one user to the group of its account, type and content,
 // and waits for the group's send. rules are taken once for the group.
-func (mg *merger) join(ctx context.Context, m provider.WeCom, rules []ratelimit.Rule) mergeOutcome {
-	key := sha256.Sum256([]byte(wecom.AccountName(m) + "\x00" + m.Format + "\x00" + m.Content + "\x00" + m.MediaID))
+func (mg *merger) join(ctx context.Context, a *account, m provider.WeCom, rules []ratelimit.Rule) mergeOutcome {
+	key := sha256.Sum256([]byte(a.name + "\x00" + m.Format + "\x00" + m.Content + "\x00" + m.MediaID))
 	me := &member{user: m.ToUsers[0], out: make(chan mergeOutcome, 1)}
 	now := time.Now()
 	mg.mu.Lock()
 	g, ok := mg.groups[key]
 	if !ok {
-		g = &group{key: key, m: m, rules: rules, ctx: context.WithoutCancel(ctx), first: now, full: make(chan struct{})}
+		g = &group{key: key, acct: a, m: m, rules: rules, ctx: context.WithoutCancel(ctx), first: now, full: make(chan struct{})}
 		g.m.ToUsers, g.m.TaskID = nil, ""
 		mg.groups[key] = g
 		go mg.run(g)
@@ -157,7 +158,7 @@ func (mg *merger) send(g *group, members []*member) mergeOutcome {
 	}
 	sctx, cancel := context.WithTimeout(g.ctx, d.cfg.SendTimeout)
 	defer cancel()
-	rcpt, err := d.callWeCom(g.ctx, sctx, m)
+	rcpt, err := d.callWeCom(g.ctx, sctx, g.acct, m)
 	d.cfg.Metrics.MergedSends.Inc()
 	d.cfg.Metrics.MergedUsers.Observe(float64(len(m.ToUsers)))
 	return mergeOutcome{rcpt: rcpt.Receipt, rejected: rcpt.Rejected, err: err}

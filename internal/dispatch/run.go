@@ -126,7 +126,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 
 	var mailer provider.Mailer
 	var smsSender provider.SMSSender
-	var weCom provider.WeComSender
+	var weCom WeComClient
 	var breakers []func() map[string]breaker.State // for msgpulse_breaker_state
 	for _, ch := range cfg.Channels {
 		switch ch {

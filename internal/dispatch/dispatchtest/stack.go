@@ -58,7 +58,8 @@ type Options struct {
 	// token shared through Redis, like separate processes.
 	WeComBase string
 	// WeComAccounts are more WeCom applications (WECOM_ACCOUNTS) besides
-	// the test credentials' default; WeComLimits their limits.
+	// the test credentials' default (one named default replaces it);
+	// WeComLimits their limits.
 	WeComAccounts []wecom.Account
 	WeComLimits   map[string]wecom.Limits
 	// AccountDownFor is how long a refused account stays down before a
@@ -201,7 +202,7 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	}
 	tpl, err := template.Load("", "en")
 	require.NoError(t, err)
-	var wc provider.WeComSender
+	var wc dispatch.WeComClient
 	if s.opts.WeComBase != "" {
 		wc = s.weCom(rdb)
 	}
@@ -404,11 +405,17 @@ func (r *RecordingSMS) Count() int {
 
 // weCom is one consumer's WeCom client: its own HTTP client, the access
 // token shared through Redis.
-func (s *Stack) weCom(rdb redis.UniversalClient) provider.WeComSender {
+func (s *Stack) weCom(rdb redis.UniversalClient) dispatch.WeComClient {
 	t := s.T
-	c, err := wecom.NewAccounts(wecom.Config{CorpID: wecomtest.CorpID, CorpSecret: wecomtest.CorpSecret, AgentID: wecomtest.AgentID, APIBase: s.opts.WeComBase,
+	cfg := wecom.Config{CorpID: wecomtest.CorpID, CorpSecret: wecomtest.CorpSecret, AgentID: wecomtest.AgentID, APIBase: s.opts.WeComBase,
 		Robots:       map[string]string{"ops": wecomtest.RobotKey, "shop-ops": wecomtest.RobotKey},
-		RobotTenants: map[string][]string{"shop-ops": {"shop"}}, Accounts: s.opts.WeComAccounts},
+		RobotTenants: map[string][]string{"shop-ops": {"shop"}}, Accounts: s.opts.WeComAccounts}
+	for _, a := range s.opts.WeComAccounts {
+		if a.Name == wecom.DefaultAccount { // WECOM_ACCOUNTS defines default: no single-account settings
+			cfg.CorpID, cfg.CorpSecret, cfg.AgentID = "", "", 0
+		}
+	}
+	c, err := wecom.NewAccounts(cfg,
 		func(a wecom.Account, fetch func(context.Context) (string, time.Duration, error)) (wecom.Tokens, error) {
 			return token.New(rdb, token.Config{Prefix: s.Redis.Prefix, Name: "wecom:" + a.Key()}, fetch)
 		})

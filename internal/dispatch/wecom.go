@@ -44,14 +44,20 @@ func wecomMessage(msg *envelope.Message) provider.WeCom {
 
 // sendWeCom renders and sends a WeCom message (one call for every
 // recipient of a batch) from the job's account, notes the recipients WeCom
-// refused, and moves the account's adaptive rate.
+// refused, and moves the account's adaptive rate. A media message goes to
+// the media pool, and a message that may wait for others to the merge
+// buffer: they are handed on (errHandedOn), and finished there.
 func (d *Dispatcher) sendWeCom(ctx, sctx context.Context, j *job, vars map[string]string) (provider.Receipt, error) {
 	if d.cfg.WeCom == nil {
 		return provider.Receipt{}, fmt.Errorf("%w: this consumer has no WeCom provider", ErrTemplate)
 	}
 	m := wecomMessage(j.msg)
 	if j.msg.Media != nil {
-		if err := d.wecomMedia(ctx, sctx, j.acct, j.msg.Media, &m); err != nil {
+		if j.media == mediaReserved {
+			return provider.Receipt{}, d.media.submit(ctx, j, m)
+		}
+		// Not handed on (after a Redis pause): here, within SEND_TIMEOUT.
+		if err := d.wecomMedia(sctx, j.acct, j.msg.Media, &m); err != nil {
 			return provider.Receipt{}, err
 		}
 	} else {
@@ -62,14 +68,32 @@ func (d *Dispatcher) sendWeCom(ctx, sctx context.Context, j *job, vars map[strin
 		m.Format, m.Content = w.Format, w.Content
 		m.Title, m.Description, m.URL = w.Title, w.Description, w.URL
 	}
-	if d.mergeable(j) {
-		o := d.merge.join(ctx, j.acct, m, j.groupRules)
-		j.rejected = o.rejected
-		return o.rcpt, o.err
+	return d.callOrMerge(ctx, sctx, j, m)
+}
+
+// callOrMerge makes m's call, or, when j may wait for others to share it,
+// adds j to the merge buffer: handed on, or, where it cannot be, waiting
+// here for the merged send.
+func (d *Dispatcher) callOrMerge(ctx, sctx context.Context, j *job, m provider.WeCom) (provider.Receipt, error) {
+	if !d.mergeable(j) {
+		rcpt, err := d.callWeCom(ctx, sctx, j.acct, m)
+		j.rejected = rcpt.Rejected
+		return rcpt.Receipt, err
 	}
-	rcpt, err := d.callWeCom(ctx, sctx, j.acct, m)
-	j.rejected = rcpt.Rejected
-	return rcpt.Receipt, err
+	if d.handsOn(j) {
+		d.merge.add(ctx, j, m, func(o mergeOutcome) {
+			j.rejected = o.rejected
+			d.finish(ctx, j, o.rcpt, o.err)
+		})
+		return provider.Receipt{}, errHandedOn
+	}
+	out := make(chan mergeOutcome, 1)
+	d.merge.add(ctx, j, m, func(o mergeOutcome) { out <- o })
+	// Wait whatever ctx says: once gathered the send may happen, and its
+	// outcome must be recorded for this member.
+	o := <-out
+	j.rejected = o.rejected
+	return o.rcpt, o.err
 }
 
 // callWeCom makes one WeCom call from a, counts it in the account's health

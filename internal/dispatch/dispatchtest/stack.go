@@ -69,6 +69,8 @@ type Options struct {
 	MergeWindow time.Duration
 	// MediaCacheTTL is how long media ids are reused; default 60h.
 	MediaCacheTTL time.Duration
+	// Media adjusts the media store's settings (rates, timeouts).
+	Media func(*media.Config)
 	// MaxWorkers lets each channel's pool grow from the consumer's
 	// concurrency up to it (0 = fixed), resized every ScaleEvery.
 	MaxWorkers int
@@ -208,7 +210,11 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	}
 	// The test servers listen on loopback: allowed, as with
 	// CALLBACK_ALLOW_PRIVATE=true.
-	mediaStore, err := media.New(rdb, media.Config{Prefix: s.Redis.Prefix, Egress: egress.Policy{AllowPrivate: true}, CacheTTL: s.opts.MediaCacheTTL})
+	medc := media.Config{Prefix: s.Redis.Prefix, Egress: egress.Policy{AllowPrivate: true}, CacheTTL: s.opts.MediaCacheTTL}
+	if s.opts.Media != nil {
+		s.opts.Media(&medc)
+	}
+	mediaStore, err := media.New(rdb, medc)
 	require.NoError(t, err)
 	accounts, err := accountstate.New(rdb, accountstate.Config{Prefix: s.Redis.Prefix, DownFor: s.opts.AccountDownFor})
 	require.NoError(t, err)
@@ -233,6 +239,7 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	})
 	require.NoError(t, err)
 	c := &Consumer{Name: name, Dispatcher: d, cancel: cancel, done: make(chan struct{})}
+	go func() { <-ctx.Done(); d.Drain() }() // as dispatch.Run does
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); session.Run(bg) }()

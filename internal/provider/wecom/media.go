@@ -67,7 +67,7 @@ func (c *Client) UploadMedia(ctx context.Context, acct *App, kind, filename stri
 			return "", err
 		}
 		req.Header.Set("Content-Type", w.FormDataContentType())
-		a, err := c.call(req, Name)
+		a, err := c.callWith(c.upload, req, Name)
 		if err != nil {
 			return "", err
 		}

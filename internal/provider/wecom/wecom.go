@@ -178,7 +178,11 @@ type Tokens interface {
 type Client struct {
 	cfg  Config
 	http *http.Client
-	apps []*App // as configured: default first, then WECOM_ACCOUNTS
+	// upload shares http's connections without its Timeout: an upload
+	// (up to 20 MB) is bounded by its caller's context alone
+	// (WECOM_MEDIA_UPLOAD_TIMEOUT), not by a send's.
+	upload *http.Client
+	apps   []*App // as configured: default first, then WECOM_ACCOUNTS
 }
 
 // New validates cfg and returns a Client whose default account (the
@@ -203,6 +207,9 @@ func NewAccounts(cfg Config, tokensFor TokensFor) (*Client, error) {
 	// every phase bounded, redirects refused (they would carry the token or
 	// the robot key elsewhere).
 	c := &Client{cfg: cfg, http: provider.NewHTTPClient(cfg.Timeout)}
+	up := *c.http
+	up.Timeout = 0
+	c.upload = &up
 	accounts, err := cfg.allAccounts()
 	if err != nil {
 		return nil, err
@@ -422,7 +429,11 @@ func (c *Client) sendRobot(ctx context.Context, m provider.WeCom) (provider.WeCo
 // HTTP errors come back classified, without the URL (it holds the token or
 // the robot key).
 func (c *Client) call(req *http.Request, name string) (answer, error) {
-	resp, err := c.http.Do(req) //nolint:gosec // the base URL comes from configuration
+	return c.callWith(c.http, req, name)
+}
+
+func (c *Client) callWith(client *http.Client, req *http.Request, name string) (answer, error) {
+	resp, err := client.Do(req) //nolint:gosec // the base URL comes from configuration
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {

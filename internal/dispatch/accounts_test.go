@@ -119,7 +119,7 @@ func TestConsumerEnforcesAccountTenancy(t *testing.T) {
 	}})
 	shop := sendFrom(s, wecom.DefaultAccount, "shop", 1, 0)
 	blog := sendFrom(s, wecom.DefaultAccount, "blog", 1, 0) // what an API without WECOM_ACCOUNTS publishes
-	unnamed := sendFrom(s, "", "blog", 1, 0)                 // an older message, naming none
+	unnamed := sendFrom(s, "", "blog", 1, 0)                // an older message, naming none
 	s.StartConsumer("c1", 4)
 	for u, id := range shop {
 		waitStatus(t, s, id, status.Sent)

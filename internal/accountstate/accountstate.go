@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/redact"
 )
 
@@ -273,6 +274,9 @@ type State struct {
 	// (adaptive rate × health); absent when none sent lately.
 	RatePerSecond *float64 `json:"ratePerSecond,omitempty"`
 	Tenants       []string `json:"tenants,omitempty"`
+	// Limits are its sends per second, minute, hour and day
+	// (WECOM_ACCOUNT_LIMITS; 0 = none); absent when it has none.
+	Limits *wecom.Limits `json:"limits,omitempty"`
 }
 
 // Get reads account's state from Redis (no cache).

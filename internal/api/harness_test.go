@@ -83,6 +83,7 @@ type options struct {
 	admitFill float64
 	// wecomAccounts are WECOM_ACCOUNTS (without secrets)
 	wecomAccounts []wecom.Account
+	wecomLimits   map[string]wecom.Limits // WECOM_ACCOUNT_LIMITS
 }
 
 func defaultLimits() config.Limits {
@@ -200,7 +201,7 @@ func setup(t *testing.T, o options) *harness {
 		Gauge:    h.gauge,
 		Accounts: accounts,
 	}, Options{APIKeys: o.keys, Egress: o.egress, CallbackKeys: *o.callbackKeys, AuthFailuresPerMinute: o.authFailures, BodyLimit: 4096, Limits: o.limits, PublishTimeout: 3 * time.Second,
-		BatchMaxBytes: o.batchMaxBytes, Robots: o.robots, AdmitFill: fills, WeComAccounts: o.wecomAccounts})
+		BatchMaxBytes: o.batchMaxBytes, Robots: o.robots, AdmitFill: fills, WeComAccounts: o.wecomAccounts, WeComLimits: o.wecomLimits})
 	require.NoError(t, err)
 	t.Cleanup(h.srv.Wait) // background rollbacks end before Redis closes
 	h.http = httptest.NewServer(h.srv.Handler())

@@ -184,7 +184,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		Limits: cfg.Limits, CallbackHTTP: cfg.CallbackHTTP, Egress: egress.Policy{AllowPrivate: cfg.CallbackPrivate}, CallbackKeys: cfg.CallbackKeys, AuthFailuresPerMinute: cfg.AuthFailuresPerMinute, PublishTimeout: cfg.PublishTimeout, MessageMaxAge: cfg.MessageMaxAge,
 		BatchMaxBytes: cfg.BatchMaxBytes, Robots: cfg.WeComRobots,
 		IdempotencyTTL: cfg.IdempotencyTTL, AdmitFill: cfg.AdmitFill,
-		WeComAccounts: cfg.WeComAccounts})
+		WeComAccounts: cfg.WeComAccounts, WeComLimits: cfg.WeComLimits})
 	if err != nil {
 		return err
 	}

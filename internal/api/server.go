@@ -124,6 +124,9 @@ type Options struct {
 	// WeComAccounts are WECOM_ACCOUNTS without their secrets: who may send
 	// from which account.
 	WeComAccounts []wecom.Account
+	// WeComLimits are each account's limits (WECOM_ACCOUNT_LIMITS), shown
+	// with its state.
+	WeComLimits map[string]wecom.Limits
 }
 
 // Server is the HTTP API.

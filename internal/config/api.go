@@ -88,6 +88,8 @@ type API struct {
 	// WeComAccounts are WECOM_ACCOUNTS without secrets: who may send from
 	// which WeCom account.
 	WeComAccounts []wecom.Account
+	// WeComLimits are WECOM_ACCOUNT_LIMITS, shown with each account.
+	WeComLimits map[string]wecom.Limits
 }
 
 // DefaultAdmitFill is {CH}_QUEUE_ADMIT_FILL's default: refuse at 80% of
@@ -188,5 +190,6 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	c.Delay = loadDelay(l)
 	c.WeComRobots = loadAPIRobots(l)
 	c.WeComAccounts = loadAPIWeComAccounts(l)
+	c.WeComLimits = loadAccountLimits(l)
 	return c, l
 }

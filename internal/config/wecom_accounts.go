@@ -43,12 +43,8 @@ func loadAccountList(l *envconf.Loader) []wecom.Account {
 
 // loadWeComAccounts reads the accounts' limits and health window.
 func loadWeComAccounts(l *envconf.Loader) WeComAccounts {
-	var err error
 	var w WeComAccounts
-	limits := l.String("WECOM_ACCOUNT_LIMITS", "", "WeCom accounts' sends per second/minute/hour/day: name=s/m/h/d, comma-separated (0 = none), e.g. default=20/600/10000/100000")
-	if w.Limits, err = wecom.ParseLimits(limits); err != nil {
-		l.Fail("WECOM_ACCOUNT_LIMITS", limits, "%v", err)
-	}
+	w.Limits = loadAccountLimits(l)
 	w.HealthWindow = l.Duration("WECOM_HEALTH_WINDOW", 5*time.Minute, 10*time.Second, 24*time.Hour,
 		"how far back a WeCom account's health (success rate of its sends) looks; its send rate is its adaptive rate times its health")
 	w.MergeWindow = l.Duration("WECOM_MERGE_WINDOW", 100*time.Millisecond, 0, 10*time.Second,
@@ -76,6 +72,17 @@ func loadWeComAccounts(l *envconf.Loader) WeComAccounts {
 	w.MediaUploadTimeout = l.Duration("WECOM_MEDIA_UPLOAD_TIMEOUT", media.DefaultUploadTimeout, time.Second, 10*time.Minute,
 		"longest upload of a WeCom media file to WeCom, apart from its download and from SEND_TIMEOUT; the same file is uploaded once by the fleet")
 	return w
+}
+
+// loadAccountLimits reads WECOM_ACCOUNT_LIMITS: the consumer holds the
+// accounts to them, the API and its console show them.
+func loadAccountLimits(l *envconf.Loader) map[string]wecom.Limits {
+	limits := l.String("WECOM_ACCOUNT_LIMITS", "", "WeCom accounts' sends per second/minute/hour/day: name=s/m/h/d, comma-separated (0 = none), e.g. default=20/600/10000/100000; the consumer holds each account to them, the API shows them (/api/queues/stats, the console)")
+	out, err := wecom.ParseLimits(limits)
+	if err != nil {
+		l.Fail("WECOM_ACCOUNT_LIMITS", limits, "%v", err)
+	}
+	return out
 }
 
 // loadAPIWeComAccounts reads WECOM_ACCOUNTS for the API, which checks who

@@ -231,7 +231,10 @@ func IsCredentialsRefused(err error) bool {
 // Limits are an account's sends per second, minute, hour and day
 // (WECOM_ACCOUNT_LIMITS, seed 004's MultiDimensionalRateLimiter); 0 = none.
 type Limits struct {
-	PerSecond, PerMinute, PerHour, PerDay int
+	PerSecond int `json:"perSecond"`
+	PerMinute int `json:"perMinute"`
+	PerHour   int `json:"perHour"`
+	PerDay    int `json:"perDay"`
 }
 
 // ParseLimits reads WECOM_ACCOUNT_LIMITS: name=s/m/h/d, comma-separated

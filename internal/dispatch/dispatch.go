@@ -249,13 +249,12 @@ type job struct {
 
 	// A WeCom job may be handed on (to the merge buffer, to the media
 	// pool) and finished by whoever holds it (finish). queue names its
-	// queue; settle is broker.Later's (nil: its queue cannot hand on);
-	// end ends the handler's span and in-flight count, when the handler
-	// returns or, handed on, when the job is finished; noHandOff: after a
-	// Redis pause it finishes where it is.
+	// queue, span is the handler's; settle is broker.Later's (nil: its
+	// queue cannot hand on); noHandOff: after a Redis pause it finishes
+	// where it is.
 	queue     string
+	span      telemetry.Span
 	settle    func(broker.Action)
-	end       func()
 	noHandOff bool
 	// claimed is the claim held while the send is in flight, and
 	// stopRenew stops renewing its lease (afterSend).
@@ -303,20 +302,12 @@ func (d *Dispatcher) LevelHandler(channel string, level topology.Level) broker.H
 		if due, ok := envelope.HeaderTime(del.Headers, envelope.HeaderDueAt); ok {
 			d.cfg.DelayMetrics.Accuracy.Observe(d.now().Sub(due).Seconds())
 		}
-		j := &job{channel: channel, level: level, del: del, provider: d.providerName(channel), queue: queue}
+		j := &job{channel: channel, level: level, del: del, provider: d.providerName(channel), queue: queue, span: span}
 		j.settle, _ = broker.Later(ctx)
-		j.end = func() {
-			// Also on a panic: OnPanic then writes "failed", which a late
-			// "sending" must not overwrite.
-			j.waitSending()
-			d.media.unreserve(j)
-			d.cfg.Metrics.InFlight.Dec()
-			span.End()
-		}
 		handedOn := false
 		defer func() {
 			if !handedOn {
-				j.end()
+				d.end(j)
 			}
 		}()
 		for {
@@ -475,11 +466,23 @@ func (d *Dispatcher) afterSend(ctx context.Context, j *job, err error) error {
 	return nil
 }
 
+// end ends what the handler started for j (its span, the in-flight
+// count, its media place): when the handler returns, or, for a job handed
+// on, when it is finished.
+func (d *Dispatcher) end(j *job) {
+	// Also on a panic: OnPanic then writes "failed", which a late
+	// "sending" must not overwrite.
+	j.waitSending()
+	d.media.unreserve(j)
+	d.cfg.Metrics.InFlight.Dec()
+	j.span.End()
+}
+
 // finish completes a job that was handed on, once its send is done, in
 // the goroutine of whoever held it: the rest of process and of the
 // handler (a Redis pause runs the pipeline again, here), then the settle.
 func (d *Dispatcher) finish(ctx context.Context, j *job, rcpt provider.Receipt, err error) {
-	defer j.end()
+	defer d.end(j)
 	err = d.afterSend(ctx, j, d.sent(j, rcpt, err))
 	for errors.Is(err, errRedis) {
 		if !d.pause(ctx, err) {

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -36,22 +34,7 @@ func tenantKeys() string {
 // downloads run 4 at a time, so its n-th slow file fails within about
 // ceil(n/4) × 3.75 s of being accepted.
 func TestSlowMediaOfOneTenantNeverStallsAnother(t *testing.T) {
-	drip := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "image/png")
-		w.Header().Set("Content-Length", "100000")
-		for {
-			if _, err := w.Write([]byte{0x89}); err != nil {
-				return
-			}
-			w.(http.Flusher).Flush()
-			select {
-			case <-r.Context().Done():
-				return
-			case <-time.After(time.Second):
-			}
-		}
-	}))
-	t.Cleanup(drip.Close)
+	drip := testenv.Drip(t)
 	srv := wecomtest.New(t)
 	s := newSystem(t, tenantKeys(), "CALLBACK_ALLOW_PRIVATE=true")
 	_, _ = s.api("CALLBACK_ALLOW_HTTP=true")
@@ -80,42 +63,20 @@ func TestSlowMediaOfOneTenantNeverStallsAnother(t *testing.T) {
 		texts[i] = res.TaskID
 		accepted[res.TaskID] = time.Now()
 	}
-	sent := map[string]time.Time{}
-	testenv.WaitFor(t, 30*time.Second, "every one of blog's texts sent", func() bool {
-		for _, id := range texts {
-			if _, ok := sent[id]; ok {
-				continue
-			}
-			m, err := blog.GetMessage(ctx, id)
-			require.NoError(t, err)
-			if m.Status == client.Status("sent") {
-				sent[id] = time.Now()
-			}
-		}
-		return len(sent) == n
-	})
+	sent := reached(t, blog, texts, "sent", 30*time.Second)
 	for i, id := range texts {
 		took := sent[id].Sub(accepted[id])
 		require.Less(t, took, 5*time.Second, "blog's text %d sent %s after it was accepted", i, took)
 		require.Len(t, srv.ReceivedBy(fmt.Sprintf("blog%02d", i)), 1)
 	}
 
-	failed := map[string]time.Time{}
-	testenv.WaitFor(t, 90*time.Second, "every one of shop's images failed", func() bool {
-		for _, id := range images {
-			if _, ok := failed[id]; ok {
-				continue
-			}
-			m, err := shop.GetMessage(ctx, id)
-			require.NoError(t, err)
-			if m.Status == client.Status("failed") {
-				require.Contains(t, m.LastError, "media download too slow", id)
-				require.Equal(t, "permanent", m.Reason)
-				failed[id] = time.Now()
-			}
-		}
-		return len(failed) == n
-	})
+	failed := reached(t, shop, images, "failed", 90*time.Second)
+	for _, id := range images {
+		m, err := shop.GetMessage(ctx, id)
+		require.NoError(t, err)
+		require.Contains(t, m.LastError, "media download too slow", id)
+		require.Equal(t, "permanent", m.Reason, id)
+	}
 	var last time.Duration
 	for i, id := range images {
 		took := failed[id].Sub(accepted[id])
@@ -132,6 +93,28 @@ func TestSlowMediaOfOneTenantNeverStallsAnother(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, strings.Contains(m.LastError, "WECOM_MEDIA_MIN_RATE") || strings.Contains(m.LastError, "WECOM_MEDIA_FETCH_TIMEOUT"), m.LastError)
 	require.Equal(t, 1, m.Attempts, "a slow download is not retried")
+}
+
+// reached polls ids until each has status, and returns when it saw each
+// reach it.
+func reached(t *testing.T, c *client.Client, ids []string, status string, within time.Duration) map[string]time.Time {
+	t.Helper()
+	ctx := testenv.Context(t, within+10*time.Second)
+	at := map[string]time.Time{}
+	testenv.WaitFor(t, within, fmt.Sprintf("%d messages %s", len(ids), status), func() bool {
+		for _, id := range ids {
+			if _, ok := at[id]; ok {
+				continue
+			}
+			m, err := c.GetMessage(ctx, id)
+			require.NoError(t, err)
+			if m.Status == client.Status(status) {
+				at[id] = time.Now()
+			}
+		}
+		return len(at) == len(ids)
+	})
+	return at
 }
 
 func maxOf(done, start map[string]time.Time, ids []string) time.Duration {

@@ -75,42 +75,26 @@ func TestFetchIsGuardedAndBounded(t *testing.T) {
 // its size (within the kind's limit).
 func TestFetchRefusesASlowDownload(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/fast" {
-			_, _ = w.Write(bytes.Repeat([]byte("x"), 64<<10))
-			return
-		}
-		// One byte a second until the client gives up (as issue 37's
-		// tenant served its images).
-		w.Header().Set("Content-Length", "100000")
-		for {
-			if _, err := w.Write([]byte("x")); err != nil {
-				return
-			}
-			w.(http.Flusher).Flush()
-			select {
-			case <-r.Context().Done():
-				return
-			case <-time.After(time.Second):
-			}
-		}
+	fast := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write(bytes.Repeat([]byte("x"), 64<<10))
 	}))
-	t.Cleanup(srv.Close)
+	t.Cleanup(fast.Close)
+	drip := testenv.Drip(t) // a byte a second, as issue 37's tenant served its images
 	rdb := testenv.NewRedis(t)
 	s, err := media.New(rdb.Client, media.Config{Prefix: rdb.Prefix, Egress: egress.Policy{AllowPrivate: true}, RateWindow: 500 * time.Millisecond})
 	require.NoError(t, err)
-	f, err := s.Fetch(context.Background(), srv.URL+"/fast", "image")
+	f, err := s.Fetch(context.Background(), fast.URL+"/fast", "image")
 	require.NoError(t, err)
 	require.Len(t, f.Data, 64<<10)
 	start := time.Now()
-	_, err = s.Fetch(context.Background(), srv.URL+"/drip", "image")
+	_, err = s.Fetch(context.Background(), drip.URL+"/drip", "image")
 	var pe *provider.Error
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, provider.Permanent, pe.Class)
 	require.Equal(t, "media_too_slow", pe.Code)
 	require.Contains(t, err.Error(), "media download too slow")
 	require.Contains(t, err.Error(), "WECOM_MEDIA_MIN_RATE")
-	require.NotContains(t, err.Error(), srv.URL, "no URL in the reason")
+	require.NotContains(t, err.Error(), drip.URL, "no URL in the reason")
 	require.Less(t, time.Since(start), 30*time.Second, "given up long before the file could arrive")
 }
 

@@ -60,7 +60,7 @@ type group struct {
 	first, last time.Time
 	members     []*member
 	full        chan struct{}
-	sent        bool // full was closed
+	sent        bool // it left the buffer, and full was closed
 }
 
 type member struct {
@@ -104,22 +104,30 @@ func (mg *merger) add(ctx context.Context, j *job, m provider.WeCom, done func(m
 	g.last = now
 	g.members = append(g.members, &member{user: m.ToUsers[0], done: done})
 	mg.held++
-	// Full (WeCom's 1,000 users), or the buffer is: it goes now, and the
-	// next member starts a new group.
-	if len(g.members) >= wecom.MaxUsers || mg.held >= mg.max || mg.draining {
+	switch {
+	case mg.held >= mg.max || mg.draining:
+		// The buffer is full: every group goes now, as large as it got,
+		// and gathering starts again. (Sending only the newcomer's would
+		// keep the buffer full and send groups of one.)
+		for _, g := range mg.groups {
+			mg.sendNowLocked(g)
+		}
+	case len(g.members) >= wecom.MaxUsers:
+		// Full (WeCom's 1,000 users): the next member starts a new group.
 		mg.sendNowLocked(g)
 	}
 }
 
-// sendNowLocked ends g's gathering; its goroutine sends it.
+// sendNowLocked ends g's gathering: it leaves the buffer, and its
+// goroutine sends it.
 func (mg *merger) sendNowLocked(g *group) {
-	if mg.groups[g.key] == g {
-		delete(mg.groups, g.key)
+	if g.sent {
+		return
 	}
-	if !g.sent {
-		g.sent = true
-		close(g.full)
-	}
+	g.sent = true
+	delete(mg.groups, g.key)
+	mg.held -= len(g.members)
+	close(g.full)
 }
 
 // drain sends every group now, and every later one at once.
@@ -153,7 +161,6 @@ func (mg *merger) run(g *group) {
 	mg.mu.Lock()
 	mg.sendNowLocked(g)
 	members := g.members
-	mg.held -= len(members)
 	mg.mu.Unlock()
 	out := mg.send(g, members)
 	for _, me := range members {

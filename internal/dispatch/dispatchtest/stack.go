@@ -65,8 +65,10 @@ type Options struct {
 	// AccountDownFor is how long a refused account stays down before a
 	// probe; default 30s.
 	AccountDownFor time.Duration
-	// MergeWindow merges single WeCom application messages (0 = off).
+	// MergeWindow merges single WeCom application messages (0 = off);
+	// MergeMax bounds the merge buffer (0 = the default).
 	MergeWindow time.Duration
+	MergeMax    int
 	// MediaCacheTTL is how long media ids are reused; default 60h.
 	MediaCacheTTL time.Duration
 	// Media adjusts the media store's settings (rates, timeouts).
@@ -232,7 +234,7 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	delayed := delay.NewPublisher(pub, s.Planner, s.Model.Delay, s.DelayMet)
 	d, err := dispatch.New(dispatch.Config{
 		Model: s.Model, Claims: claims, Status: statuses, Templates: tpl, Keys: s.Keys, Mail: m, SMS: sms, WeCom: wc,
-		Adaptive: s.Adaptive, Accounts: accounts, WeComLimits: s.opts.WeComLimits, MergeWindow: s.opts.MergeWindow, Media: mediaStore,
+		Adaptive: s.Adaptive, Accounts: accounts, WeComLimits: s.opts.WeComLimits, MergeWindow: s.opts.MergeWindow, MergeMax: s.opts.MergeMax, Media: mediaStore,
 		Delayed: delayed, Limiter: ratelimit.New(rdb, s.Redis.Prefix), RateLimits: rl, Redis: rdb,
 		Retry: s.opts.Retry, SendTimeout: 5 * time.Second, Owner: name, Metrics: s.Metrics, DelayMetrics: s.DelayMet,
 		Logger: s.opts.Logger.Named(name),

@@ -403,7 +403,7 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 			return fmt.Errorf("%w: adaptive rate: %w", errRedis, err)
 		}
 		rules = append(rules, more...)
-		if msg.Media != nil && d.handsOn(j) && !d.media.reserve(j) {
+		if msg.Media != nil && d.cfg.Media != nil && d.handsOn(j) && !d.media.reserve(j) {
 			// Before the claim: nothing attempted, nothing recorded.
 			return d.media.busy(j)
 		}

@@ -18,6 +18,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/msgpulse/msgpulse/internal/provider/wecom"
+	"github.com/msgpulse/msgpulse/internal/redact"
 )
 
 // buckets is how many slices the health window is counted in.
@@ -61,20 +64,6 @@ type Store struct {
 	rdb redis.UniversalClient
 	cfg Config
 	now func() time.Time
-
-	mu     sync.Mutex
-	health map[string]cached
-	down   map[string]cachedDown
-}
-
-type cached struct {
-	at     time.Time
-	health float64
-}
-
-type cachedDown struct {
-	at  time.Time
-	why string
 }
 
 // New validates cfg and returns a Store.
@@ -82,7 +71,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Store{rdb: rdb, cfg: cfg, now: time.Now, health: map[string]cached{}, down: map[string]cachedDown{}}, nil
+	return &Store{rdb: rdb, cfg: cfg, now: time.Now}, nil
 }
 
 // Window is the health window.
@@ -95,44 +84,76 @@ func (s *Store) key(account, what string) string {
 
 func (s *Store) bucketLen() time.Duration { return s.cfg.Window / buckets }
 
-// MarkDown marks account down for DownFor, with why (WeCom's words, never
-// a secret).
-func (s *Store) MarkDown(ctx context.Context, account, why string) error {
-	if err := s.rdb.Set(ctx, s.key(account, "down"), why, s.cfg.DownFor).Err(); err != nil {
-		return fmt.Errorf("accountstate: mark %s down: %w", account, err)
+// Account is one account's state as a consumer keeps it: its keys, built
+// once, and its cached answers. A consumer resolves it once per account
+// (Store.Account) and keeps it; it is safe for concurrent use.
+type Account struct {
+	s    *Store
+	name string
+	down string // its keys
+	rate string
+
+	mu        sync.Mutex
+	health    cached
+	downCache cachedDown
+}
+
+type cached struct {
+	at     time.Time
+	health float64
+}
+
+type cachedDown struct {
+	at  time.Time
+	why string
+}
+
+// Account returns account's state; keep it (its answers are cached in it).
+func (s *Store) Account(name string) *Account {
+	return &Account{s: s, name: name, down: s.key(name, "down"), rate: s.key(name, "rate")}
+}
+
+// MarkDown marks the account down for DownFor, with why (WeCom's words;
+// the console and /api/queues/stats show it, so it passes redact.Text).
+func (a *Account) MarkDown(ctx context.Context, why string) error {
+	why = redact.Text(why)
+	if err := a.s.rdb.Set(ctx, a.down, why, a.s.cfg.DownFor).Err(); err != nil {
+		return fmt.Errorf("accountstate: mark %s down: %w", a.name, err)
 	}
-	s.mu.Lock()
-	s.down[account] = cachedDown{at: s.now(), why: why}
-	s.mu.Unlock()
+	a.mu.Lock()
+	a.downCache = cachedDown{at: a.s.now(), why: why}
+	a.mu.Unlock()
 	return nil
 }
 
-// Down returns why account is down, or "" when it is up. The answer may be
-// CacheFor old.
-func (s *Store) Down(ctx context.Context, account string) (string, error) {
-	s.mu.Lock()
-	c, ok := s.down[account]
-	s.mu.Unlock()
-	if ok && s.now().Sub(c.at) < s.cfg.CacheFor {
+// Down returns why the account is down, or "" when it is up. The answer
+// may be CacheFor old.
+func (a *Account) Down(ctx context.Context) (string, error) {
+	a.mu.Lock()
+	c := a.downCache
+	a.mu.Unlock()
+	if !c.at.IsZero() && a.s.now().Sub(c.at) < a.s.cfg.CacheFor {
 		return c.why, nil
 	}
-	why, err := s.rdb.Get(ctx, s.key(account, "down")).Result()
+	why, err := a.s.rdb.Get(ctx, a.down).Result()
 	if errors.Is(err, redis.Nil) {
 		why, err = "", nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("accountstate: is %s down: %w", account, err)
+		return "", fmt.Errorf("accountstate: is %s down: %w", a.name, err)
 	}
-	s.mu.Lock()
-	s.down[account] = cachedDown{at: s.now(), why: why}
-	s.mu.Unlock()
+	a.mu.Lock()
+	a.downCache = cachedDown{at: a.s.now(), why: why}
+	a.mu.Unlock()
 	return why, nil
 }
 
-// Record counts one send of account in the current slice of the window.
-func (s *Store) Record(ctx context.Context, account string, ok bool) error {
+// Record counts one send of the account in the current slice of the
+// window.
+func (a *Account) Record(ctx context.Context, ok bool) error {
+	s := a.s
 	b := s.bucketLen()
-	k := s.key(account, "sends:"+strconv.FormatInt(s.now().UnixMilli()/b.Milliseconds(), 10))
+	k := s.key(a.name, "sends:"+strconv.FormatInt(s.now().UnixMilli()/b.Milliseconds(), 10))
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HIncrBy(ctx, k, "all", 1)
 		if ok {
@@ -142,9 +163,67 @@ func (s *Store) Record(ctx context.Context, account string, ok bool) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("accountstate: record a send of %s: %w", account, err)
+		return fmt.Errorf("accountstate: record a send of %s: %w", a.name, err)
 	}
 	return nil
+}
+
+// Health is the success rate of the account's sends in the window, 1 when
+// it sent nothing. The answer may be CacheFor old.
+func (a *Account) Health(ctx context.Context) (float64, error) {
+	a.mu.Lock()
+	c := a.health
+	a.mu.Unlock()
+	if !c.at.IsZero() && a.s.now().Sub(c.at) < a.s.cfg.CacheFor {
+		return c.health, nil
+	}
+	all, good, err := a.s.counts(ctx, a.name)
+	if err != nil {
+		return 0, err
+	}
+	h := 1.0
+	if all > 0 {
+		h = float64(good) / float64(all)
+	}
+	a.mu.Lock()
+	a.health = cached{at: a.s.now(), health: h}
+	a.mu.Unlock()
+	return h, nil
+}
+
+// NoteRate stores the send rate (per second) the consumers hold the
+// account to, for the stats; it is kept for a minute.
+func (a *Account) NoteRate(ctx context.Context, perSecond float64) error {
+	return a.s.rdb.Set(ctx, a.rate, strconv.FormatFloat(perSecond, 'f', 4, 64), time.Minute).Err()
+}
+
+// MarkDown, Down, Record, Health and NoteRate by name are for tools and
+// tests, which touch an account once: a consumer resolves each account's
+// Account once and keeps it.
+
+// MarkDown is Account(account).MarkDown.
+func (s *Store) MarkDown(ctx context.Context, account, why string) error {
+	return s.Account(account).MarkDown(ctx, why)
+}
+
+// Down is Account(account).Down, uncached.
+func (s *Store) Down(ctx context.Context, account string) (string, error) {
+	return s.Account(account).Down(ctx)
+}
+
+// Record is Account(account).Record.
+func (s *Store) Record(ctx context.Context, account string, ok bool) error {
+	return s.Account(account).Record(ctx, ok)
+}
+
+// Health is Account(account).Health, uncached.
+func (s *Store) Health(ctx context.Context, account string) (float64, error) {
+	return s.Account(account).Health(ctx)
+}
+
+// NoteRate is Account(account).NoteRate.
+func (s *Store) NoteRate(ctx context.Context, account string, perSecond float64) error {
+	return s.Account(account).NoteRate(ctx, perSecond)
 }
 
 // counts sums the window's sends and successes.
@@ -177,35 +256,6 @@ func toInt(v any) int64 {
 	return n
 }
 
-// Health is the success rate of account's sends in the window, 1 when it
-// sent nothing. The answer may be CacheFor old.
-func (s *Store) Health(ctx context.Context, account string) (float64, error) {
-	s.mu.Lock()
-	c, ok := s.health[account]
-	s.mu.Unlock()
-	if ok && s.now().Sub(c.at) < s.cfg.CacheFor {
-		return c.health, nil
-	}
-	all, good, err := s.counts(ctx, account)
-	if err != nil {
-		return 0, err
-	}
-	h := 1.0
-	if all > 0 {
-		h = float64(good) / float64(all)
-	}
-	s.mu.Lock()
-	s.health[account] = cached{at: s.now(), health: h}
-	s.mu.Unlock()
-	return h, nil
-}
-
-// NoteRate stores the send rate (per second) the consumers hold account
-// to, for the stats; it is kept for a minute.
-func (s *Store) NoteRate(ctx context.Context, account string, perSecond float64) error {
-	return s.rdb.Set(ctx, s.key(account, "rate"), strconv.FormatFloat(perSecond, 'f', 4, 64), time.Minute).Err()
-}
-
 // State is one account in /api/queues/stats (wecomAccounts).
 type State struct {
 	Account string `json:"account"`
@@ -224,6 +274,9 @@ type State struct {
 	// (adaptive rate × health); absent when none sent lately.
 	RatePerSecond *float64 `json:"ratePerSecond,omitempty"`
 	Tenants       []string `json:"tenants,omitempty"`
+	// Limits are its sends per second, minute, hour and day
+	// (WECOM_ACCOUNT_LIMITS; 0 = none); absent when it has none.
+	Limits *wecom.Limits `json:"limits,omitempty"`
 }
 
 // Get reads account's state from Redis (no cache).
@@ -232,7 +285,7 @@ func (s *Store) Get(ctx context.Context, account string) (State, error) {
 	why, err := s.rdb.Get(ctx, s.key(account, "down")).Result()
 	switch {
 	case err == nil:
-		st.Status, st.DownReason = "down", why
+		st.Status, st.DownReason = "down", redact.Text(why)
 		// A read only: PTTL never touches the mark. A mark that lapsed
 		// between the two reads (-2) or has no expiry (-1) gets no time.
 		if ttl, err := s.rdb.PTTL(ctx, s.key(account, "down")).Result(); err == nil && ttl > 0 {

@@ -29,16 +29,16 @@ func (s *Server) checkAccount(caller apikey.Key, req *Message) *apiError {
 
 // WeComAccountStates is what /api/queues/stats shows in wecomAccounts,
 // for the console: the same reader, so the two never disagree. It is nil
-// when no WeCom account is configured: WECOM_ACCOUNTS is empty and the
-// default account (WECOM_CORP_ID…, which only the consumer reads) shows
-// no sign of use (no sends in the health window, no rate noted, not
-// down). It only reads.
+// when no WeCom account is configured: WECOM_ACCOUNTS and
+// WECOM_ACCOUNT_LIMITS are empty and the default account (WECOM_CORP_ID…,
+// which only the consumer reads) shows no sign of use (no sends in the
+// health window, no rate noted, not down). It only reads.
 func (s *Server) WeComAccountStates(ctx context.Context) ([]accountstate.State, error) {
 	if s.d.Accounts == nil {
 		return nil, nil
 	}
 	out, err := s.wecomAccounts(ctx)
-	if err != nil || len(s.opts.WeComAccounts) > 0 {
+	if err != nil || len(s.opts.WeComAccounts) > 0 || len(s.opts.WeComLimits) > 0 {
 		return out, err
 	}
 	if d := out[0]; d.Sends == 0 && d.RatePerSecond == nil && d.Status == "up" {
@@ -65,6 +65,9 @@ func (s *Server) wecomAccounts(ctx context.Context) ([]accountstate.State, error
 			return nil, err
 		}
 		st.Tenants = a.Tenants
+		if l, ok := s.opts.WeComLimits[a.Name]; ok {
+			st.Limits = &l
+		}
 		out = append(out, st)
 	}
 	return out, nil

@@ -12,6 +12,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 )
 
 // WECOM_ACCOUNTS as the API reads it: team-a is shop's, team-b blog's,
@@ -19,12 +20,13 @@ import (
 func accountsFromEnv(t *testing.T) options {
 	t.Helper()
 	cfg, l := config.LoadAPI(envconf.FromMap(map[string]string{"API_AUTH": "disabled",
-		"WECOM_ACCOUNTS": "team-a=corp-a:2001:secret-a@shop, team-b=corp-b:2002@blog, shared=corp-c:2003"}))
+		"WECOM_ACCOUNTS":       "team-a=corp-a:2001:secret-a@shop, team-b=corp-b:2002@blog, shared=corp-c:2003",
+		"WECOM_ACCOUNT_LIMITS": "team-a=20/600/0/100000"}))
 	require.NoError(t, l.Err())
 	for _, a := range cfg.WeComAccounts {
 		require.Empty(t, a.Secret, "the API keeps no secret")
 	}
-	return options{keys: tenantKeys(t), wecomAccounts: cfg.WeComAccounts}
+	return options{keys: tenantKeys(t), wecomAccounts: cfg.WeComAccounts, wecomLimits: cfg.WeComLimits}
 }
 
 func TestWeComAccountIsChosenForTheTenant(t *testing.T) {
@@ -79,6 +81,7 @@ func TestQueueStatsShowWeComAccounts(t *testing.T) {
 			Health                      float64
 			Sends                       int
 			Tenants                     []string
+			Limits                      *wecom.Limits
 		} `json:"wecomAccounts"`
 	}
 	require.NoError(t, json.Unmarshal(r.RawData, &data))
@@ -92,8 +95,10 @@ func TestQueueStatsShowWeComAccounts(t *testing.T) {
 	require.InDelta(t, 0.5, a.Health, 1e-9)
 	require.Equal(t, 2, a.Sends)
 	require.Equal(t, []string{"shop"}, a.Tenants)
+	require.Equal(t, &wecom.Limits{PerSecond: 20, PerMinute: 600, PerDay: 100000}, a.Limits, "WECOM_ACCOUNT_LIMITS, as the API read it")
 	require.Equal(t, "down", b.Status)
 	require.Contains(t, b.DownReason, "40001")
+	require.Nil(t, b.Limits, "none configured")
 }
 
 // The console reads the accounts through WeComAccountStates: the rows of

@@ -112,6 +112,7 @@ type options struct {
 	autoPipeline string
 	// statusTTL is STATUS_TTL (0 = the default, 7 days)
 	statusTTL time.Duration
+	wecomLimits   map[string]wecom.Limits // WECOM_ACCOUNT_LIMITS
 }
 
 func defaultLimits() config.Limits {
@@ -246,7 +247,7 @@ func setup(t *testing.T, o options) *harness {
 		Accounts: accounts,
 	}, Options{APIKeys: o.keys, Egress: o.egress, CallbackKeys: *o.callbackKeys, AuthFailuresPerMinute: o.authFailures, BodyLimit: 4096, Limits: o.limits, PublishTimeout: 3 * time.Second,
 		BatchMaxBytes: o.batchMaxBytes, Robots: o.robots, AdmitFill: fills, WeComAccounts: o.wecomAccounts, SMSCodes: o.smsCodes,
-		TrustedProxies: o.trustedProxies, RequestLog: o.requestLog, RedisTimeout: o.redisTimeout})
+		TrustedProxies: o.trustedProxies, RequestLog: o.requestLog, RedisTimeout: o.redisTimeout, WeComLimits: o.wecomLimits})
 	require.NoError(t, err)
 	t.Cleanup(h.srv.Wait) // background rollbacks end before Redis closes
 	h.http = httptest.NewServer(h.srv.Handler())

@@ -193,7 +193,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		Limits: cfg.Limits, CallbackHTTP: cfg.CallbackHTTP, Egress: egress.Policy{AllowPrivate: cfg.CallbackPrivate}, CallbackKeys: cfg.CallbackKeys, AuthFailuresPerMinute: cfg.AuthFailuresPerMinute, PublishTimeout: cfg.PublishTimeout, MessageMaxAge: cfg.MessageMaxAge,
 		BatchMaxBytes: cfg.BatchMaxBytes, Robots: cfg.WeComRobots,
 		IdempotencyTTL: cfg.IdempotencyTTL, AdmitFill: cfg.AdmitFill,
-		WeComAccounts: cfg.WeComAccounts, SMSCodes: cfg.SMSCodes, RequestLog: cfg.RequestLog, RedisTimeout: cfg.RedisTimeout})
+		WeComAccounts: cfg.WeComAccounts, SMSCodes: cfg.SMSCodes, RequestLog: cfg.RequestLog, RedisTimeout: cfg.RedisTimeout, WeComLimits: cfg.WeComLimits})
 	if err != nil {
 		return err
 	}

@@ -141,6 +141,9 @@ type Options struct {
 	// failed request waits at most this long for its rollback (see
 	// bounded); 0 means 500 ms.
 	RedisTimeout time.Duration
+	// WeComLimits are each account's limits (WECOM_ACCOUNT_LIMITS), shown
+	// with its state.
+	WeComLimits map[string]wecom.Limits
 }
 
 // Server is the HTTP API.

@@ -666,3 +666,76 @@ func TestLanesOpenAsADestinationNeedsThem(t *testing.T) {
 	require.Greater(t, open("busy"), 1, "500 at once spread over more lanes")
 	require.LessOrEqual(t, open("busy"), e.pub.cfg.Lanes)
 }
+
+// A queue with a Hold: its handler hands its deliveries on (Deferred) and is
+// free at once: one worker takes every delivery the window holds while
+// none is settled. They are settled later, from elsewhere, each once; on
+// stop the consumer waits for the ones still handed on before its last
+// acks.
+func TestConsumerDeferredDeliveries(t *testing.T) {
+	e := setup(t)
+	e.workWithDLQ(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const n = 6
+	held := make(chan func(Action), 2*n)
+	c, err := NewConsumer(ConsumerConfig{Session: e.s, Concurrency: 1, Grace: 10 * time.Second, Logger: zaptest.NewLogger(t),
+		Queues: []QueueShare{{Name: "work", Prefetch: 2, Hold: n, Handler: func(ctx context.Context, d *amqp.Delivery) Action {
+			settle, ok := Later(ctx)
+			if !ok {
+				panic("no Later in the handler of a queue with a Hold")
+			}
+			if string(d.Body) == "now" {
+				return Ack // a handler may still settle at once
+			}
+			held <- settle
+			return Deferred
+		}}}})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	pctx := testenv.Context(t, 20*time.Second)
+	for i := range n {
+		require.NoError(t, e.pub.Publish(pctx, "x", "work", amqp.Publishing{Body: []byte(strconv.Itoa(i))}))
+	}
+	require.NoError(t, e.pub.Publish(pctx, "x", "work", amqp.Publishing{Body: []byte("now")}))
+	var settles []func(Action)
+	testenv.WaitFor(t, 10*time.Second, "one worker handing on every delivery", func() bool {
+		for {
+			select {
+			case s := <-held:
+				settles = append(settles, s)
+				continue
+			default:
+			}
+			return len(settles) == n
+		}
+	})
+	require.EqualValues(t, n, c.InFlight(), "handed on, not settled")
+	settles[0](Reject)
+	settles[0](Ack) // a second settle is ignored
+	for _, s := range settles[1 : n-1] {
+		s(Ack)
+	}
+	testenv.WaitFor(t, 10*time.Second, "settled from outside the handler", func() bool {
+		return e.depth(t, "dlq") == 1 && c.InFlight() == 1
+	})
+	// Stopping waits for the last one handed on; its ack then lands.
+	cancel()
+	testenv.WaitFor(t, 10*time.Second, "the subscription cancelled", func() bool {
+		q, err := e.ch.QueueDeclarePassive("work", false, false, false, false, nil)
+		require.NoError(t, err)
+		return q.Consumers == 0
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("stopped (%v) with a delivery still handed on", err)
+	default:
+	}
+	settles[n-1](Ack)
+	require.NoError(t, <-done)
+	require.Zero(t, c.InFlight())
+	q, err := e.ch.QueueDeclarePassive("work", false, false, false, false, nil)
+	require.NoError(t, err)
+	require.Zero(t, q.Messages, "every delivery settled, none redelivered")
+}

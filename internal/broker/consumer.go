@@ -25,6 +25,11 @@ const (
 	Reject
 	// Requeue: give it back to the queue unprocessed (shutdown, pause).
 	Requeue
+	// Deferred: the handler handed the delivery on to work that settles it
+	// later, through the function Later gave it (a merge buffer, a
+	// download pool). The worker is free for the next delivery at once; the
+	// delivery keeps its place in the prefetch window until it is settled.
+	Deferred
 )
 
 func (a Action) String() string {
@@ -35,6 +40,8 @@ func (a Action) String() string {
 		return "reject"
 	case Requeue:
 		return "requeue"
+	case Deferred:
+		return "deferred"
 	}
 	return fmt.Sprintf("action(%d)", int(a))
 }
@@ -62,6 +69,47 @@ type QueueShare struct {
 	Prefetch int
 	// Handler replaces the config's Handler for this queue's deliveries.
 	Handler Handler
+	// Hold is how many deliveries this queue's handler may hand on at once
+	// (Deferred, see Later); 0 = none. The queue's prefetch grows by it,
+	// so that what is handed on never takes the places its workers need.
+	Hold int
+
+	deferrable bool // Hold was set (Validate folds it into Prefetch)
+}
+
+type laterKey struct{}
+
+// later settles one deferred delivery, once.
+type later struct {
+	c    *Consumer
+	acks *acker
+	d    *amqp.Delivery
+	once sync.Once
+}
+
+func (l *later) settle(a Action) {
+	if a == Deferred {
+		a = Requeue // a broken caller: hand it back rather than hold it for ever
+	}
+	l.once.Do(func() {
+		l.c.settle(l.acks, l.d, a)
+		l.c.inFlight.Add(-1)
+		l.c.deferred.Done()
+	})
+}
+
+// Later returns, in a Handler of a queue with a Hold, the function that
+// settles the handler's delivery later: the handler hands it on with the
+// work and returns Deferred. It must then be called exactly once (more
+// calls are ignored), by whoever finishes the work, within the consumer's
+// Grace once it stops: a delivery still deferred when the channel closes
+// is redelivered. ok is false in any other handler.
+func Later(ctx context.Context) (settle func(Action), ok bool) {
+	l, ok := ctx.Value(laterKey{}).(*later)
+	if !ok {
+		return nil, false
+	}
+	return l.settle, true
 }
 
 // ConsumerConfig configures a Consumer. Set exactly one of Handler and
@@ -142,6 +190,13 @@ func (c *ConsumerConfig) Validate() error {
 		if q.Prefetch == 0 {
 			q.Prefetch = c.Prefetch
 		}
+		if q.Hold < 0 || q.Hold > 65535 {
+			return fmt.Errorf("consumer: queue %s: Hold %d out of range", q.Name, q.Hold)
+		}
+		if q.Hold > 0 {
+			// Folded into the prefetch once: Validate may run again.
+			q.Prefetch, q.Hold, q.deferrable = min(q.Prefetch+q.Hold, 65535), 0, true
+		}
 		switch {
 		case q.Name == "":
 			return errors.New("consumer: a queue share has no name")
@@ -174,6 +229,8 @@ type Consumer struct {
 	cfg      ConsumerConfig
 	inFlight atomic.Int64
 	seq      atomic.Int64
+	// deferred counts deliveries handed on (Deferred) and not yet settled.
+	deferred sync.WaitGroup
 }
 
 // NewConsumer validates cfg.
@@ -184,7 +241,8 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 	return &Consumer{cfg: cfg}, nil
 }
 
-// InFlight returns how many handlers are running.
+// InFlight returns how many handlers are running, deferred deliveries
+// included.
 func (c *Consumer) InFlight() int64 { return c.inFlight.Load() }
 
 // Run consumes until ctx ends, then stops gracefully: it cancels the
@@ -286,7 +344,7 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 				if h == nil {
 					h = c.cfg.Handler
 				}
-				c.handle(hctx, in.acks, &d, h)
+				c.handle(hctx, in, &d, h)
 				p.release()
 			}
 		}()
@@ -307,9 +365,14 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 				log.Warn("cancel consumer", zap.String("queue", in.share.Name), zap.Error(err))
 			}
 		}
+		graceOver := time.After(c.cfg.Grace)
+		// Then the deliveries handed on: their work finishes, and their
+		// settles come in, before the last acks go out.
+		deferredDone := make(chan struct{})
+		go func() { <-workersDone; c.deferred.Wait(); close(deferredDone) }()
 		select {
-		case <-workersDone:
-		case <-time.After(c.cfg.Grace):
+		case <-deferredDone:
+		case <-graceOver:
 			log.Warn("grace period over; abandoning in-flight handlers (their messages will be redelivered)", zap.String("queues", c.cfg.queues), zap.Int64("in_flight", c.inFlight.Load()))
 			hcancel()
 			<-workersDone
@@ -436,10 +499,18 @@ func (c *Consumer) safeHandleBatch(ctx context.Context, ds []*amqp.Delivery) (ac
 	return c.cfg.BatchHandler(ctx, ds)
 }
 
-func (c *Consumer) handle(ctx context.Context, acks *acker, d *amqp.Delivery, h Handler) {
+func (c *Consumer) handle(ctx context.Context, in *inbox, d *amqp.Delivery, h Handler) {
 	c.inFlight.Add(1)
-	defer c.inFlight.Add(-1)
-	c.settle(acks, d, c.safeHandle(ctx, d, h))
+	if !in.share.deferrable {
+		defer c.inFlight.Add(-1)
+		c.settle(in.acks, d, c.safeHandle(ctx, d, h))
+		return
+	}
+	l := &later{c: c, acks: in.acks, d: d}
+	c.deferred.Add(1)
+	if a := c.safeHandle(context.WithValue(ctx, laterKey{}, l), d, h); a != Deferred {
+		l.settle(a)
+	}
 }
 
 func (c *Consumer) settle(acks *acker, d *amqp.Delivery, action Action) {

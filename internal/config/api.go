@@ -98,6 +98,8 @@ type API struct {
 	// RequestLog bounds the request lines of refused and failed requests
 	// (LOG_REQUEST_BURST, LOG_REQUEST_INTERVAL).
 	RequestLog logging.ThrottleConfig
+	// WeComLimits are WECOM_ACCOUNT_LIMITS, shown with each account.
+	WeComLimits map[string]wecom.Limits
 }
 
 // DefaultAdmitFill is {CH}_QUEUE_ADMIT_FILL's default: refuse at 80% of
@@ -206,5 +208,6 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 		Interval: l.Duration("LOG_REQUEST_INTERVAL", logging.DefaultThrottleInterval, 100*time.Millisecond, time.Hour,
 			"the window of LOG_REQUEST_BURST, and how often its summary lines are written"),
 	}
+	c.WeComLimits = loadAccountLimits(l)
 	return c, l
 }

@@ -14,8 +14,18 @@ type WeComAccounts struct {
 	Limits       map[string]wecom.Limits
 	HealthWindow time.Duration
 	MergeWindow  time.Duration
+	// MergeMax is how many messages the merge buffer holds at most.
+	MergeMax int
 	// MediaCacheTTL is how long a media_id is reused for the same file.
 	MediaCacheTTL time.Duration
+	// Media downloads: how many at once, how many of them one tenant's;
+	// each one's longest time, slowest rate and grace before the rate
+	// holds; each upload's longest time.
+	MediaWorkers, MediaTenantWorkers int
+	MediaFetchTimeout                time.Duration
+	MediaMinRate                     int
+	MediaRateWindow                  time.Duration
+	MediaUploadTimeout               time.Duration
 }
 
 const accountsHelp = "WeCom application accounts: name=corpid:agentid:secret or name=corpid:agentid:secret@tenant+tenant, comma-separated; " +
@@ -33,19 +43,46 @@ func loadAccountList(l *envconf.Loader) []wecom.Account {
 
 // loadWeComAccounts reads the accounts' limits and health window.
 func loadWeComAccounts(l *envconf.Loader) WeComAccounts {
-	var err error
 	var w WeComAccounts
-	limits := l.String("WECOM_ACCOUNT_LIMITS", "", "WeCom accounts' sends per second/minute/hour/day: name=s/m/h/d, comma-separated (0 = none), e.g. default=20/600/10000/100000")
-	if w.Limits, err = wecom.ParseLimits(limits); err != nil {
-		l.Fail("WECOM_ACCOUNT_LIMITS", limits, "%v", err)
-	}
+	w.Limits = loadAccountLimits(l)
 	w.HealthWindow = l.Duration("WECOM_HEALTH_WINDOW", 5*time.Minute, 10*time.Second, 24*time.Hour,
 		"how far back a WeCom account's health (success rate of its sends) looks; its send rate is its adaptive rate times its health")
 	w.MergeWindow = l.Duration("WECOM_MERGE_WINDOW", 100*time.Millisecond, 0, 10*time.Second,
-		"single WeCom application messages (not high) with the same account, type and content queued within this of each other go out as one message/send of up to 1000 users (0 = off); a merged send waits at most 10 windows, and holds at most the channel's workers")
+		"single WeCom application messages (not high) with the same account, type and content queued within this of each other go out as one message/send of up to 1000 users (0 = off); a merged send waits at most 10 windows; its messages wait in the merge buffer (WECOM_MERGE_MAX), not in workers")
+	w.MergeMax = l.Int("WECOM_MERGE_MAX", wecom.MaxUsers, 1, 60_000,
+		"messages the WeCom merge buffer holds at most (a full buffer sends its groups at once); the normal and low WeCom queues' prefetch grows by it, each held delivery costing its body (about 1 KB for a notice, at most the API's BODY_LIMIT)")
 	w.MediaCacheTTL = l.Duration("WECOM_MEDIA_CACHE_TTL", 60*time.Hour, time.Second, media.MaxCacheTTL,
-		"how long the media_id of an uploaded WeCom media file is reused for the same bytes in the same corp (WeCom keeps media 3 days)")
+		"how long the media_id of an uploaded WeCom media file is reused for the same bytes and file name in the same corp (WeCom keeps media 3 days)")
+	w.MediaWorkers = l.Int("WECOM_MEDIA_CONCURRENCY", 16, 1, 1000,
+		"WeCom media files downloaded and uploaded at once, in a pool of their own, never in a send worker; 4 per worker may wait (the WeCom queues' prefetch grows by that), more come back later")
+	w.MediaTenantWorkers = l.Int("WECOM_MEDIA_TENANT_CONCURRENCY", 4, 1, 1000,
+		"WeCom media downloads one tenant may have at once (at most WECOM_MEDIA_CONCURRENCY): a tenant's slow files slow its own media alone")
+	if w.MediaTenantWorkers > w.MediaWorkers {
+		l.Fail("WECOM_MEDIA_TENANT_CONCURRENCY", "", "must not exceed WECOM_MEDIA_CONCURRENCY (%d)", w.MediaWorkers)
+	}
+	w.MediaFetchTimeout = l.Duration("WECOM_MEDIA_FETCH_TIMEOUT", media.DefaultFetchTimeout, time.Second, 10*time.Minute,
+		"longest download of a WeCom media file; a longer one fails the message for good (too slow)")
+	w.MediaMinRate = l.Int("WECOM_MEDIA_MIN_RATE", media.DefaultMinRate, 1, 1<<30,
+		"slowest a WeCom media download may move, in bytes a second on average from its start, once WECOM_MEDIA_RATE_WINDOW has passed; a slower one fails the message for good, naming the slow download")
+	w.MediaRateWindow = l.Duration("WECOM_MEDIA_RATE_WINDOW", media.DefaultRateWindow, 100*time.Millisecond, time.Minute,
+		"how long a WeCom media download may take before WECOM_MEDIA_MIN_RATE holds it (connecting, the first bytes)")
+	if w.MediaRateWindow > w.MediaFetchTimeout {
+		l.Fail("WECOM_MEDIA_RATE_WINDOW", "", "must not exceed WECOM_MEDIA_FETCH_TIMEOUT (%s)", w.MediaFetchTimeout)
+	}
+	w.MediaUploadTimeout = l.Duration("WECOM_MEDIA_UPLOAD_TIMEOUT", media.DefaultUploadTimeout, time.Second, 10*time.Minute,
+		"longest upload of a WeCom media file to WeCom, apart from its download and from SEND_TIMEOUT; the same file is uploaded once by the fleet")
 	return w
+}
+
+// loadAccountLimits reads WECOM_ACCOUNT_LIMITS: the consumer holds the
+// accounts to them, the API and its console show them.
+func loadAccountLimits(l *envconf.Loader) map[string]wecom.Limits {
+	limits := l.String("WECOM_ACCOUNT_LIMITS", "", "WeCom accounts' sends per second/minute/hour/day: name=s/m/h/d, comma-separated (0 = none), e.g. default=20/600/10000/100000; the consumer holds each account to them, the API shows them (/api/queues/stats, the console)")
+	out, err := wecom.ParseLimits(limits)
+	if err != nil {
+		l.Fail("WECOM_ACCOUNT_LIMITS", limits, "%v", err)
+	}
+	return out
 }
 
 // loadAPIWeComAccounts reads WECOM_ACCOUNTS for the API, which checks who

@@ -123,13 +123,14 @@ type accountRow struct {
 	Sends, Succeeded                       int64
 	Rate                                   string // per second the consumers hold it to, or –
 	Tenants                                string // – : every tenant
+	Limits                                 string // WECOM_ACCOUNT_LIMITS, e.g. 20/s · 600/min; none: –
 }
 
 func accountRows(states []accountstate.State) []accountRow {
 	rows := make([]accountRow, 0, len(states))
 	for _, st := range states {
 		row := accountRow{Account: st.Account, Status: st.Status, DownReason: st.DownReason, Health: fmt.Sprintf("%.0f%%", st.Health*100),
-			Sends: st.Sends, Succeeded: st.Succeeded, Rate: "–", Tenants: "every tenant"}
+			Sends: st.Sends, Succeeded: st.Succeeded, Rate: "–", Tenants: "every tenant", Limits: "–"}
 		if st.DownUntil != nil {
 			row.DownUntil = st.DownUntil.UTC().Format("15:04:05 UTC")
 		}
@@ -138,6 +139,20 @@ func accountRows(states []accountstate.State) []accountRow {
 		}
 		if len(st.Tenants) > 0 {
 			row.Tenants = strings.Join(st.Tenants, ", ")
+		}
+		if l := st.Limits; l != nil {
+			var parts []string
+			for _, w := range []struct {
+				n    int
+				unit string
+			}{{l.PerSecond, "s"}, {l.PerMinute, "min"}, {l.PerHour, "h"}, {l.PerDay, "day"}} {
+				if w.n > 0 {
+					parts = append(parts, fmt.Sprintf("%d/%s", w.n, w.unit))
+				}
+			}
+			if len(parts) > 0 {
+				row.Limits = strings.Join(parts, " · ")
+			}
 		}
 		rows = append(rows, row)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom/wecomtest"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/testenv"
 )
 
 // Two teams, two WeCom applications: shop's in corp-a, blog's in corp-b.
@@ -104,4 +105,57 @@ func TestRefusedAccountWaitsAndExpiresWithoutSlowingTheOther(t *testing.T) {
 	t.Logf("team-b's 20 messages waited %v times before expiring", waits)
 	require.Greater(t, waits, 20.0, "each waited, with backoff, before its deadline")
 	require.Equal(t, 20.0, testutil.ToFloat64(s.Metrics.DeadLettered.WithLabelValues("wecom", "high", "wecom", dispatch.ReasonDeadline)))
+}
+
+// The consumer holds a message to what its tenant may send from, whatever
+// the API checked: with the API's WECOM_ACCOUNTS unset, every message
+// names default, and a consumer whose default belongs to shop must not send
+// blog's from shop's corp (issue 37).
+func TestConsumerEnforcesAccountTenancy(t *testing.T) {
+	srv := wecomtest.New(t)
+	srv.AddApp(appA.CorpID, "secret-a", appA.AgentID)
+	s := setup(t, dispatchtest.Options{WeComBase: srv.URL, WeComAccounts: []wecom.Account{
+		{Name: wecom.DefaultAccount, CorpID: appA.CorpID, AgentID: appA.AgentID, Secret: "secret-a", Tenants: []string{"shop"}},
+	}})
+	shop := sendFrom(s, wecom.DefaultAccount, "shop", 1, 0)
+	blog := sendFrom(s, wecom.DefaultAccount, "blog", 1, 0) // what an API without WECOM_ACCOUNTS publishes
+	unnamed := sendFrom(s, "", "blog", 1, 0)                // an older message, naming none
+	s.StartConsumer("c1", 4)
+	for u, id := range shop {
+		waitStatus(t, s, id, status.Sent)
+		require.Equal(t, []wecomtest.App{appA}, srv.From(u))
+	}
+	for _, set := range []map[string]string{blog, unnamed} {
+		for u, id := range set {
+			rec := waitStatus(t, s, id, status.Failed)
+			require.Equal(t, status.ReasonPermanent, rec.Reason)
+			require.Contains(t, rec.LastError, `not listed for tenant "blog"`)
+			require.Empty(t, srv.From(u), "nothing sent from shop's corp")
+		}
+	}
+}
+
+// One WeCom job's walk through the pipeline resolves its account once: a
+// single message, a batch, a robot post and merged singles alike.
+func TestOneWeComJobResolvesItsAccountOnce(t *testing.T) {
+	s, srv := setupWeCom(t, dispatchtest.Options{MergeWindow: 50 * time.Millisecond})
+	jobs := 0
+	s.WeCom("single", []string{"solo"}, nil)
+	s.WeCom("batch", []string{"b1", "b2", "b3"}, nil)
+	s.WeCom("robot", []string{"ops"}, func(m *envelope.Message) { m.Robot = true })
+	jobs += 3
+	for _, u := range users("merged", 5) {
+		s.WeCom("merged", []string{u}, func(m *envelope.Message) { m.Level = "normal" })
+		jobs++
+	}
+	c := s.StartConsumer("c1", 8)
+	testenv.WaitFor(t, 15*time.Second, "every message sent", func() bool {
+		return srv.Users() == 9 && len(srv.RobotPosts()) == 1
+	})
+	testenv.WaitFor(t, 5*time.Second, "every job settled", func() bool {
+		return testutil.ToFloat64(s.Metrics.Sent.WithLabelValues("wecom", "high", "wecom"))+
+			testutil.ToFloat64(s.Metrics.Sent.WithLabelValues("wecom", "normal", "wecom"))+
+			testutil.ToFloat64(s.Metrics.Sent.WithLabelValues("wecom", "high", "wecom-robot")) == 10
+	})
+	require.EqualValues(t, jobs, c.Dispatcher.AccountResolutions(), "one resolution per job")
 }

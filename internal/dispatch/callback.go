@@ -19,7 +19,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/callbackkey"
 	"github.com/msgpulse/msgpulse/internal/egress"
-	"github.com/msgpulse/msgpulse/internal/envconf"
+	"github.com/msgpulse/msgpulse/internal/redact"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
 )
@@ -193,11 +193,11 @@ func (c *Callbacks) deliver(j callbackJob) {
 	if errors.Is(last, egress.ErrBlocked) {
 		c.cfg.Metrics.Callbacks.WithLabelValues("refused").Inc()
 		c.cfg.Logger.Warn("callback refused: its host is not a public address", zap.String("task_id", j.task), telemetry.ParentField(j.parent),
-			zap.String("url", envconf.Redact(j.url)), zap.String("error", envconf.Redact(last.Error())))
+			zap.String("url", redact.Text(j.url)), zap.String("error", redact.Text(last.Error())))
 		return
 	}
 	c.cfg.Metrics.Callbacks.WithLabelValues("failed").Inc()
-	c.cfg.Logger.Warn("callback failed", zap.String("task_id", j.task), telemetry.ParentField(j.parent), zap.String("error", envconf.Redact(last.Error())))
+	c.cfg.Logger.Warn("callback failed", zap.String("task_id", j.task), telemetry.ParentField(j.parent), zap.String("error", redact.Text(last.Error())))
 }
 
 func (c *Callbacks) post(j callbackJob) (retry bool, err error) {

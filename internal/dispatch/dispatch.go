@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -75,7 +74,7 @@ type Config struct {
 	Keys      *seal.Keys
 	Mail      provider.Mailer
 	SMS       provider.SMSSender
-	WeCom     provider.WeComSender
+	WeCom     WeComClient
 	// Adaptive holds each WeCom account (application, robot) to its
 	// adaptive rate; nil = no adaptive rate. AppRate and RobotRate bound
 	// it (defaults: DefaultAppRate, DefaultRobotRate).
@@ -108,9 +107,21 @@ type Config struct {
 	// same account, type and content arriving within it of each other go
 	// out as one call (WECOM_MERGE_WINDOW); 0 = off.
 	MergeWindow time.Duration
+	// MergeMax is how many messages the merge buffer holds at most
+	// (WECOM_MERGE_MAX); default wecom.MaxUsers. They wait there, not in
+	// workers: each normal and low WeCom queue may hold that many more
+	// deliveries (LevelQueues).
+	MergeMax int
 	// Media fetches the files of WeCom media messages and caches their
 	// media ids; nil = media messages fail permanently.
 	Media *media.Store
+	// MediaWorkers is how many WeCom media files are downloaded and
+	// uploaded at once (WECOM_MEDIA_CONCURRENCY), in a pool of their own,
+	// off the send workers; default 16. MediaTenantWorkers is how many of
+	// them one tenant's files may take (WECOM_MEDIA_TENANT_CONCURRENCY);
+	// default 4.
+	MediaWorkers       int
+	MediaTenantWorkers int
 }
 
 // Validate fills defaults and checks the wiring.
@@ -140,6 +151,18 @@ func (c *Config) Validate() error {
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = 1 << 20
 	}
+	if c.MergeMax == 0 {
+		c.MergeMax = wecom.MaxUsers
+	}
+	if c.MediaWorkers == 0 {
+		c.MediaWorkers = 16
+	}
+	if c.MediaTenantWorkers == 0 {
+		c.MediaTenantWorkers = 4
+	}
+	if c.MergeMax < 1 || c.MergeMax > 60_000 || c.MediaWorkers < 1 || c.MediaWorkers > 1000 || c.MediaTenantWorkers < 1 || c.MediaTenantWorkers > c.MediaWorkers {
+		return fmt.Errorf("dispatch: MergeMax %d, MediaWorkers %d or MediaTenantWorkers %d out of range", c.MergeMax, c.MediaWorkers, c.MediaTenantWorkers)
+	}
 	if c.Owner == "" {
 		return errors.New("dispatch: Owner is required")
 	}
@@ -161,11 +184,13 @@ type Dispatcher struct {
 	log   *zap.Logger
 	now   func() time.Time
 	merge *merger // nil = WeCom sends are not merged
-	// uploads: one WeCom media upload per file at a time in this process.
+	// media downloads and uploads WeCom media files off the send path.
+	media *mediaPool
+	// uploads: one WeCom media upload per file at a time in this process
+	// (the fleet's is Media.Upload's lock).
 	uploads flight
-	// rateNoted: when each WeCom account's rate was last written for the
-	// stats (account → time.Time).
-	rateNoted sync.Map
+	// accounts are the WeCom accounts, each resolved once (accounts.go).
+	accounts *accounts
 	// renew keeps every lease of this consumer alive in one round trip per
 	// tick, instead of a goroutine per message (issue 22).
 	renew *claim.Renewer
@@ -180,11 +205,23 @@ func New(cfg Config) (*Dispatcher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	d := &Dispatcher{cfg: cfg, log: cfg.Logger, now: time.Now, renew: cfg.Claims.NewRenewer(), hot: newHotMetrics(cfg.Metrics), burst: newBurst(cfg.Redis)}
+	d := &Dispatcher{cfg: cfg, log: cfg.Logger, now: time.Now, renew: cfg.Claims.NewRenewer(), hot: newHotMetrics(cfg.Metrics), burst: newBurst(cfg.Redis), accounts: newAccounts(&cfg)}
 	if cfg.MergeWindow > 0 {
-		d.merge = newMerger(d, cfg.MergeWindow)
+		d.merge = newMerger(d, cfg.MergeWindow, cfg.MergeMax)
 	}
+	d.media = newMediaPool(d, cfg.MediaWorkers, cfg.MediaTenantWorkers)
 	return d, nil
+}
+
+// Drain makes the work handed on (merge buffer, media pool) finish as soon
+// as it can: merged sends go at once, and media not yet downloading come
+// back later (a snooze). Call it when the consumers start to stop; they
+// wait for what is handed on (broker.Later), within their grace.
+func (d *Dispatcher) Drain() {
+	if d.merge != nil {
+		d.merge.drain()
+	}
+	d.media.drain()
 }
 
 // job is one delivery on its way through the pipeline.
@@ -206,6 +243,26 @@ type job struct {
 	// groupRules: the provider limits of a message that waits to be merged,
 	// taken once for its merged send.
 	groupRules []ratelimit.Rule
+	// acct is a WeCom job's account, resolved once (accounts.resolve) and
+	// handed down to everything that needs it.
+	acct *account
+
+	// A WeCom job may be handed on (to the merge buffer, to the media
+	// pool) and finished by whoever holds it (finish). queue names its
+	// queue, span is the handler's; settle is broker.Later's (nil: its
+	// queue cannot hand on); noHandOff: after a Redis pause it finishes
+	// where it is.
+	queue     string
+	span      telemetry.Span
+	settle    func(broker.Action)
+	noHandOff bool
+	// claimed is the claim held while the send is in flight, and
+	// stopRenew stops renewing its lease (afterSend).
+	claimed   *claim.Claim
+	stopRenew func()
+	sendStart time.Time
+	// media is the job's place in the media pool (mediaPool.reserve).
+	media mediaSlot
 }
 
 // taskIDs are the status records a job's outcome is written to: the
@@ -240,19 +297,25 @@ func (d *Dispatcher) LevelHandler(channel string, level topology.Level) broker.H
 	queue := d.queueName(channel, level)
 	return func(ctx context.Context, del *amqp.Delivery) broker.Action {
 		ctx, span := telemetry.StartProcess(ctx, queue, del)
-		defer span.End()
 		d.cfg.Metrics.InFlight.Inc()
-		defer d.cfg.Metrics.InFlight.Dec()
 		d.hot.consumed(channel, level).Inc()
 		if due, ok := envelope.HeaderTime(del.Headers, envelope.HeaderDueAt); ok {
 			d.cfg.DelayMetrics.Accuracy.Observe(d.now().Sub(due).Seconds())
 		}
-		j := &job{channel: channel, level: level, del: del, provider: d.providerName(channel)}
-		// Also on a panic: OnPanic then writes "failed", which a late
-		// "sending" must not overwrite.
-		defer j.waitSending()
+		j := &job{channel: channel, level: level, del: del, provider: d.providerName(channel), queue: queue, span: span}
+		j.settle, _ = broker.Later(ctx)
+		handedOn := false
+		defer func() {
+			if !handedOn {
+				d.end(j)
+			}
+		}()
 		for {
 			err := d.process(ctx, j)
+			if errors.Is(err, errHandedOn) {
+				handedOn = true
+				return broker.Deferred // whoever holds it finishes it
+			}
 			if !errors.Is(err, errRedis) {
 				return d.settle(ctx, queue, j, err)
 			}
@@ -327,14 +390,23 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 		rules = d.cfg.RateLimits.Rules(j.provider)
 	}
 	if j.channel == topology.WeCom && d.cfg.WeCom != nil {
-		if err := d.accountUp(ctx, msg); err != nil {
+		if j.acct == nil { // once per job, even when a Redis pause runs it again
+			if j.acct, err = d.accounts.resolve(msg); err != nil {
+				return err
+			}
+		}
+		if err := d.accountUp(ctx, j.acct); err != nil {
 			return err
 		}
-		more, err := d.wecomRules(ctx, msg)
+		more, err := d.accountRules(ctx, j.acct)
 		if err != nil {
 			return fmt.Errorf("%w: adaptive rate: %w", errRedis, err)
 		}
 		rules = append(rules, more...)
+		if msg.Media != nil && d.cfg.Media != nil && d.handsOn(j) && !d.media.reserve(j) {
+			// Before the claim: nothing attempted, nothing recorded.
+			return d.media.busy(j)
+		}
 	}
 	if j.level != topology.High {
 		rules = reserveForHigh(rules) // every provider limit keeps its last tokens for high
@@ -371,19 +443,61 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 			return fmt.Errorf("%w: provider limit: %w", errRedis, err)
 		}
 	}
-	stop := d.renew.Hold(cl)
+	j.claimed, j.stopRenew = cl, d.renew.Hold(cl)
 	err = d.send(ctx, j)
-	stop()
+	if errors.Is(err, errHandedOn) {
+		return err // finish completes it
+	}
+	return d.afterSend(ctx, j, err)
+}
+
+// afterSend stops renewing the claim of a send that is done, releasing it
+// when the send failed.
+func (d *Dispatcher) afterSend(ctx context.Context, j *job, err error) error {
+	j.stopRenew()
 	if err != nil {
-		d.release(ctx, cl)
+		d.release(ctx, j.claimed)
 		return err
 	}
 	// decide marks the claim sent at once, together with the status: the
 	// gap between the provider's yes and that write is the only window in
 	// which a crash leads to a duplicate.
-	j.claim = cl
+	j.claim = j.claimed
 	return nil
 }
+
+// end ends what the handler started for j (its span, the in-flight
+// count, its media place): when the handler returns, or, for a job handed
+// on, when it is finished.
+func (d *Dispatcher) end(j *job) {
+	// Also on a panic: OnPanic then writes "failed", which a late
+	// "sending" must not overwrite.
+	j.waitSending()
+	d.media.unreserve(j)
+	d.cfg.Metrics.InFlight.Dec()
+	j.span.End()
+}
+
+// finish completes a job that was handed on, once its send is done, in
+// the goroutine of whoever held it: the rest of process and of the
+// handler (a Redis pause runs the pipeline again, here), then the settle.
+func (d *Dispatcher) finish(ctx context.Context, j *job, rcpt provider.Receipt, err error) {
+	defer d.end(j)
+	err = d.afterSend(ctx, j, d.sent(j, rcpt, err))
+	for errors.Is(err, errRedis) {
+		if !d.pause(ctx, err) {
+			j.settle(broker.Requeue)
+			return
+		}
+		j.noHandOff = true
+		err = d.process(ctx, j)
+	}
+	j.settle(d.settle(ctx, j.queue, j, err))
+}
+
+// handsOn reports whether j may be handed on rather than wait in its
+// worker.
+func (d *Dispatcher) handsOn(j *job) bool { return j.settle != nil && !j.noHandOff }
 
 // claim acquires the message's idempotency claim. With withSending, the
 // "sending" status update rides in the same round trip, guarded by the
@@ -547,7 +661,7 @@ func (d *Dispatcher) send(ctx context.Context, j *job) error {
 	}
 	sctx, cancel := context.WithTimeout(ctx, d.cfg.SendTimeout)
 	defer cancel()
-	start := d.now()
+	j.sendStart = d.now()
 	var rcpt provider.Receipt
 	var err error
 	switch j.channel {
@@ -582,8 +696,17 @@ func (d *Dispatcher) send(ctx context.Context, j *job) error {
 	case topology.WeCom:
 		pctx, pspan := telemetry.StartProviderCall(sctx, j.channel, j.provider)
 		rcpt, err = d.sendWeCom(ctx, pctx, j, vars)
+		if errors.Is(err, errHandedOn) {
+			pspan.End() // its call is made by whoever holds it
+			return err
+		}
 		endCall(pspan, err)
 	}
+	return d.sent(j, rcpt, err)
+}
+
+// sent notes which provider answered a send, and how long it took.
+func (d *Dispatcher) sent(j *job, rcpt provider.Receipt, err error) error {
 	var pe *provider.Error
 	switch {
 	case err == nil && rcpt.Provider != "":
@@ -591,7 +714,7 @@ func (d *Dispatcher) send(ctx context.Context, j *job) error {
 	case errors.As(err, &pe) && pe.Provider != "":
 		j.provider = pe.Provider
 	}
-	d.hot.sendDuration(j.channel, j.provider).Observe(d.now().Sub(start).Seconds())
+	d.hot.sendDuration(j.channel, j.provider).Observe(d.now().Sub(j.sendStart).Seconds())
 	return err
 }
 

@@ -13,6 +13,13 @@
 // never keeps the only copy of a retry in memory: retries are published to
 // RabbitMQ with a confirm before the original is acked.
 //
+// A WeCom job that must wait (for others to merge with, for its media
+// file's download) is handed on, with its claim and unsettled delivery,
+// to the merge buffer or the media pool, and its worker takes the next
+// delivery: whoever holds the job finishes it (finish) and settles the
+// delivery then (broker.Later), never before. Each WeCom job resolves its
+// account once (accounts.go) and hands that object down.
+//
 // The one window no design closes: a crash after the provider accepted a
 // message and before the claim is marked sent. The lease then expires and a
 // redelivery sends again. That is msgpulse's only source of a duplicate,

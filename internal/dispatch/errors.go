@@ -35,6 +35,9 @@ var (
 	// ErrAccountDown: WeCom refused the credentials of the message's
 	// account; the message waits, with backoff, up to its deadline.
 	ErrAccountDown = errors.New("WeCom account down")
+	// errHandedOn: the job was handed on (merge buffer, media pool), whose
+	// holder finishes it; its worker is free.
+	errHandedOn = errors.New("handed on")
 )
 
 // Reasons recorded on status records, read by the DLQ tool.

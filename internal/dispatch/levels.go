@@ -21,6 +21,16 @@ import (
 // waiting for deliveries the window had no room for. A code
 // never waits behind them either way: workers pick from per-queue
 // buffers, high first by weight, not from one stream in arrival order.
+//
+// The WeCom queues hold more: what their handlers hand on (the media
+// pool's jobs, and, normal and low, the merge buffer's members) keeps its
+// place in the window until it is finished, so each queue's prefetch
+// grows by what may be handed on (broker.QueueShare.Hold): the media
+// pool's capacity (4 per media worker, 64 by default), and the merge
+// buffer's (WECOM_MERGE_MAX, 1,000 by default). Memory: each such
+// delivery is its body, which the API bounds (BODY_LIMIT, 64 KiB; a WeCom
+// notice is about 1 KB), so 1,064 held cost about 1 MB typically and
+// 68 MB at worst per queue, next to the workers' own.
 func (d *Dispatcher) LevelQueues(ct topology.ChannelTopology, weights map[topology.Level]int, concurrency int) []broker.QueueShare {
 	if weights == nil {
 		weights = topology.DefaultLevelWeights
@@ -30,6 +40,12 @@ func (d *Dispatcher) LevelQueues(ct topology.ChannelTopology, weights map[topolo
 		q := broker.QueueShare{Name: lt.Queue, Weight: weights[lt.Level], Handler: d.LevelHandler(ct.Name, lt.Level)}
 		if lt.Level != topology.High {
 			q.Prefetch = 2 * concurrency
+		}
+		if ct.Name == topology.WeCom && d.cfg.WeCom != nil {
+			q.Hold = d.media.capacity()
+			if d.merge != nil && lt.Level != topology.High { // high is never merged
+				q.Hold += d.merge.max
+			}
 		}
 		out = append(out, q)
 	}

@@ -122,3 +122,29 @@ func countKeys(t *testing.T, c redis.UniversalClient, pattern string) int {
 	}
 	return int(n.Load())
 }
+
+// The same bytes under another name are another file to WeCom (it shows
+// the name): each gets its own upload, and a tenant never gets a media_id
+// uploaded under another tenant's name for the same bytes (issue 37).
+func TestMediaCacheKeyHasTheFileName(t *testing.T) {
+	s, srv := setupWeCom(t, dispatchtest.Options{})
+	files, _ := fileServer(t)
+	s.StartConsumer("c1", 4)
+	send := func(user, tenant, name string) string {
+		return s.WeCom("", []string{user}, func(m *envelope.Message) {
+			m.Template, m.Variables, m.Tenant = "", nil, tenant
+			m.Media = &envelope.Media{Type: "file", URL: files.URL + "/logo.png", Filename: name}
+		})[0]
+	}
+	waitStatus(t, s, send("ann", "shop", "shop-price-list.pdf"), status.Sent)
+	waitStatus(t, s, send("bob", "blog", "blog-draft.pdf"), status.Sent)
+	waitStatus(t, s, send("cyd", "blog", "blog-draft.pdf"), status.Sent)
+	require.Equal(t, 2, srv.Uploads(), "one upload per name")
+	for user, want := range map[string]string{"ann": "shop-price-list.pdf", "bob": "blog-draft.pdf", "cyd": "blog-draft.pdf"} {
+		got := srv.ReceivedBy(user)
+		require.Len(t, got, 1, user)
+		name, _, ok := srv.Uploaded(got[0].Content)
+		require.True(t, ok)
+		require.Equal(t, want, name, user)
+	}
+}

@@ -26,12 +26,24 @@ const mergeHold = 10
 // BatchSendingOptimizer): up to wecom.MaxUsers users a call. Each member
 // keeps its delivery, claim, status record and callback; only the call is
 // shared.
+//
+// Members wait in the merge buffer, not in workers (issue 37): their
+// handlers hand them on (errHandedOn) and return, and the group's send
+// finishes each. So a merge gathers as many messages as arrive in its
+// window, up to max in the buffer at once, whatever the worker count; the
+// normal and low WeCom queues may hold that many deliveries more than
+// their workers' (LevelQueues). A member costs the buffer its delivery
+// (the body, up to the API's BODY_LIMIT; a WeCom notice is about 1 KB)
+// and a few hundred bytes of state.
 type merger struct {
 	d      *Dispatcher
 	window time.Duration
+	max    int
 
-	mu     sync.Mutex
-	groups map[[32]byte]*group
+	mu       sync.Mutex
+	groups   map[[32]byte]*group
+	held     int  // members in groups not yet sent
+	draining bool // Drain: every group goes at once
 }
 
 // group is one merged send being gathered. Its goroutine, started by the
@@ -40,6 +52,7 @@ type merger struct {
 // outcome.
 type group struct {
 	key   [32]byte
+	acct  *account
 	m     provider.WeCom // without users
 	rules []ratelimit.Rule
 	ctx   context.Context // the first member's, without its cancel
@@ -47,11 +60,12 @@ type group struct {
 	first, last time.Time
 	members     []*member
 	full        chan struct{}
+	sent        bool // it left the buffer, and full was closed
 }
 
 type member struct {
 	user string
-	out  chan mergeOutcome
+	done func(mergeOutcome)
 }
 
 type mergeOutcome struct {
@@ -60,8 +74,8 @@ type mergeOutcome struct {
 	err      error
 }
 
-func newMerger(d *Dispatcher, window time.Duration) *merger {
-	return &merger{d: d, window: window, groups: map[[32]byte]*group{}}
+func newMerger(d *Dispatcher, window time.Duration, maxHeld int) *merger {
+	return &merger{d: d, window: window, max: maxHeld, groups: map[[32]byte]*group{}}
 }
 
 // mergeable reports whether j may wait for others to share its send: a
@@ -69,34 +83,61 @@ func newMerger(d *Dispatcher, window time.Duration) *merger {
 // notices are never held).
 func (d *Dispatcher) mergeable(j *job) bool {
 	return d.merge != nil && j.channel == topology.WeCom && j.msg != nil && !j.msg.Robot && len(j.msg.Recipients) == 0 &&
-		j.msg.Kind == envelope.Notification && j.level != topology.High
+		j.msg.Kind == envelope.Notification && j.level != topology.High && j.acct != nil && j.acct.app != nil
 }
 
-// join adds m's one user to the group of its account, type and content,
-// and waits for the group's send. rules are taken once for the group.
-func (mg *merger) join(ctx context.Context, m provider.WeCom, rules []ratelimit.Rule) mergeOutcome {
-	key := sha256.Sum256([]byte(wecom.AccountName(m) + "\x00" + m.Format + "\x00" + m.Content + "\x00" + m.MediaID))
-	me := &member{user: m.ToUsers[0], out: make(chan mergeOutcome, 1)}
+// add puts j's one user (m) in the group of its account, type and content;
+// done gets the group's outcome, in a goroutine of its own, once it is
+// sent. The group's limits are j's (groupRules), taken once.
+func (mg *merger) add(ctx context.Context, j *job, m provider.WeCom, done func(mergeOutcome)) {
+	key := sha256.Sum256([]byte(j.acct.name + "\x00" + m.Format + "\x00" + m.Content + "\x00" + m.MediaID + "\x00" + m.Title + "\x00" + m.Description + "\x00" + m.URL))
 	now := time.Now()
 	mg.mu.Lock()
+	defer mg.mu.Unlock()
 	g, ok := mg.groups[key]
 	if !ok {
-		g = &group{key: key, m: m, rules: rules, ctx: context.WithoutCancel(ctx), first: now, full: make(chan struct{})}
+		g = &group{key: key, acct: j.acct, m: m, rules: j.groupRules, ctx: context.WithoutCancel(ctx), first: now, full: make(chan struct{})}
 		g.m.ToUsers, g.m.TaskID = nil, ""
 		mg.groups[key] = g
 		go mg.run(g)
 	}
 	g.last = now
-	g.members = append(g.members, me)
-	if len(g.members) >= wecom.MaxUsers {
-		// Full: it goes now, and the next member starts a new group.
-		delete(mg.groups, key)
-		close(g.full)
+	g.members = append(g.members, &member{user: m.ToUsers[0], done: done})
+	mg.held++
+	switch {
+	case mg.held >= mg.max || mg.draining:
+		// The buffer is full: every group goes now, as large as it got,
+		// and gathering starts again. (Sending only the newcomer's would
+		// keep the buffer full and send groups of one.)
+		for _, g := range mg.groups {
+			mg.sendNowLocked(g)
+		}
+	case len(g.members) >= wecom.MaxUsers:
+		// Full (WeCom's 1,000 users): the next member starts a new group.
+		mg.sendNowLocked(g)
 	}
-	mg.mu.Unlock()
-	// Wait whatever ctx says: once gathered the send may happen, and its
-	// outcome must be recorded for this member.
-	return <-me.out
+}
+
+// sendNowLocked ends g's gathering: it leaves the buffer, and its
+// goroutine sends it.
+func (mg *merger) sendNowLocked(g *group) {
+	if g.sent {
+		return
+	}
+	g.sent = true
+	delete(mg.groups, g.key)
+	mg.held -= len(g.members)
+	close(g.full)
+}
+
+// drain sends every group now, and every later one at once.
+func (mg *merger) drain() {
+	mg.mu.Lock()
+	defer mg.mu.Unlock()
+	mg.draining = true
+	for _, g := range mg.groups {
+		mg.sendNowLocked(g)
+	}
 }
 
 func (mg *merger) run(g *group) {
@@ -118,9 +159,7 @@ func (mg *merger) run(g *group) {
 		break
 	}
 	mg.mu.Lock()
-	if mg.groups[g.key] == g {
-		delete(mg.groups, g.key)
-	}
+	mg.sendNowLocked(g)
 	members := g.members
 	mg.mu.Unlock()
 	out := mg.send(g, members)
@@ -131,7 +170,9 @@ func (mg *merger) run(g *group) {
 		} else {
 			o.rejected = nil
 		}
-		me.out <- o
+		// Each member finishes on its own (its sent mark, status and
+		// settle): the burst batches their Redis work.
+		go me.done(o)
 	}
 }
 
@@ -157,7 +198,7 @@ func (mg *merger) send(g *group, members []*member) mergeOutcome {
 	}
 	sctx, cancel := context.WithTimeout(g.ctx, d.cfg.SendTimeout)
 	defer cancel()
-	rcpt, err := d.callWeCom(g.ctx, sctx, m)
+	rcpt, err := d.callWeCom(g.ctx, sctx, g.acct, m)
 	d.cfg.Metrics.MergedSends.Inc()
 	d.cfg.Metrics.MergedUsers.Observe(float64(len(m.ToUsers)))
 	return mergeOutcome{rcpt: rcpt.Receipt, rejected: rcpt.Rejected, err: err}

@@ -57,3 +57,25 @@ func TestSingleWeComMessagesAreMerged(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, status.Sent, n.Status)
 }
+
+// A full merge buffer sends every group it holds, as large as each got,
+// and gathers again: 400 messages through a buffer of 40 go out in about
+// 400/40 calls, never in groups of one (which a buffer that stayed full
+// after sending would make, each taking a send of the account's rate).
+func TestFullMergeBufferSendsItsGroups(t *testing.T) {
+	s, srv := setupWeCom(t, dispatchtest.Options{MergeWindow: 5 * time.Second, MergeMax: 40})
+	var ids []string
+	for _, u := range users("full", 400) {
+		ids = append(ids, s.WeCom("Full", []string{u}, func(m *envelope.Message) { m.Level = string(topology.Normal) })...)
+	}
+	s.StartConsumer("c1", 64)
+	for _, id := range ids {
+		waitStatus(t, s, id, status.Sent)
+	}
+	calls := srv.Calls()
+	t.Logf("400 messages through a buffer of 40: %d calls", len(calls))
+	require.LessOrEqual(t, len(calls), 20)
+	for _, c := range calls {
+		require.LessOrEqual(t, len(c), 40, "never more than the buffer holds")
+	}
+}

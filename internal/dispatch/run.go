@@ -126,7 +126,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 
 	var mailer provider.Mailer
 	var smsSender provider.SMSSender
-	var weCom provider.WeComSender
+	var weCom WeComClient
 	var breakers []func() map[string]breaker.State // for msgpulse_breaker_state
 	for _, ch := range cfg.Channels {
 		switch ch {
@@ -227,8 +227,9 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 		defer cancel()
 		callbacks.Close(cctx)
 	}()
+	wa := cfg.WeComAccounts
 	mediaStore, err := media.New(redisClient, media.Config{Prefix: cfg.RedisPrefix, Egress: egress.Policy{AllowPrivate: cfg.CallbackPrivate},
-		Timeout: cfg.SendTimeout, CacheTTL: cfg.WeComAccounts.MediaCacheTTL})
+		FetchTimeout: wa.MediaFetchTimeout, MinRate: int64(wa.MediaMinRate), RateWindow: wa.MediaRateWindow, UploadTimeout: wa.MediaUploadTimeout, CacheTTL: wa.MediaCacheTTL})
 	if err != nil {
 		return err
 	}
@@ -238,7 +239,8 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	}
 	d, err := New(Config{
 		Model: model, Claims: claims, Status: statuses, Templates: tpl, Keys: keys, Mail: mailer, SMS: smsSender, WeCom: weCom,
-		Adaptive: ratelimit.NewAdaptive(redisClient, cfg.RedisPrefix, reg), Accounts: accounts, WeComLimits: cfg.WeComAccounts.Limits, MergeWindow: cfg.WeComAccounts.MergeWindow, Media: mediaStore,
+		Adaptive: ratelimit.NewAdaptive(redisClient, cfg.RedisPrefix, reg), Accounts: accounts, WeComLimits: wa.Limits, MergeWindow: wa.MergeWindow, MergeMax: wa.MergeMax,
+		Media: mediaStore, MediaWorkers: wa.MediaWorkers, MediaTenantWorkers: wa.MediaTenantWorkers,
 		Delayed: delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix).WithExactMax(cfg.LimitExactMax), RateLimits: rateLimits, Callbacks: callbacks,
 		Redis: redisClient, SendTimeout: cfg.SendTimeout, MaxMessageBytes: cfg.MaxMessageBytes, Owner: cfg.ConsumerID, Metrics: metrics, DelayMetrics: delayMetrics,
 		Logger: log, Retry: RetryPolicy{MaxRetries: cfg.MaxRetries, Backoff: cfg.RetryBackoff, Throttled: cfg.ThrottledBackoff},
@@ -341,7 +343,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	if o.ready != nil {
 		o.ready()
 	}
-	go func() { <-ctx.Done(); consuming.Store(false) }() // ends with ctx: stopping is not ready
+	go func() { <-ctx.Done(); consuming.Store(false); d.Drain() }() // ends with ctx: stopping is not ready, and what is handed on finishes
 	wg.Wait()
 	close(errs)
 	var all []error

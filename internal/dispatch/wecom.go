@@ -42,49 +42,22 @@ func wecomMessage(msg *envelope.Message) provider.WeCom {
 	return m
 }
 
-func (d *Dispatcher) bounds(m provider.WeCom) ratelimit.Bounds {
-	if m.Robot != "" {
-		return d.cfg.RobotRate
-	}
-	return d.cfg.AppRate
-}
-
-// wecomRules are the provider limits of a WeCom message: a robot's
-// documented 20 a minute, and the account's adaptive rate. A message over
-// them waits (snoozes); it does not fail.
-func (d *Dispatcher) wecomRules(ctx context.Context, msg *envelope.Message) ([]ratelimit.Rule, error) {
-	m := wecomMessage(msg)
-	var rules []ratelimit.Rule
-	if m.Robot != "" {
-		rules = append(rules, ratelimit.Rule{Name: "robot " + m.Robot + " (WeCom's 20 a minute)", Key: "provider:" + wecom.RobotName + ":" + m.Robot,
-			Windows: []ratelimit.Window{{Length: time.Minute, Limit: wecom.RobotPerMinute}}})
-	}
-	if m.Robot == "" {
-		// An application account: its own limits, and its adaptive rate
-		// scaled by its health.
-		more, err := d.accountRules(ctx, m)
-		return append(rules, more...), err
-	}
-	if d.cfg.Adaptive != nil {
-		r, err := d.cfg.Adaptive.Rule(ctx, d.cfg.WeCom.Account(m), d.bounds(m))
-		if err != nil {
-			return nil, err
-		}
-		rules = append(rules, r)
-	}
-	return rules, nil
-}
-
 // sendWeCom renders and sends a WeCom message (one call for every
-// recipient of a batch), notes the recipients WeCom refused, and moves the
-// account's adaptive rate.
+// recipient of a batch) from the job's account, notes the recipients WeCom
+// refused, and moves the account's adaptive rate. A media message goes to
+// the media pool, and a message that may wait for others to the merge
+// buffer: they are handed on (errHandedOn), and finished there.
 func (d *Dispatcher) sendWeCom(ctx, sctx context.Context, j *job, vars map[string]string) (provider.Receipt, error) {
 	if d.cfg.WeCom == nil {
 		return provider.Receipt{}, fmt.Errorf("%w: this consumer has no WeCom provider", ErrTemplate)
 	}
 	m := wecomMessage(j.msg)
 	if j.msg.Media != nil {
-		if err := d.wecomMedia(ctx, sctx, j.msg.Media, &m); err != nil {
+		if j.media == mediaReserved {
+			return provider.Receipt{}, d.media.submit(ctx, j, m)
+		}
+		// Not handed on (after a Redis pause): here, within SEND_TIMEOUT.
+		if err := d.wecomMedia(sctx, j.acct, j.msg.Media, &m); err != nil {
 			return provider.Receipt{}, err
 		}
 	} else {
@@ -95,33 +68,55 @@ func (d *Dispatcher) sendWeCom(ctx, sctx context.Context, j *job, vars map[strin
 		m.Format, m.Content = w.Format, w.Content
 		m.Title, m.Description, m.URL = w.Title, w.Description, w.URL
 	}
-	if d.mergeable(j) {
-		o := d.merge.join(ctx, m, j.groupRules)
-		j.rejected = o.rejected
-		return o.rcpt, o.err
-	}
-	rcpt, err := d.callWeCom(ctx, sctx, m)
-	j.rejected = rcpt.Rejected
-	return rcpt.Receipt, err
+	return d.callOrMerge(ctx, sctx, j, m)
 }
 
-// callWeCom makes one WeCom call, counts it in the account's health and
-// moves the account's adaptive rate.
-func (d *Dispatcher) callWeCom(ctx, sctx context.Context, m provider.WeCom) (provider.WeComReceipt, error) {
-	rcpt, err := d.cfg.WeCom.SendWeCom(sctx, m)
-	if m.Robot == "" {
-		err = d.noteAccountSend(ctx, m, err)
+// callOrMerge makes m's call, or, when j may wait for others to share it,
+// adds j to the merge buffer: handed on, or, where it cannot be, waiting
+// here for the merged send.
+func (d *Dispatcher) callOrMerge(ctx, sctx context.Context, j *job, m provider.WeCom) (provider.Receipt, error) {
+	if !d.mergeable(j) {
+		rcpt, err := d.callWeCom(ctx, sctx, j.acct, m)
+		j.rejected = rcpt.Rejected
+		return rcpt.Receipt, err
 	}
-	if d.cfg.Adaptive != nil {
+	if d.handsOn(j) {
+		d.merge.add(ctx, j, m, func(o mergeOutcome) {
+			j.rejected = o.rejected
+			d.finish(ctx, j, o.rcpt, o.err)
+		})
+		return provider.Receipt{}, errHandedOn
+	}
+	out := make(chan mergeOutcome, 1)
+	d.merge.add(ctx, j, m, func(o mergeOutcome) { out <- o })
+	// Wait whatever ctx says: once gathered the send may happen, and its
+	// outcome must be recorded for this member.
+	o := <-out
+	j.rejected = o.rejected
+	return o.rcpt, o.err
+}
+
+// callWeCom makes one WeCom call from a, counts it in the account's health
+// and moves the account's adaptive rate.
+func (d *Dispatcher) callWeCom(ctx, sctx context.Context, a *account, m provider.WeCom) (provider.WeComReceipt, error) {
+	var rcpt provider.WeComReceipt
+	var err error
+	if a.app != nil {
+		rcpt, err = d.cfg.WeCom.SendApp(sctx, a.app, m)
+		err = d.noteAccountSend(ctx, a, err)
+	} else {
+		rcpt, err = d.cfg.WeCom.SendWeCom(sctx, m) // a robot's post
+	}
+	if a.rate != nil {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		var aerr error
 		switch {
 		case err == nil:
-			_, aerr = d.cfg.Adaptive.Succeeded(actx, d.cfg.WeCom.Account(m), d.bounds(m))
+			_, aerr = a.rate.Succeeded(actx)
 		case errors.Is(err, provider.ErrThrottled):
 			var r float64
-			r, aerr = d.cfg.Adaptive.Throttled(actx, d.cfg.WeCom.Account(m), d.bounds(m))
-			d.log.Info("WeCom throttled: adaptive rate lowered", zap.String("account", d.cfg.WeCom.Account(m)), zap.Float64("per_second", r))
+			r, aerr = a.rate.Throttled(actx)
+			d.log.Info("WeCom throttled: adaptive rate lowered", zap.String("account", a.rateKey), zap.Float64("per_second", r))
 		}
 		cancel()
 		if aerr != nil {

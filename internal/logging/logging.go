@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/msgpulse/msgpulse/internal/envconf"
+	"github.com/msgpulse/msgpulse/internal/redact"
 )
 
 // New returns a logger at level (debug|info|warn|error) in format
@@ -133,10 +133,13 @@ func unique(fields []zapcore.Field, with []string) []zapcore.Field {
 	return out
 }
 
-// Redacting wraps a core so that no line it writes carries the password of
-// a URL (a broker, Redis or management URL in an error, a callback URL),
-// whichever package logged it: messages, string fields, errors and
-// Stringers pass through envconf.Redact. It costs a scan for "@" per field.
+// Redacting wraps a core so that no line it writes carries a secret
+// (redact.Text: the password or query string of a URL, as in a broker,
+// Redis or vendor URL quoted by an error, a token, key or signature
+// parameter, an Authorization header), whichever package logged it:
+// messages, string fields, errors and Stringers pass through redact.Text.
+// It costs a scan of each such field for the few characters a secret
+// needs.
 func Redacting(c zapcore.Core) zapcore.Core { return redactCore{c} }
 
 type redactCore struct{ zapcore.Core }
@@ -153,7 +156,7 @@ func (r redactCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.Ch
 }
 
 func (r redactCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
-	e.Message = envconf.Redact(e.Message)
+	e.Message = redact.Text(e.Message)
 	return r.Core.Write(e, redactFields(fields))
 }
 
@@ -175,7 +178,7 @@ func redactFields(fields []zapcore.Field) []zapcore.Field {
 		default:
 			continue
 		}
-		red := envconf.Redact(text)
+		red := redact.Text(text)
 		if red == text {
 			continue
 		}

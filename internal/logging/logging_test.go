@@ -70,3 +70,20 @@ func TestUniqueRenamesARepeatedKey(t *testing.T) {
 	require.Equal(t, "all", m["queue"])
 	require.Equal(t, "no copy", m["other"])
 }
+
+// Nor a token, a key or a signature in a URL's query, whatever package
+// logged it (issue 37: Go's url.Error quotes the whole request URL).
+func TestRedactingTakesQueriesOut(t *testing.T) {
+	t.Parallel()
+	core, logs := observer.New(zapcore.DebugLevel)
+	log := zap.New(Redacting(core))
+	log.Warn(`upload failed: Post "http://h/cgi-bin/media/upload?access_token=tok-in-message": timeout`,
+		zap.Error(errors.New(`Get "https://h/cgi-bin/gettoken?corpid=c&corpsecret=secret-in-error": EOF`)),
+		zap.String("url", "https://h/cgi-bin/webhook/send?key=key-in-string"))
+	e := logs.All()[0]
+	text := e.Message + fmt.Sprint(e.ContextMap())
+	for _, s := range []string{"tok-in-message", "secret-in-error", "key-in-string"} {
+		require.NotContains(t, text, s)
+	}
+	require.Contains(t, text, "https://h/cgi-bin/webhook/send?[redacted]")
+}

@@ -1,11 +1,16 @@
 package media_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/msgpulse/msgpulse/internal/egress"
@@ -63,4 +68,79 @@ func TestFetchIsGuardedAndBounded(t *testing.T) {
 	}
 	_, err = media.New(rdb.Client, media.Config{Prefix: "x", CacheTTL: 73 * 3600e9})
 	require.Error(t, err, "a media_id lives 3 days")
+}
+
+// A file served slower than MinRate fails for good once RateWindow has
+// passed, naming the slow download; one served fast is fetched whatever
+// its size (within the kind's limit).
+func TestFetchRefusesASlowDownload(t *testing.T) {
+	t.Parallel()
+	fast := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write(bytes.Repeat([]byte("x"), 64<<10))
+	}))
+	t.Cleanup(fast.Close)
+	drip := testenv.Drip(t) // a byte a second, as issue 37's tenant served its images
+	rdb := testenv.NewRedis(t)
+	s, err := media.New(rdb.Client, media.Config{Prefix: rdb.Prefix, Egress: egress.Policy{AllowPrivate: true}, RateWindow: 500 * time.Millisecond})
+	require.NoError(t, err)
+	f, err := s.Fetch(context.Background(), fast.URL+"/fast", "image")
+	require.NoError(t, err)
+	require.Len(t, f.Data, 64<<10)
+	start := time.Now()
+	_, err = s.Fetch(context.Background(), drip.URL+"/drip", "image")
+	var pe *provider.Error
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, provider.Permanent, pe.Class)
+	require.Equal(t, "media_too_slow", pe.Code)
+	require.Contains(t, err.Error(), "media download too slow")
+	require.Contains(t, err.Error(), "WECOM_MEDIA_MIN_RATE")
+	require.NotContains(t, err.Error(), drip.URL, "no URL in the reason")
+	require.Less(t, time.Since(start), 30*time.Second, "given up long before the file could arrive")
+}
+
+// The same file for one corp is uploaded once by the whole fleet: two
+// stores (two consumers) asking at once, one upload; the same bytes under
+// another name are another upload.
+func TestUploadIsOncePerFileAcrossConsumers(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.NewRedis(t)
+	a, err := media.New(rdb.Client, media.Config{Prefix: rdb.Prefix, Poll: 10 * time.Millisecond})
+	require.NoError(t, err)
+	b, err := media.New(rdb.Client, media.Config{Prefix: rdb.Prefix, Poll: 10 * time.Millisecond})
+	require.NoError(t, err)
+	var uploads atomic.Int32
+	release := make(chan struct{})
+	upload := func(ctx context.Context) (string, error) {
+		n := uploads.Add(1)
+		select {
+		case <-release: // held until both consumers asked
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+		return fmt.Sprintf("media-%d", n), nil
+	}
+	ctx := testenv.Context(t, 30*time.Second)
+	ids := make(chan string, 2)
+	for _, s := range []*media.Store{a, b} {
+		go func() {
+			id, err := s.Upload(ctx, "corp", "file", "sha", "report.pdf", upload)
+			assert.NoError(t, err)
+			ids <- id
+		}()
+	}
+	testenv.WaitFor(t, 10*time.Second, "one upload under way and the other consumer waiting on it", func() bool {
+		n, err := rdb.Client.Exists(ctx, a.Key("corp", "file", "sha", "report.pdf")+":lock").Result()
+		require.NoError(t, err)
+		return uploads.Load() == 1 && n == 1
+	})
+	close(release)
+	require.Equal(t, "media-1", <-ids)
+	require.Equal(t, "media-1", <-ids)
+	require.EqualValues(t, 1, uploads.Load())
+	id, err := b.Upload(ctx, "corp", "file", "sha", "other-name.pdf", upload)
+	require.NoError(t, err)
+	require.Equal(t, "media-2", id, "another name, another upload")
+	id, err = a.Cached(ctx, "corp", "file", "sha", "report.pdf")
+	require.NoError(t, err)
+	require.Equal(t, "media-1", id)
 }

@@ -149,9 +149,6 @@ type SMSSender interface {
 // WeComSender sends WeCom application messages and robot posts.
 type WeComSender interface {
 	Name() string
-	// Account names the sending account of m (the application, or the
-	// robot) for per-account rates.
-	Account(m WeCom) string
 	SendWeCom(ctx context.Context, m WeCom) (WeComReceipt, error)
 }
 

@@ -53,20 +53,58 @@ func (a *Adaptive) key(account string) string {
 	return a.prefix + "ratelimit:{adaptive:" + account + "}:rate"
 }
 
-// Rate returns an account's current rate (b.Start if it has none yet).
-func (a *Adaptive) Rate(ctx context.Context, account string, b Bounds) (float64, error) {
-	v, err := a.rdb.Get(ctx, a.key(account)).Result()
+// AdaptiveRate is one account's adaptive rate as a consumer keeps it: its
+// Redis key, bounds and gauge, resolved once (Adaptive.For), so that a
+// send's rate is read and moved without looking the account up again. It
+// is safe for concurrent use.
+type AdaptiveRate struct {
+	a       *Adaptive
+	account string
+	key     string
+	b       Bounds
+	gauge   prometheus.Gauge
+}
+
+// For returns account's adaptive rate within b; keep it.
+func (a *Adaptive) For(account string, b Bounds) *AdaptiveRate {
+	return &AdaptiveRate{a: a, account: account, key: a.key(account), b: b, gauge: a.gauge.WithLabelValues(account)}
+}
+
+// Bounds are the rate's bounds.
+func (r *AdaptiveRate) Bounds() Bounds { return r.b }
+
+// Rate returns the account's current rate (its bounds' Start if it has
+// none yet), and shows it on the gauge.
+func (r *AdaptiveRate) Rate(ctx context.Context) (float64, error) {
+	v, err := r.a.rdb.Get(ctx, r.key).Result()
 	if errors.Is(err, redis.Nil) {
-		return b.Start, nil
+		r.gauge.Set(r.b.Start)
+		return r.b.Start, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("ratelimit: adaptive rate of %s: %w", account, err)
+		return 0, fmt.Errorf("ratelimit: adaptive rate of %s: %w", r.account, err)
 	}
-	r, err := strconv.ParseFloat(v, 64)
+	rate, err := strconv.ParseFloat(v, 64)
 	if err != nil {
-		return b.Start, nil //nolint:nilerr // a garbled value starts over
+		rate = r.b.Start // a garbled value starts over
 	}
-	return math.Min(math.Max(r, b.Min), b.Max), nil
+	rate = math.Min(math.Max(rate, r.b.Min), r.b.Max)
+	r.gauge.Set(rate)
+	return rate, nil
+}
+
+// Throttled lowers the account's rate: the vendor said we send too fast.
+func (r *AdaptiveRate) Throttled(ctx context.Context) (float64, error) { return r.adapt(ctx, "down") }
+
+// Succeeded raises the account's rate a step, up to its bounds' Max.
+func (r *AdaptiveRate) Succeeded(ctx context.Context) (float64, error) { return r.adapt(ctx, "up") }
+
+// Rate, Rule, Throttled and Succeeded by account are For(account, b)'s,
+// for tools and tests that touch an account once.
+
+// Rate is For(account, b).Rate.
+func (a *Adaptive) Rate(ctx context.Context, account string, b Bounds) (float64, error) {
+	return a.For(account, b).Rate(ctx)
 }
 
 // Rule is the Limiter rule that holds sends of account to its current rate.
@@ -75,13 +113,17 @@ func (a *Adaptive) Rule(ctx context.Context, account string, b Bounds) (Rule, er
 	if err != nil {
 		return Rule{}, err
 	}
-	a.gauge.WithLabelValues(account).Set(r)
-	w := Window{Length: time.Second, Limit: int(r)}
-	if r < 1 {
-		// Below one a second: one send per 1/r seconds.
-		w = Window{Length: time.Duration(float64(time.Second) / r), Limit: 1}
-	}
-	return Rule{Name: "adaptive rate of " + account, Key: "adaptive:" + account, Windows: []Window{w}}, nil
+	return RateRule("adaptive rate of "+account, "adaptive:"+account, r), nil
+}
+
+// Throttled is For(account, b).Throttled.
+func (a *Adaptive) Throttled(ctx context.Context, account string, b Bounds) (float64, error) {
+	return a.For(account, b).Throttled(ctx)
+}
+
+// Succeeded is For(account, b).Succeeded.
+func (a *Adaptive) Succeeded(ctx context.Context, account string, b Bounds) (float64, error) {
+	return a.For(account, b).Succeeded(ctx)
 }
 
 // ARGV: start, min, max, factor, step, direction (down|up), ttl ms.
@@ -94,25 +136,16 @@ redis.call('SET', KEYS[1], s, 'PX', ARGV[7])
 return s
 `)
 
-// Throttled lowers the account's rate: the vendor said we send too fast.
-func (a *Adaptive) Throttled(ctx context.Context, account string, b Bounds) (float64, error) {
-	return a.adapt(ctx, account, b, "down")
-}
-
-// Succeeded raises the account's rate a step, up to b.Max.
-func (a *Adaptive) Succeeded(ctx context.Context, account string, b Bounds) (float64, error) {
-	return a.adapt(ctx, account, b, "up")
-}
-
-func (a *Adaptive) adapt(ctx context.Context, account string, b Bounds, dir string) (float64, error) {
+func (r *AdaptiveRate) adapt(ctx context.Context, dir string) (float64, error) {
 	// A rate nobody touched for a day starts over.
-	s, err := adaptScript.Run(ctx, a.rdb, []string{a.key(account)}, b.Start, b.Min, b.Max, b.Decrease, b.Increase, dir, (24 * time.Hour).Milliseconds()).Text()
+	b := r.b
+	s, err := adaptScript.Run(ctx, r.a.rdb, []string{r.key}, b.Start, b.Min, b.Max, b.Decrease, b.Increase, dir, (24 * time.Hour).Milliseconds()).Text()
 	if err != nil {
-		return 0, fmt.Errorf("ratelimit: adapt %s: %w", account, err)
+		return 0, fmt.Errorf("ratelimit: adapt %s: %w", r.account, err)
 	}
-	r, _ := strconv.ParseFloat(s, 64)
-	a.gauge.WithLabelValues(account).Set(r)
-	return r, nil
+	rate, _ := strconv.ParseFloat(s, 64)
+	r.gauge.Set(rate)
+	return rate, nil
 }
 
 // Gauge is msgpulse_adaptive_send_rate.

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/msgpulse/msgpulse/internal/rdb"
+	"github.com/msgpulse/msgpulse/internal/redact"
 )
 
 // State is where a message is in its life.
@@ -314,7 +315,7 @@ func fields(r Record) []any {
 		fUpdatedAt, ms(r.UpdatedAt),
 		fScheduledAt, msPtr(r.ScheduledAt),
 		fSentAt, msPtr(r.SentAt),
-		fLastError, r.LastError,
+		fLastError, redact.Text(r.LastError),
 		fErrorClass, r.ErrorClass,
 		fReason, r.Reason,
 		fProvider, r.Provider,
@@ -461,7 +462,11 @@ func (s *Store) QueueUpdate(ctx context.Context, sc redis.Scripter, taskID strin
 	// Sized for every optional field: this runs twice per message.
 	args := make([]any, 0, 16)
 	args = append(args, s.cfg.TTL.Milliseconds(), taskID, string(u.Status), inc, guard, back)
-	args = appendField(args, fLastError, u.LastError)
+	if u.LastError != nil {
+		// A tenant reads lastError (GET /api/messages, its callback): it
+		// never holds a secret, whatever error it was made from.
+		args = append(args, fLastError, redact.Text(*u.LastError))
+	}
 	args = appendField(args, fErrorClass, u.ErrorClass)
 	args = appendField(args, fReason, u.Reason)
 	args = appendField(args, fProvider, u.Provider)
@@ -558,6 +563,9 @@ func parse(m map[string]string) (Record, error) {
 		Priority:   m[fPriority],
 		TraceID:    m[fTraceID],
 	}
+	// Again on the way out: a record written before lastError was
+	// scrubbed on its way in shows no secret either.
+	r.LastError = redact.Text(r.LastError)
 	var err error
 	num := func(f string) int64 {
 		v, ok := m[f]

@@ -485,3 +485,33 @@ func TestCreateBatchWritesItsRecords(t *testing.T) {
 	_, err = e.s.GetBatch(e.ctx, "batch-bad")
 	require.ErrorIs(t, err, status.ErrNotFound, "nothing written for a bad record")
 }
+
+// lastError is read by the message's tenant: whatever error it is made
+// of, the record holds no secret (issue 37: an upload's url.Error quoted
+// the WeCom access token), and neither does what a read returns of a
+// record written before.
+func TestLastErrorNeverHoldsASecret(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	leak := `wecom: transient failure upload: Post "http://h/cgi-bin/media/upload?access_token=tok-0123456789&type=image": context deadline exceeded`
+	require.NoError(t, e.s.Create(e.ctx, status.Record{TaskID: "created", Channel: "wecom", LastError: leak}))
+	require.NoError(t, e.s.Create(e.ctx, status.Record{TaskID: "updated", Channel: "wecom"}))
+	rec, err := e.s.Update(e.ctx, "updated", status.Update{Status: status.Retrying, LastError: str(leak)})
+	require.NoError(t, err)
+	require.NotContains(t, rec.LastError, "tok-0123456789")
+	require.Contains(t, rec.LastError, "context deadline exceeded", "the rest of the error stays")
+	// A record from before the scrub, written straight into Redis.
+	require.NoError(t, e.s.Create(e.ctx, status.Record{TaskID: "old", Channel: "wecom"}))
+	require.NoError(t, e.r.Client.HSet(e.ctx, e.r.Prefix+"status:{old}", "lastError", leak).Err())
+	for _, id := range []string{"created", "updated"} {
+		raw, err := e.r.Client.HGet(e.ctx, e.r.Prefix+"status:{"+id+"}", "lastError").Result()
+		require.NoError(t, err)
+		require.NotContains(t, raw, "tok-0123456789", "stored scrubbed: %s", id)
+	}
+	for _, id := range []string{"created", "updated", "old"} {
+		rec, err := e.s.Get(e.ctx, id)
+		require.NoError(t, err)
+		require.NotContains(t, rec.LastError, "tok-0123456789", id)
+		require.Contains(t, rec.LastError, "/cgi-bin/media/upload?[redacted]", id)
+	}
+}

@@ -277,6 +277,18 @@ type WeComAccountState struct {
 	Succeeded     int64      `json:"succeeded"`
 	RatePerSecond *float64   `json:"ratePerSecond,omitempty"`
 	Tenants       []string   `json:"tenants,omitempty"`
+	// Limits are the account's sends per second, minute, hour and day
+	// (WECOM_ACCOUNT_LIMITS; 0 = none); nil when it has none.
+	Limits *WeComAccountLimits `json:"limits,omitempty"`
+}
+
+// WeComAccountLimits are a WeCom account's sends per second, minute, hour
+// and day; 0 = no limit.
+type WeComAccountLimits struct {
+	PerSecond int `json:"perSecond"`
+	PerMinute int `json:"perMinute"`
+	PerHour   int `json:"perHour"`
+	PerDay    int `json:"perDay"`
 }
 
 // QueueStat is one queue's depth and fill level.

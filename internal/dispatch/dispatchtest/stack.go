@@ -58,16 +58,21 @@ type Options struct {
 	// token shared through Redis, like separate processes.
 	WeComBase string
 	// WeComAccounts are more WeCom applications (WECOM_ACCOUNTS) besides
-	// the test credentials' default; WeComLimits their limits.
+	// the test credentials' default (one named default replaces it);
+	// WeComLimits their limits.
 	WeComAccounts []wecom.Account
 	WeComLimits   map[string]wecom.Limits
 	// AccountDownFor is how long a refused account stays down before a
 	// probe; default 30s.
 	AccountDownFor time.Duration
-	// MergeWindow merges single WeCom application messages (0 = off).
+	// MergeWindow merges single WeCom application messages (0 = off);
+	// MergeMax bounds the merge buffer (0 = the default).
 	MergeWindow time.Duration
+	MergeMax    int
 	// MediaCacheTTL is how long media ids are reused; default 60h.
 	MediaCacheTTL time.Duration
+	// Media adjusts the media store's settings (rates, timeouts).
+	Media func(*media.Config)
 	// MaxWorkers lets each channel's pool grow from the consumer's
 	// concurrency up to it (0 = fixed), resized every ScaleEvery.
 	MaxWorkers int
@@ -201,13 +206,17 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	}
 	tpl, err := template.Load("", "en")
 	require.NoError(t, err)
-	var wc provider.WeComSender
+	var wc dispatch.WeComClient
 	if s.opts.WeComBase != "" {
 		wc = s.weCom(rdb)
 	}
 	// The test servers listen on loopback: allowed, as with
 	// CALLBACK_ALLOW_PRIVATE=true.
-	mediaStore, err := media.New(rdb, media.Config{Prefix: s.Redis.Prefix, Egress: egress.Policy{AllowPrivate: true}, CacheTTL: s.opts.MediaCacheTTL})
+	medc := media.Config{Prefix: s.Redis.Prefix, Egress: egress.Policy{AllowPrivate: true}, CacheTTL: s.opts.MediaCacheTTL}
+	if s.opts.Media != nil {
+		s.opts.Media(&medc)
+	}
+	mediaStore, err := media.New(rdb, medc)
 	require.NoError(t, err)
 	accounts, err := accountstate.New(rdb, accountstate.Config{Prefix: s.Redis.Prefix, DownFor: s.opts.AccountDownFor})
 	require.NoError(t, err)
@@ -225,13 +234,14 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	delayed := delay.NewPublisher(pub, s.Planner, s.Model.Delay, s.DelayMet)
 	d, err := dispatch.New(dispatch.Config{
 		Model: s.Model, Claims: claims, Status: statuses, Templates: tpl, Keys: s.Keys, Mail: m, SMS: sms, WeCom: wc,
-		Adaptive: s.Adaptive, Accounts: accounts, WeComLimits: s.opts.WeComLimits, MergeWindow: s.opts.MergeWindow, Media: mediaStore,
+		Adaptive: s.Adaptive, Accounts: accounts, WeComLimits: s.opts.WeComLimits, MergeWindow: s.opts.MergeWindow, MergeMax: s.opts.MergeMax, Media: mediaStore,
 		Delayed: delayed, Limiter: ratelimit.New(rdb, s.Redis.Prefix), RateLimits: rl, Redis: rdb,
 		Retry: s.opts.Retry, SendTimeout: 5 * time.Second, Owner: name, Metrics: s.Metrics, DelayMetrics: s.DelayMet,
 		Logger: s.opts.Logger.Named(name),
 	})
 	require.NoError(t, err)
 	c := &Consumer{Name: name, Dispatcher: d, cancel: cancel, done: make(chan struct{})}
+	go func() { <-ctx.Done(); d.Drain() }() // as dispatch.Run does
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); session.Run(bg) }()
@@ -404,11 +414,17 @@ func (r *RecordingSMS) Count() int {
 
 // weCom is one consumer's WeCom client: its own HTTP client, the access
 // token shared through Redis.
-func (s *Stack) weCom(rdb redis.UniversalClient) provider.WeComSender {
+func (s *Stack) weCom(rdb redis.UniversalClient) dispatch.WeComClient {
 	t := s.T
-	c, err := wecom.NewAccounts(wecom.Config{CorpID: wecomtest.CorpID, CorpSecret: wecomtest.CorpSecret, AgentID: wecomtest.AgentID, APIBase: s.opts.WeComBase,
+	cfg := wecom.Config{CorpID: wecomtest.CorpID, CorpSecret: wecomtest.CorpSecret, AgentID: wecomtest.AgentID, APIBase: s.opts.WeComBase,
 		Robots:       map[string]string{"ops": wecomtest.RobotKey, "shop-ops": wecomtest.RobotKey},
-		RobotTenants: map[string][]string{"shop-ops": {"shop"}}, Accounts: s.opts.WeComAccounts},
+		RobotTenants: map[string][]string{"shop-ops": {"shop"}}, Accounts: s.opts.WeComAccounts}
+	for _, a := range s.opts.WeComAccounts {
+		if a.Name == wecom.DefaultAccount { // WECOM_ACCOUNTS defines default: no single-account settings
+			cfg.CorpID, cfg.CorpSecret, cfg.AgentID = "", "", 0
+		}
+	}
+	c, err := wecom.NewAccounts(cfg,
 		func(a wecom.Account, fetch func(context.Context) (string, time.Duration, error)) (wecom.Tokens, error) {
 			return token.New(rdb, token.Config{Prefix: s.Redis.Prefix, Name: "wecom:" + a.Key()}, fetch)
 		})

@@ -167,19 +167,28 @@ func (c *Config) allAccounts() ([]Account, error) {
 // token of that account.
 type TokensFor func(a Account, fetch func(ctx context.Context) (string, time.Duration, error)) (Tokens, error)
 
-// app is one account with its token source.
-type app struct {
+// App is one application account as the client sends from it: its
+// configuration (name, corp, agent, secret, tenants) and its token source.
+// A caller resolves it once (Client.Apps, Client.App) and hands it to
+// SendApp and UploadMedia, which look nothing up by name.
+type App struct {
 	Account
 	tokens Tokens
 }
 
-// Accounts returns the configured applications (secrets included: the
-// consumer's own configuration).
-func (c *Client) Accounts() []Account {
-	out := make([]Account, 0, len(c.order))
-	for _, n := range c.order {
-		out = append(out, c.apps[n].Account)
+// Apps returns the configured applications, the default first, then
+// WECOM_ACCOUNTS in order (secrets included: the consumer's own
+// configuration).
+func (c *Client) Apps() []*App { return append([]*App(nil), c.apps...) }
+
+// Robots returns the configured group robots with their tenants, by name,
+// without their keys: those stay in the client, which posts.
+func (c *Client) Robots() []Robot {
+	out := make([]Robot, 0, len(c.cfg.Robots))
+	for name := range c.cfg.Robots {
+		out = append(out, Robot{Name: name, Tenants: c.cfg.RobotTenants[name]})
 	}
+	slices.SortFunc(out, func(a, b Robot) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
@@ -222,7 +231,10 @@ func IsCredentialsRefused(err error) bool {
 // Limits are an account's sends per second, minute, hour and day
 // (WECOM_ACCOUNT_LIMITS, seed 004's MultiDimensionalRateLimiter); 0 = none.
 type Limits struct {
-	PerSecond, PerMinute, PerHour, PerDay int
+	PerSecond int `json:"perSecond"`
+	PerMinute int `json:"perMinute"`
+	PerHour   int `json:"perHour"`
+	PerDay    int `json:"perDay"`
 }
 
 // ParseLimits reads WECOM_ACCOUNT_LIMITS: name=s/m/h/d, comma-separated

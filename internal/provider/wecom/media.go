@@ -3,9 +3,6 @@ package wecom
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
 	"mime/multipart"
 	"net/http"
 	"net/url"
@@ -35,23 +32,12 @@ func appContent(m provider.WeCom) any {
 	return map[string]string{"content": m.Content}
 }
 
-// CorpOf names the corp an application message is sent in: media ids are
-// valid in their corp.
-func (c *Client) CorpOf(m provider.WeCom) string {
-	if a, ok := c.apps[AccountName(m)]; ok {
-		return a.CorpID
-	}
-	return ""
-}
-
 // UploadMedia uploads a temporary media file (cgi-bin/media/upload,
-// multipart field "media") for the account of m and returns its media_id,
-// valid 3 days in the corp.
-func (c *Client) UploadMedia(ctx context.Context, m provider.WeCom, kind, filename string, data []byte) (string, error) {
-	acct, ok := c.apps[AccountName(m)]
-	if !ok {
-		return "", &provider.Error{Provider: Name, Class: provider.Permanent, Code: "not_configured", Message: "no WeCom application " + strconv.Quote(AccountName(m)) + " is configured"}
-	}
+// multipart field "media") for acct and returns its media_id, valid 3 days
+// in acct's corp. ctx bounds it (the caller gives the upload its own
+// time, apart from the download's). Like every call, its failures come
+// back classified and without the request URL, which holds the token.
+func (c *Client) UploadMedia(ctx context.Context, acct *App, kind, filename string, data []byte) (string, error) {
 	if !media(kind) {
 		return "", &provider.Error{Provider: Name, Class: provider.Permanent, Code: "media_type", Message: "media type " + strconv.Quote(kind) + " is not image, file or video"}
 	}
@@ -81,18 +67,9 @@ func (c *Client) UploadMedia(ctx context.Context, m provider.WeCom, kind, filena
 			return "", err
 		}
 		req.Header.Set("Content-Type", w.FormDataContentType())
-		resp, err := c.http.Do(req)
+		a, err := c.callWith(c.upload, req, Name)
 		if err != nil {
-			return "", &provider.Error{Provider: Name, Class: provider.Transient, Code: "upload", Message: "media upload failed: " + err.Error()}
-		}
-		var a struct {
-			answer
-			MediaID string `json:"media_id"`
-		}
-		raw, rerr := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		_ = resp.Body.Close()
-		if rerr != nil || json.Unmarshal(raw, &a) != nil {
-			return "", &provider.Error{Provider: Name, Class: provider.Transient, Code: "upload", Message: fmt.Sprintf("media upload answered %s without JSON", resp.Status)}
+			return "", err
 		}
 		if TokenProblem(a.ErrCode) && !refreshed {
 			if err := acct.tokens.Invalidate(ctx, tok); err != nil {
@@ -101,7 +78,7 @@ func (c *Client) UploadMedia(ctx context.Context, m provider.WeCom, kind, filena
 			continue
 		}
 		if a.ErrCode != 0 {
-			return "", classify(Name, a.answer)
+			return "", classify(Name, a)
 		}
 		if a.MediaID == "" {
 			return "", &provider.Error{Provider: Name, Class: provider.Transient, Code: "upload", Message: "media upload answered without media_id"}

@@ -176,10 +176,13 @@ type Tokens interface {
 
 // Client sends through WeCom. It is safe for concurrent use.
 type Client struct {
-	cfg   Config
-	http  *http.Client
-	apps  map[string]*app // by account name
-	order []string        // account names as configured
+	cfg  Config
+	http *http.Client
+	// upload shares http's connections without its Timeout: an upload
+	// (up to 20 MB) is bounded by its caller's context alone
+	// (WECOM_MEDIA_UPLOAD_TIMEOUT), not by a send's.
+	upload *http.Client
+	apps   []*App // as configured: default first, then WECOM_ACCOUNTS
 }
 
 // New validates cfg and returns a Client whose default account (the
@@ -203,7 +206,10 @@ func NewAccounts(cfg Config, tokensFor TokensFor) (*Client, error) {
 	// The vendors' shared client: a pool as large as the sends in flight,
 	// every phase bounded, redirects refused (they would carry the token or
 	// the robot key elsewhere).
-	c := &Client{cfg: cfg, http: provider.NewHTTPClient(cfg.Timeout), apps: map[string]*app{}}
+	c := &Client{cfg: cfg, http: provider.NewHTTPClient(cfg.Timeout)}
+	up := *c.http
+	up.Timeout = 0
+	c.upload = &up
 	accounts, err := cfg.allAccounts()
 	if err != nil {
 		return nil, err
@@ -214,26 +220,13 @@ func NewAccounts(cfg Config, tokensFor TokensFor) (*Client, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.apps[a.Name] = &app{Account: a, tokens: tokens}
-		c.order = append(c.order, a.Name)
+		c.apps = append(c.apps, &App{Account: a, tokens: tokens})
 	}
 	return c, nil
 }
 
 // Name implements provider.WeComSender.
 func (c *Client) Name() string { return Name }
-
-// Account implements provider.WeComSender: the application (by corp and
-// agent id) or the robot.
-func (c *Client) Account(m provider.WeCom) string {
-	if m.Robot != "" {
-		return "wecom-robot:" + m.Robot
-	}
-	if a, ok := c.apps[AccountName(m)]; ok {
-		return "wecom-app:" + a.Key()
-	}
-	return "wecom-app:unknown:" + AccountName(m)
-}
 
 // Close drops idle connections.
 func (c *Client) Close() error {
@@ -250,6 +243,7 @@ type answer struct {
 	InvalidUser    string `json:"invaliduser"`
 	UnlicensedUser string `json:"unlicenseduser"`
 	MsgID          string `json:"msgid"`
+	MediaID        string `json:"media_id"` // media/upload
 }
 
 // FetchToken asks WeCom for a new access token and how long it lives. The
@@ -277,24 +271,42 @@ func (c *Client) fetchToken(ctx context.Context, corpID, secret string) (string,
 	return a.AccessToken, time.Duration(a.ExpiresIn) * time.Second, nil
 }
 
-// SendWeCom implements provider.WeComSender.
+// SendWeCom implements provider.WeComSender: a robot's post, or an
+// application message from the account m names (see SendApp, which a
+// caller that has the account already uses).
 func (c *Client) SendWeCom(ctx context.Context, m provider.WeCom) (provider.WeComReceipt, error) {
-	if (media(m.Format) || card(m.Format)) && m.Robot == "" {
-		return c.sendApp(ctx, m)
-	}
-	if m.Format != "text" && m.Format != "markdown" {
-		return provider.WeComReceipt{}, &provider.Error{Provider: Name, Class: provider.Permanent, Code: "format", Message: "format " + strconv.Quote(m.Format) + " is not text or markdown"}
-	}
 	if m.Robot != "" {
+		if m.Format != "text" && m.Format != "markdown" {
+			return provider.WeComReceipt{}, badFormat(m.Format)
+		}
 		return c.sendRobot(ctx, m)
 	}
-	return c.sendApp(ctx, m)
+	a, err := c.App(AccountName(m))
+	if err != nil {
+		return provider.WeComReceipt{}, err
+	}
+	return c.SendApp(ctx, a, m)
 }
 
-func (c *Client) sendApp(ctx context.Context, m provider.WeCom) (provider.WeComReceipt, error) {
-	acct, ok := c.apps[AccountName(m)]
-	if !ok {
-		return provider.WeComReceipt{}, &provider.Error{Provider: Name, Class: provider.Permanent, Code: "not_configured", Message: "no WeCom application " + strconv.Quote(AccountName(m)) + " is configured (WECOM_ACCOUNTS, or WECOM_CORP_ID, WECOM_CORP_SECRET, WECOM_AGENT_ID for default)"}
+func badFormat(format string) *provider.Error {
+	return &provider.Error{Provider: Name, Class: provider.Permanent, Code: "format", Message: "format " + strconv.Quote(format) + " is not text or markdown"}
+}
+
+// App returns the application account named name.
+func (c *Client) App(name string) (*App, error) {
+	for _, a := range c.apps {
+		if a.Name == name {
+			return a, nil
+		}
+	}
+	return nil, &provider.Error{Provider: Name, Class: provider.Permanent, Code: "not_configured", Message: "no WeCom application " + strconv.Quote(name) + " is configured (WECOM_ACCOUNTS, or WECOM_CORP_ID, WECOM_CORP_SECRET, WECOM_AGENT_ID for default)"}
+}
+
+// SendApp sends an application message (m.Robot empty) from acct, which
+// the caller resolved once (Apps, App): the client looks nothing up.
+func (c *Client) SendApp(ctx context.Context, acct *App, m provider.WeCom) (provider.WeComReceipt, error) {
+	if !media(m.Format) && !card(m.Format) && m.Format != "text" && m.Format != "markdown" {
+		return provider.WeComReceipt{}, badFormat(m.Format)
 	}
 	if n := len(m.ToUsers); n == 0 || n > MaxUsers {
 		return provider.WeComReceipt{}, &provider.Error{Provider: Name, Class: provider.Permanent, Code: "touser", Message: fmt.Sprintf("%d users: one call takes 1 to %d", n, MaxUsers)}
@@ -417,7 +429,11 @@ func (c *Client) sendRobot(ctx context.Context, m provider.WeCom) (provider.WeCo
 // HTTP errors come back classified, without the URL (it holds the token or
 // the robot key).
 func (c *Client) call(req *http.Request, name string) (answer, error) {
-	resp, err := c.http.Do(req) //nolint:gosec // the base URL comes from configuration
+	return c.callWith(c.http, req, name)
+}
+
+func (c *Client) callWith(client *http.Client, req *http.Request, name string) (answer, error) {
+	resp, err := client.Do(req) //nolint:gosec // the base URL comes from configuration
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {

@@ -8,6 +8,7 @@
 package wecomtest
 
 import (
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -43,6 +44,13 @@ type Server struct {
 	TokenTTL time.Duration
 	// Latency is added to every answer (make bench's 50 ms).
 	Latency time.Duration
+	// Hold, when set, is called with each request before it is handled,
+	// which waits until it returns: a test stalls an endpoint (a WeCom
+	// that never answers) by waiting for the request's context to end
+	// (after reading its body: a server notices a client leaving only
+	// once the body is read), or holds requests until it has seen what
+	// it waits for.
+	Hold func(r *http.Request)
 
 	mu          sync.Mutex
 	apps        map[string]App       // corpid + "/" + secret → application
@@ -61,6 +69,8 @@ type Server struct {
 	robot       []Received
 	robotTimes  []time.Time
 	lastDupFlag int
+	calls       [][]string // touser of each message/send call WeCom took
+	issued      []string   // every access token issued
 }
 
 // New starts a server that is closed when t ends.
@@ -73,7 +83,12 @@ func New(t testing.TB) *Server {
 	mux.HandleFunc("POST /cgi-bin/message/send", s.send)
 	mux.HandleFunc("POST /cgi-bin/webhook/send", s.webhook)
 	mux.HandleFunc("POST /cgi-bin/media/upload", s.upload)
-	s.Server = httptest.NewServer(mux)
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.Hold != nil {
+			s.Hold(r)
+		}
+		mux.ServeHTTP(w, r)
+	}))
 	t.Cleanup(s.Close)
 	return s
 }
@@ -127,7 +142,12 @@ func (s *Server) gettoken(w http.ResponseWriter, r *http.Request) {
 	s.n++
 	s.fetches++
 	s.appFetches[app]++
-	tok := fmt.Sprintf("token-%d", s.n)
+	// As long and as random as WeCom's, so that a test can look for it
+	// anywhere (a status, a log line) without false matches.
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	tok := fmt.Sprintf("tok%d-%x", s.n, b)
+	s.issued = append(s.issued, tok)
 	s.tokens[tok] = time.Now().Add(s.TokenTTL)
 	s.tokenApp[tok] = app
 	ttl := s.TokenTTL
@@ -277,6 +297,7 @@ func (s *Server) sendReply(r *http.Request, b *sendBody) map[string]any {
 		s.users[u] = append(s.users[u], Received{MsgType: b.MsgType, Content: content})
 		s.from[u] = append(s.from[u], app)
 	}
+	s.calls = append(s.calls, users)
 	if len(invalid) == len(users) {
 		return map[string]any{"errcode": 81013, "errmsg": "user & party & tag all invalid", "invaliduser": strings.Join(invalid, "|")}
 	}
@@ -468,4 +489,23 @@ func (s *Server) Uploaded(mediaID string) (filename string, size int, ok bool) {
 	defer s.mu.Unlock()
 	m, ok := s.media[mediaID]
 	return m.filename, m.size, ok
+}
+
+// Calls returns the userids of each message/send call WeCom took (a valid
+// token, a well-formed request), in order.
+func (s *Server) Calls() [][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([][]string, len(s.calls))
+	for i, c := range s.calls {
+		out[i] = append([]string(nil), c...)
+	}
+	return out
+}
+
+// Tokens returns every access token the server issued.
+func (s *Server) Tokens() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.issued...)
 }

@@ -41,6 +41,11 @@ var (
 	// TEST_REDIS_AUTOPIPELINE=full-duplex runs a package's Redis tests
 	// through go-redis's auto-pipeliner.
 	RedisAutoPipeline = env("TEST_REDIS_AUTOPIPELINE", "off")
+	// Rabbitmqctl is the command line of rabbitmqctl for the broker of
+	// TEST_AMQP_URL, for a test that needs what only the CLI does (a
+	// memory alarm): TEST_RABBITMQCTL="scripts/rabbitmq4.sh ctl" (an
+	// absolute path) for RabbitMQ 4's node.
+	Rabbitmqctl = env("TEST_RABBITMQCTL", "rabbitmqctl")
 )
 
 func env(k, def string) string {
@@ -82,6 +87,9 @@ func NewBroker(t testing.TB) *Broker {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs RabbitMQ (run without -short)")
+	}
+	if err := checkQueueType(); err != nil {
+		t.Fatalf("testenv: %v", err)
 	}
 	mc, err := mgmt.New(ManagementURL, 10*time.Second)
 	if err != nil {

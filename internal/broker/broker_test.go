@@ -53,10 +53,13 @@ func setup(t *testing.T) *env {
 	return &env{b: b, s: s, pub: pub, conn: conn, ch: ch}
 }
 
+// queue declares a queue of the run's type (testenv.QueueType) bound to
+// exchange "x" by its name. Durable: RabbitMQ 4.3 denies transient queues
+// that are not exclusive, and quorum queues are durable only.
 func (e *env) queue(t *testing.T, name string, args amqp.Table) {
 	t.Helper()
 	require.NoError(t, e.ch.ExchangeDeclare("x", "direct", false, false, false, false, nil))
-	_, err := e.ch.QueueDeclare(name, false, false, false, false, args)
+	_, err := e.ch.QueueDeclare(name, true, false, false, false, testenv.QueueArgs(args))
 	require.NoError(t, err)
 	require.NoError(t, e.ch.QueueBind(name, name, "x", false, nil))
 }
@@ -65,7 +68,7 @@ func (e *env) queue(t *testing.T, name string, args amqp.Table) {
 func (e *env) workWithDLQ(t *testing.T) {
 	t.Helper()
 	require.NoError(t, e.ch.ExchangeDeclare("dlx", "fanout", false, false, false, false, nil))
-	_, err := e.ch.QueueDeclare("dlq", false, false, false, false, nil)
+	_, err := e.ch.QueueDeclare("dlq", true, false, false, false, testenv.QueueArgs(nil))
 	require.NoError(t, err)
 	require.NoError(t, e.ch.QueueBind("dlq", "", "dlx", false, nil))
 	e.queue(t, "work", amqp.Table{"x-dead-letter-exchange": "dlx"})
@@ -399,7 +402,7 @@ func testPublishTimesOutWhenTheBrokerGoesSilent(t *testing.T, msg amqp.Publishin
 	ch, err := conn.Channel()
 	require.NoError(t, err)
 	require.NoError(t, ch.ExchangeDeclare("x", "direct", false, false, false, false, nil))
-	_, err = ch.QueueDeclare("q", false, false, false, false, nil)
+	_, err = ch.QueueDeclare("q", true, false, false, false, testenv.QueueArgs(nil))
 	require.NoError(t, err)
 	require.NoError(t, ch.QueueBind("q", "q", "x", false, nil))
 	_, err = s.Conn(testenv.Context(t, 10*time.Second))

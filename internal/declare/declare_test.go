@@ -25,6 +25,9 @@ func setup(t *testing.T, env map[string]string) (config.Topology, *testenv.Broke
 	if env == nil {
 		env = map[string]string{}
 	}
+	if _, ok := env["QUEUE_TYPE"]; !ok {
+		env["QUEUE_TYPE"] = string(testenv.QueueType)
+	}
 	env["AMQP_URL"] = b.URL
 	env["RABBITMQ_MANAGEMENT_URL"] = testenv.ManagementURL
 	cfg, l := config.LoadTopology(envconf.FromMap(env))
@@ -52,11 +55,12 @@ func TestDeclareCreatesModelWithArgumentsReadBack(t *testing.T) {
 		got, err := b.Mgmt.Queue(ctx, b.VHost, want.Name)
 		require.NoError(t, err, want.Name)
 		require.True(t, got.Durable, want.Name)
-		require.Equal(t, "classic", got.Type)
+		require.Equal(t, string(want.Type), got.Type, want.Name)
 		gotArgs := map[string]string{}
 		for k, v := range got.Arguments {
 			gotArgs[k] = topology.FormatValue(v)
 		}
+		delete(gotArgs, topology.ArgQueueType) // the type is compared above
 		wantArgs := map[string]string{}
 		for k, v := range want.Args {
 			wantArgs[k] = topology.FormatValue(v)

@@ -38,7 +38,7 @@ func setup(t *testing.T, mod func(*topology.DelayConfig)) *harness {
 	t.Helper()
 	t.Parallel()
 	b := testenv.NewBroker(t)
-	cfg := topology.DefaultConfig()
+	cfg := testenv.Topology()
 	cfg.Channels[topology.Mail] = topology.ChannelConfig{} // no TTL, unbounded: measure delays only
 	if mod != nil {
 		mod(&cfg.Delay)

@@ -37,7 +37,7 @@ type env struct {
 func setup(t *testing.T, model func(*topology.Config)) *env {
 	t.Helper()
 	s := dispatchtest.New(t, dispatchtest.Options{Model: model})
-	mc := topology.DefaultConfig()
+	mc := testenv.Topology()
 	if model != nil {
 		model(&mc)
 	}

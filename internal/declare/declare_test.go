@@ -167,6 +167,7 @@ func TestDeclareRefusesConflictAndCreatesNothing(t *testing.T) {
 }
 
 func TestDeclareQuorum(t *testing.T) {
+	// Quorum whatever TEST_QUEUE_TYPE says: declaring quorum queues is the subject.
 	cfg, b := setup(t, map[string]string{"QUEUE_TYPE": "quorum"})
 	code, out, errOut := run(t, cfg, "declare")
 	require.Equal(t, ExitOK, code, errOut)
@@ -221,6 +222,8 @@ func TestDeclareRefusesExchangeConflictWithExchangeAdvice(t *testing.T) {
 // shows them first, and each level's routing key reaches its queue; a full
 // level queue refuses the publish (a nack) instead of dropping.
 func TestDeclareAddsLevelsToAnExistingDeployment(t *testing.T) {
+	// Both types in every run, whatever TEST_QUEUE_TYPE says: they bound
+	// their queues differently (a quorum queue after the fact).
 	for _, qt := range []string{"classic", "quorum"} {
 		t.Run(qt, func(t *testing.T) {
 			cfg, b := setup(t, map[string]string{"QUEUE_TYPE": qt, "MAIL_NORMAL_QUEUE_MAX_LENGTH": "2"})

@@ -129,7 +129,13 @@ build_root() {
   exec 9>&-
 }
 
-version() { chroot "$ROOT" dpkg-query -W -f '${Version}\n' rabbitmq-server; }
+# version prints the upstream version in the root (4.0.5 of 4.0.5-6+deb13u2).
+version() {
+  local v
+  v=$(chroot "$ROOT" dpkg-query -W -f '${Version}' rabbitmq-server)
+  v=${v#*:}
+  echo "${v%%-*}"
+}
 
 # A node: its name, AMQP, management, prometheus (0: none) and
 # distribution ports, and the epmd port it shares with its cluster.
@@ -145,8 +151,11 @@ cluster_node() {
 
 # in_ns runs a command in the root, in a private mount namespace with its
 # own /proc: the host never sees that mount, and it ends with the command.
+# With EXEC=exec it replaces the shell, so the node's process tree holds no
+# bash that would read this file again after the node ends.
+EXEC=
 in_ns() {
-  unshare --mount --propagation private -- /bin/sh -c 'mount -t proc proc "$0/proc" && exec chroot "$0" "$@"' "$ROOT" "$@"
+  $EXEC unshare --mount --propagation private -- /bin/sh -c 'mount -t proc proc "$0/proc" && exec chroot "$0" "$@"' "$ROOT" "$@"
 }
 
 # in_root runs a command in the root with the current node's environment
@@ -332,15 +341,21 @@ cluster() {
   esac
 }
 
-case ${1:-} in
-  root) build_root; echo "$ROOT: $(cat "$ROOT/.msgpulse-root")" ;;
-  start) start_single ;;
-  stop) stop_single ;;
-  ctl) shift; single_node; ctl "$@" ;;
-  version) version ;;
-  cluster) shift; cluster "$@" ;;
-  _server) # launch's: the node itself, in the foreground
-    if [[ $2 == rmq4 ]]; then single_node; else cluster_node "${2#rmq4c}"; fi
-    in_root /usr/lib/rabbitmq/bin/rabbitmq-server ;;
-  *) echo "usage: $0 root|start|stop|ctl ARGS...|version|cluster start|stop|kill N|revive N|pid N|ctl N ARGS..." >&2; exit 2 ;;
-esac
+main() {
+  case ${1:-} in
+    root) build_root; echo "$ROOT: $(cat "$ROOT/.msgpulse-root")" ;;
+    start) start_single ;;
+    stop) stop_single ;;
+    ctl) shift; single_node; ctl "$@" ;;
+    version) version ;;
+    cluster) shift; cluster "$@" ;;
+    _server) # launch's: the node itself, in the foreground
+      if [[ $2 == rmq4 ]]; then single_node; else cluster_node "${2#rmq4c}"; fi
+      EXEC=exec in_root /usr/lib/rabbitmq/bin/rabbitmq-server ;;
+    *) echo "usage: $0 root|start|stop|ctl ARGS...|version|cluster start|stop|kill N|revive N|pid N|ctl N ARGS..." >&2; exit 2 ;;
+  esac
+}
+
+# All in functions, and exit on the line that runs them: bash reads a script
+# as it goes, and the file may change (a checkout) while a command runs.
+main "$@"; exit

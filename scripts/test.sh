@@ -93,14 +93,8 @@ faults() {
     grep -E '^(FAULT |--- |ok |FAIL|panic:|\s+(Error|Messages):)'
 }
 
-# RabbitMQ 4's node starts in the background while the 3.10.8 legs run (the
-# first run on a machine also builds its root, about a minute); r4 waits
-# for it and runs a command with the tests pointed at it.
-if wants_any 4-classic 4-quorum 4-faults-classic 4-faults-quorum; then
-  "$R4" start >"$r4_log" 2>&1 &
-  r4_pid=$!
-  r4_state=starting
-fi
+# r4 waits for RabbitMQ 4's node, which main starts in the background, and
+# runs a command with the tests pointed at it.
 r4() {
   if [[ $r4_state == starting ]]; then
     if wait "$r4_pid"; then r4_state=up; cat "$r4_log"; else r4_state=failed; cat "$r4_log" >&2; fi
@@ -110,27 +104,42 @@ r4() {
     TEST_RABBITMQCTL="$R4 ctl" "$@"
 }
 
-v3="RabbitMQ $(rabbitmqctl version 2>/dev/null || echo 3)"
-v4="RabbitMQ $(SUITE=${SUITE:-trixie} "$R4" version 2>/dev/null || echo "4 (${SUITE:-trixie})")"
+main() {
+  # RabbitMQ 4's node starts while the 3.10.8 legs run (the first run on a
+  # machine also builds its root, under a minute).
+  if wants_any 4-classic 4-quorum 4-faults-classic 4-faults-quorum; then
+    "$R4" start >"$r4_log" 2>&1 &
+    r4_pid=$!
+    r4_state=starting
+  fi
 
-leg 3-all "$v3, classic: every package" with TEST_QUEUE_TYPE=classic $GO test -race -count=1 -timeout "$TIMEOUT" ./...
-leg 3-quorum "$v3, quorum: the broker's suites" with TEST_QUEUE_TYPE=quorum broker_suites
-leg 3-faults-classic "$v3, classic: the fault scenarios" with TEST_QUEUE_TYPE=classic faults
-leg 3-faults-quorum "$v3, quorum: the fault scenarios" with TEST_QUEUE_TYPE=quorum faults
-leg 4-classic "$v4, classic: the broker's suites" r4 with TEST_QUEUE_TYPE=classic broker_suites
-leg 4-quorum "$v4, quorum: the broker's suites" r4 with TEST_QUEUE_TYPE=quorum broker_suites
-leg 4-faults-classic "$v4, classic: the fault scenarios" r4 with TEST_QUEUE_TYPE=classic faults
-leg 4-faults-quorum "$v4, quorum: the fault scenarios" r4 with TEST_QUEUE_TYPE=quorum faults
-if [[ $r4_state != off ]]; then
-  [[ $r4_state != starting ]] || wait "$r4_pid" || true
-  r4_state=off
-  "$R4" stop
-fi
-# The cluster scenarios, on private clusters with nodes and ports of their own.
-leg 3-cluster "$v3 cluster of 3: Redis Cluster tests, cluster scenarios" scripts/cluster/run.sh
-leg 4-cluster "$v4 cluster of 3: the cluster scenarios" scripts/cluster/run.sh rabbitmq4
+  v3="RabbitMQ $(rabbitmqctl version 2>/dev/null || echo 3)"
+  v4="RabbitMQ $(SUITE=${SUITE:-trixie} "$R4" version 2>/dev/null || echo "4 (${SUITE:-trixie})")"
 
-if ((${#failed[@]})); then
-  echo "test.sh: failed legs: ${failed[*]} (rerun one: scripts/test.sh LEG)" >&2
-  exit 1
-fi
+  leg 3-all "$v3, classic: every package" with TEST_QUEUE_TYPE=classic $GO test -race -count=1 -timeout "$TIMEOUT" ./...
+  leg 3-quorum "$v3, quorum: the broker's suites" with TEST_QUEUE_TYPE=quorum broker_suites
+  leg 3-faults-classic "$v3, classic: the fault scenarios" with TEST_QUEUE_TYPE=classic faults
+  leg 3-faults-quorum "$v3, quorum: the fault scenarios" with TEST_QUEUE_TYPE=quorum faults
+  leg 4-classic "$v4, classic: the broker's suites" r4 with TEST_QUEUE_TYPE=classic broker_suites
+  leg 4-quorum "$v4, quorum: the broker's suites" r4 with TEST_QUEUE_TYPE=quorum broker_suites
+  leg 4-faults-classic "$v4, classic: the fault scenarios" r4 with TEST_QUEUE_TYPE=classic faults
+  leg 4-faults-quorum "$v4, quorum: the fault scenarios" r4 with TEST_QUEUE_TYPE=quorum faults
+  if [[ $r4_state != off ]]; then
+    [[ $r4_state != starting ]] || wait "$r4_pid" || true
+    r4_state=off
+    "$R4" stop
+  fi
+  # The cluster scenarios, on private clusters with nodes and ports of their own.
+  leg 3-cluster "$v3 cluster of 3: Redis Cluster tests, cluster scenarios" scripts/cluster/run.sh
+  leg 4-cluster "$v4 cluster of 3: the cluster scenarios" scripts/cluster/run.sh rabbitmq4
+
+  if ((${#failed[@]})); then
+    echo "test.sh: failed legs: ${failed[*]} (rerun one: scripts/test.sh LEG)" >&2
+    exit 1
+  fi
+}
+
+# All in functions, and exit on the line that runs them: bash reads a script
+# as it goes, and this one runs for half an hour, during which the file may
+# change (a checkout).
+main "$@"; exit

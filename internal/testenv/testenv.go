@@ -101,16 +101,19 @@ func NewBroker(t testing.TB) *Broker {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	sweepOnce.Do(func() { sweep(ctx, mc) })
-	if err := mc.CreateVHost(ctx, vhost, mc.User()); err != nil {
-		t.Fatalf("testenv: create vhost on RabbitMQ (%s): %v\nstart it with `make services` (make test does this)", ManagementURL, err)
-	}
-	t.Cleanup(func() {
+	t.Cleanup(func() { // first: a vhost half made is deleted too
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
 		if err := mc.DeleteVHost(ctx, vhost); err != nil {
 			t.Logf("testenv: delete vhost %s: %v", vhost, err)
 		}
 	})
+	if err := createVHostOfType(ctx, vhost); err != nil {
+		t.Fatalf("testenv: create vhost on RabbitMQ (%s): %v\nstart it with `make services` (make test does this)", ManagementURL, err)
+	}
+	if err := mc.CreateVHost(ctx, vhost, mc.User()); err != nil {
+		t.Fatalf("testenv: create vhost on RabbitMQ (%s): %v\nstart it with `make services` (make test does this)", ManagementURL, err)
+	}
 	urls, err := envconf.WithVHost(AMQPBase, vhost)
 	if err != nil {
 		t.Fatalf("testenv: TEST_AMQP_URL: %v", err)

@@ -37,10 +37,12 @@ wants_any() { local l; for l in "$@"; do if wants "$l"; then return 0; fi; done;
 
 results=()
 failed=()
+current= # the leg running now, for the summary of an interrupted run
 r4_state=off # RabbitMQ 4's node: off, starting, up, failed
 r4_log=$(mktemp -t msgpulse-rabbitmq4.XXXXXX)
 
 summary() {
+  if [[ -n $current ]]; then results+=("$(printf '%-18s %s' "$current" "interrupted or aborted")"); fi
   ((${#results[@]})) || return 0
   echo
   echo "legs:"
@@ -68,7 +70,9 @@ leg() {
   echo
   echo "=== leg $name: $what"
   local start=$SECONDS rc=0
+  current=$name
   "$@" || rc=$?
+  current=
   local took=$((SECONDS - start)) verdict=ok
   if ((rc)); then verdict=FAILED; failed+=("$name"); fi
   results+=("$(printf '%-18s %-52s %4dm%02ds  %s' "$name" "$what" $((took / 60)) $((took % 60)) "$verdict")")

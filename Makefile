@@ -30,14 +30,16 @@ browser: ## install Debian's chromium if missing (the console's browser test dri
 	@./scripts/browser.sh
 
 .PHONY: test
-test: services browser ## run every test (unit + integration, -race) against the real RabbitMQ and Redis, then the fault scenarios
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
-	@# The fault scenarios run after, one at a time: one raises a broker-wide
-	@# alarm that would stall the packages above. Their counts are printed.
-	@set -o pipefail; MSGPULSE_FAULTS=1 $(GO) test -race -count=1 -p 1 -v -timeout $(TEST_TIMEOUT) -run . ./internal/fault/... 2>&1 \
-	  | grep -E '^(FAULT |--- |ok |FAIL|panic:)' || { echo "fault scenarios failed (rerun: make test-faults)"; exit 1; }
-	@# Then the same system on a private RabbitMQ cluster and Redis Cluster.
-	@./scripts/cluster/run.sh
+test: services browser ## every test, -race: all packages on RabbitMQ 3.10.8, the broker's suites, the fault and the cluster scenarios also on 4.0.5, classic and quorum (scripts/test.sh)
+	@TEST_TIMEOUT=$(TEST_TIMEOUT) GO=$(GO) ./scripts/test.sh
+
+.PHONY: test-rabbitmq4
+test-rabbitmq4: services ## only make test's RabbitMQ 4 legs (4.0.5 from a Debian trixie chroot; SUITE=sid for sid's, not in CI)
+	@TEST_TIMEOUT=$(TEST_TIMEOUT) GO=$(GO) ./scripts/test.sh 4-classic 4-quorum 4-faults-classic 4-faults-quorum 4-cluster
+
+.PHONY: rabbitmq4
+rabbitmq4: ## start RabbitMQ 4.0.5 beside the host's (AMQP 5673, management 15673); scripts/rabbitmq4.sh stop stops it
+	@./scripts/rabbitmq4.sh start
 
 .PHONY: test-short
 test-short: ## unit tests only (no broker, no Redis)

@@ -137,7 +137,7 @@ func setup(t *testing.T, o options) *harness {
 		o.robots = map[string][]string{"ops": nil}
 	}
 	h := &harness{t: t}
-	mcfg := topology.DefaultConfig()
+	mcfg := testenv.Topology()
 	if o.model != nil {
 		o.model(&mcfg)
 	}

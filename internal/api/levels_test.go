@@ -128,14 +128,15 @@ func TestFullLevelQueueAnswers503WithRetryAfter(t *testing.T) {
 		}
 		accepted++
 	}
-	require.Equal(t, 3, accepted, "202 up to the bound")
+	require.GreaterOrEqual(t, accepted, 3, "202 up to the bound")
+	require.LessOrEqual(t, accepted, 3+testenv.Overshoot(), "then 503s")
 	require.Equal(t, http.StatusServiceUnavailable, r.Status, r.Msg)
 	require.Contains(t, r.Msg, "queue.mail.normal is full (bound 3, MAIL_NORMAL_QUEUE_MAX_LENGTH)")
 	ra, err := strconv.Atoi(r.Header.Get("Retry-After"))
 	require.NoError(t, err)
 	require.Positive(t, ra)
-	require.Equal(t, 3, h.depth("queue.mail.normal"), "nothing dropped")
-	require.Len(t, h.keysMatching("status:*"), 3, "the refused message left no status record")
+	require.Equal(t, accepted, h.depth("queue.mail.normal"), "nothing dropped")
+	require.Len(t, h.keysMatching("status:*"), accepted, "the refused message left no status record")
 
 	r = h.do("POST", "/api/messages/send", levelNotice("low"))
 	require.Equal(t, http.StatusAccepted, r.Status, "other levels are not affected")
@@ -145,6 +146,9 @@ func TestFullLevelQueueAnswers503WithRetryAfter(t *testing.T) {
 // consumers, the oldest message's age, and the warning above 80%.
 func TestQueueStatsReportEachLevel(t *testing.T) {
 	h := setup(t, options{model: func(c *topology.Config) {
+		// Classic whatever TEST_QUEUE_TYPE says: the oldest message's age
+		// is asserted, and only classic queues report it (QueueStat).
+		c.QueueType = topology.Classic
 		cc := c.Channels[topology.Mail]
 		cc.LevelMaxLength = map[topology.Level]int{topology.Normal: 10}
 		c.Channels[topology.Mail] = cc

@@ -25,7 +25,7 @@ func benchPublisher(b *testing.B) (*Publisher, func()) {
 	}
 	ch, _ := conn.Channel()
 	_ = ch.ExchangeDeclare("x", "direct", false, false, false, false, nil)
-	_, _ = ch.QueueDeclare("q", false, false, false, false, amqp.Table{"x-max-length": int64(1000)})
+	_, _ = ch.QueueDeclare("q", true, false, false, false, testenv.QueueArgs(amqp.Table{"x-max-length": int64(1000)}))
 	_ = ch.QueueBind("q", "q", "x", false, nil)
 	p, err := NewPublisher(PublisherConfig{Session: s, ConfirmTimeout: 10 * time.Second})
 	if err != nil {

@@ -53,19 +53,51 @@ func setup(t *testing.T) *env {
 	return &env{b: b, s: s, pub: pub, conn: conn, ch: ch}
 }
 
+// queue declares a queue of the run's type (testenv.QueueType) bound to
+// exchange "x" by its name. Durable: RabbitMQ 4.3 denies transient queues
+// that are not exclusive, and quorum queues are durable only.
 func (e *env) queue(t *testing.T, name string, args amqp.Table) {
 	t.Helper()
 	require.NoError(t, e.ch.ExchangeDeclare("x", "direct", false, false, false, false, nil))
-	_, err := e.ch.QueueDeclare(name, false, false, false, false, args)
+	_, err := e.ch.QueueDeclare(name, true, false, false, false, testenv.QueueArgs(args))
 	require.NoError(t, err)
 	require.NoError(t, e.ch.QueueBind(name, name, "x", false, nil))
+}
+
+// full declares queue name bounded to one message with reject-publish and
+// fills it, on a confirming channel of its own (the publisher under test
+// sees no nack), until the broker refuses a publish: a classic queue at
+// its bound, a quorum queue a message or two past it. It returns how many
+// messages the queue holds; every later publish to it is nacked.
+func (e *env) full(t *testing.T, name string) int {
+	t.Helper()
+	e.queue(t, name, amqp.Table{"x-max-length": int64(1), "x-overflow": "reject-publish"})
+	ch, err := e.conn.Channel()
+	require.NoError(t, err)
+	defer func() { _ = ch.Close() }()
+	require.NoError(t, ch.Confirm(false))
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, 1))
+	ctx := testenv.Context(t, 10*time.Second)
+	for held := 0; held <= 1+testenv.Overshoot(); held++ {
+		require.NoError(t, ch.PublishWithContext(ctx, "x", name, false, false, amqp.Publishing{Body: []byte("filler")}))
+		select {
+		case c := <-confirms:
+			if !c.Ack {
+				return held
+			}
+		case <-ctx.Done():
+			t.Fatalf("no confirm for a publish to %s", name)
+		}
+	}
+	t.Fatalf("%s took %d messages and refused none", name, 2+testenv.Overshoot())
+	return 0
 }
 
 // workWithDLQ declares queue "work" dead-lettering to queue "dlq".
 func (e *env) workWithDLQ(t *testing.T) {
 	t.Helper()
 	require.NoError(t, e.ch.ExchangeDeclare("dlx", "fanout", false, false, false, false, nil))
-	_, err := e.ch.QueueDeclare("dlq", false, false, false, false, nil)
+	_, err := e.ch.QueueDeclare("dlq", true, false, false, false, testenv.QueueArgs(nil))
 	require.NoError(t, err)
 	require.NoError(t, e.ch.QueueBind("dlq", "", "dlx", false, nil))
 	e.queue(t, "work", amqp.Table{"x-dead-letter-exchange": "dlx"})
@@ -81,7 +113,7 @@ func (e *env) depth(t *testing.T, name string) int {
 func TestPublishOutcomes(t *testing.T) {
 	e := setup(t)
 	e.queue(t, "q", nil)
-	e.queue(t, "full", amqp.Table{"x-max-length": int64(1), "x-overflow": "reject-publish"})
+	held := e.full(t, "full")
 	ctx := testenv.Context(t, 20*time.Second)
 	for _, tc := range []struct {
 		name     string
@@ -95,10 +127,6 @@ func TestPublishOutcomes(t *testing.T) {
 		{"missing exchange closes the channel", "no-such-exchange", "q", ErrUnavailable},
 		{"confirmed after failures", "x", "q", nil},
 	} {
-		// The full queue takes its first message, then refuses.
-		if tc.key == "full" {
-			require.NoError(t, e.pub.Publish(ctx, tc.exchange, tc.key, amqp.Publishing{Body: []byte("first")}))
-		}
 		err := e.pub.Publish(ctx, tc.exchange, tc.key, amqp.Publishing{MessageId: tc.name, Body: []byte(tc.name)})
 		if tc.want == nil {
 			require.NoError(t, err, tc.name)
@@ -107,7 +135,7 @@ func TestPublishOutcomes(t *testing.T) {
 		}
 	}
 	require.Equal(t, 2, e.depth(t, "q"))
-	require.Equal(t, 1, e.depth(t, "full"))
+	require.Equal(t, held, e.depth(t, "full"))
 	var re *ReturnError
 	err := e.pub.Publish(ctx, "x", "nowhere", amqp.Publishing{})
 	require.ErrorAs(t, err, &re)
@@ -399,7 +427,7 @@ func testPublishTimesOutWhenTheBrokerGoesSilent(t *testing.T, msg amqp.Publishin
 	ch, err := conn.Channel()
 	require.NoError(t, err)
 	require.NoError(t, ch.ExchangeDeclare("x", "direct", false, false, false, false, nil))
-	_, err = ch.QueueDeclare("q", false, false, false, false, nil)
+	_, err = ch.QueueDeclare("q", true, false, false, false, testenv.QueueArgs(nil))
 	require.NoError(t, err)
 	require.NoError(t, ch.QueueBind("q", "q", "x", false, nil))
 	_, err = s.Conn(testenv.Context(t, 10*time.Second))
@@ -580,13 +608,12 @@ func TestASlowDeliveryDoesNotStallItsQueue(t *testing.T) {
 func TestNackFailsOnlyItsOwnMessageOnSharedLanes(t *testing.T) {
 	e := setup(t)
 	require.NoError(t, e.ch.ExchangeDeclare("h", "headers", false, false, false, false, nil))
-	e.queue(t, "full", amqp.Table{"x-max-length": int64(1), "x-overflow": "reject-publish"})
+	held := e.full(t, "full")
 	e.queue(t, "open", nil)
 	for _, q := range []string{"full", "open"} {
 		require.NoError(t, e.ch.QueueBind(q, "", "h", false, amqp.Table{"x-match": "all", "to": q}))
 	}
 	ctx := testenv.Context(t, 60*time.Second)
-	require.NoError(t, e.pub.Publish(ctx, "x", "full", amqp.Publishing{MessageId: "filler"}))
 
 	const n = 1500
 	for _, tc := range []struct {
@@ -624,7 +651,7 @@ func TestNackFailsOnlyItsOwnMessageOnSharedLanes(t *testing.T) {
 		}
 		require.Equal(t, confirmed, e.depth(t, "open")-before, tc.name)
 	}
-	require.Equal(t, 1, e.depth(t, "full"))
+	require.Equal(t, held, e.depth(t, "full"))
 }
 
 // A quiet destination costs one channel; a busy one opens more, up to

@@ -52,9 +52,10 @@ func TestURLListSkipsDeadNodes(t *testing.T) {
 // MessageId) and a shared lane (with one).
 func TestNackedChannelIsNotReused(t *testing.T) {
 	e := setup(t)
-	e.queue(t, "full", amqp.Table{"x-max-length": int64(1), "x-overflow": "reject-publish"})
+	e.queue(t, "q", nil)
+	e.full(t, "full")
 	ctx := testenv.Context(t, 20*time.Second)
-	require.NoError(t, e.pub.Publish(ctx, "x", "full", amqp.Publishing{Body: []byte("first")}))
+	require.NoError(t, e.pub.Publish(ctx, "x", "q", amqp.Publishing{Body: []byte("first")}))
 	require.Len(t, e.pub.idle, 1, "a confirmed channel goes back to the pool")
 	for _, tc := range []struct {
 		name string
@@ -72,7 +73,6 @@ func TestNackedChannelIsNotReused(t *testing.T) {
 	}
 	require.Equal(t, 1, retired, "the nacked lane was retired")
 	// Publishing goes on, on fresh channels.
-	e.queue(t, "q", nil)
 	require.NoError(t, e.pub.Publish(ctx, "x", "q", amqp.Publishing{MessageId: "m-2", Body: []byte("after")}))
 	require.NoError(t, e.pub.Publish(ctx, "x", "q", amqp.Publishing{Body: []byte("after")}))
 }

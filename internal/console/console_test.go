@@ -67,7 +67,7 @@ func setupModel(t *testing.T, model func(*topology.Config)) *harness {
 		t.Skip("needs RabbitMQ and Redis")
 	}
 	s := dispatchtest.New(t, dispatchtest.Options{Model: model})
-	cfg := topology.DefaultConfig()
+	cfg := testenv.Topology()
 	if model != nil {
 		model(&cfg)
 	}

@@ -65,6 +65,8 @@ func setDeliveryLimit(t *testing.T, h *harness, n int) {
 // a replay then delivers it once. On a quorum DLQ the control at the end
 // shows the limit does bite a reader that gives messages back.
 func TestReadsNeverSpendDeadLetters(t *testing.T) {
+	// Both types in every run, whatever TEST_QUEUE_TYPE says: only a quorum
+	// DLQ has a delivery limit, and the classic one is the control.
 	for _, qt := range []topology.QueueType{topology.Quorum, topology.Classic} {
 		t.Run(string(qt), func(t *testing.T) {
 			t.Parallel()

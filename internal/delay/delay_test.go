@@ -38,7 +38,7 @@ func setup(t *testing.T, mod func(*topology.DelayConfig)) *harness {
 	t.Helper()
 	t.Parallel()
 	b := testenv.NewBroker(t)
-	cfg := topology.DefaultConfig()
+	cfg := testenv.Topology()
 	cfg.Channels[topology.Mail] = topology.ChannelConfig{} // no TTL, unbounded: measure delays only
 	if mod != nil {
 		mod(&cfg.Delay)
@@ -179,14 +179,21 @@ func TestOverflowNacksAndIsCounted(t *testing.T) {
 	for i := range 2 {
 		require.NoError(t, h.delayed.PublishDelayed(ctx, h.out(fmt.Sprint(i)), 5*time.Second))
 	}
-	err := h.delayed.PublishDelayed(ctx, h.out("overflow"), 5*time.Second)
+	// A quorum queue's bound bites after the fact: it may hold one or two more.
+	held := 2
+	var err error
+	for ; held <= 2+testenv.Overshoot(); held++ {
+		if err = h.delayed.PublishDelayed(ctx, h.out(fmt.Sprint("overflow-", held)), 5*time.Second); err != nil {
+			break
+		}
+	}
 	require.ErrorIs(t, err, ErrOverflow)
 	require.ErrorIs(t, err, broker.ErrNacked)
 	require.ErrorContains(t, err, "queue.delay.5s")
 	require.Equal(t, 1.0, testutil.ToFloat64(h.metrics.Overflow.WithLabelValues("queue.delay.5s")))
 	st, err := broker.Inspect(h.conn, []string{"queue.delay.5s"})
 	require.NoError(t, err)
-	require.Equal(t, 2, st[0].Messages, "nothing was dropped to make room")
+	require.Equal(t, held, st[0].Messages, "nothing was dropped to make room")
 }
 
 // Killing the relay while messages are between hops loses none of them:
@@ -258,7 +265,10 @@ func TestFinalHopNeedsNoRelay(t *testing.T) {
 	require.NoError(t, h.delayed.PublishDelayed(ctx, h.out("two-hops"), 1300*ms))
 	testenv.WaitFor(t, 10*time.Second, "the one-tier message, without a relay", func() bool { _, ok := h.lateness("one-tier"); return ok })
 	l, _ := h.lateness("one-tier")
-	require.Less(t, l[0], 250*ms)
+	// Arriving at all shows it needed no relay (none runs yet); the bound
+	// only says it was not held up. Quorum delay queues expire a little
+	// later than classic ones (261 ms seen on a loaded 4.0.5 run).
+	require.Less(t, l[0], 500*ms)
 	testenv.WaitFor(t, 10*time.Second, "the two-hop message waiting for a relay", func() bool {
 		st, err := broker.Inspect(h.conn, []string{h.model.Delay.RelayQueue})
 		require.NoError(t, err)

@@ -221,7 +221,7 @@ func dlqList(t *testing.T, s *dispatchtest.Stack, ch string) []dlq.Entry {
 	t.Helper()
 	cfg := config.DLQ{
 		Common: config.Common{AMQPURL: s.Broker.URL, RedisURL: s.Redis.URL, RedisMode: s.Redis.Mode, RedisPrefix: s.Redis.Prefix, LogLevel: "info", LogFormat: "json"},
-		Model:  topology.DefaultConfig(), CodeSecret: seal.DevSecret, CodeSecretIsDev: true,
+		Model:  testenv.Topology(), CodeSecret: seal.DevSecret, CodeSecretIsDev: true,
 		ConfirmTimeout: 10 * time.Second, ScanMax: 100_000, StatusTimeout: 2 * time.Second,
 	}
 	var stdout, stderr bytes.Buffer

@@ -35,7 +35,7 @@ func TestRunIsReadyAndShowsItsWorkers(t *testing.T) {
 		"AMQP_URL": b.URL, "REDIS_URL": r.URL, "REDIS_MODE": r.Mode, "REDIS_PREFIX": r.Prefix, "RABBITMQ_MANAGEMENT_URL": testenv.ManagementURL,
 		"CHANNELS": "mail,wecom", "METRICS_ADDR": addr, "CONSUMER_ID": "run-c1", "MAIL_MIN_WORKERS": "2", "MAIL_MAX_WORKERS": "16",
 		"WECOM_ACCOUNTS": "team-a=ww-a:2001:secret-a@shop,team-b=ww-b:2002:secret-b@blog", "WECOM_ACCOUNT_LIMITS": "team-a=20/600/0/0",
-		"WECOM_API_BASE": "http://127.0.0.1:1",
+		"WECOM_API_BASE": "http://127.0.0.1:1", "QUEUE_TYPE": string(testenv.QueueType),
 	}))
 	require.NoError(t, l.Err())
 	model, err := topology.Build(cfg.Model, "")

@@ -647,6 +647,7 @@ func TestErrors(t *testing.T) {
 // a message worn by repeated give-backs is warned about.
 func TestQuorumQueues(t *testing.T) {
 	t.Parallel()
+	// Quorum whatever TEST_QUEUE_TYPE says: a quorum DLQ's reads are the subject.
 	e := setup(t, func(c *topology.Config) { c.QueueType = topology.Quorum })
 	ids, rcpt, _ := rejected(t, e, 2)
 	dlq := e.mail.DeadLetterQueue

@@ -37,7 +37,7 @@ type env struct {
 func setup(t *testing.T, model func(*topology.Config)) *env {
 	t.Helper()
 	s := dispatchtest.New(t, dispatchtest.Options{Model: model})
-	mc := topology.DefaultConfig()
+	mc := testenv.Topology()
 	if model != nil {
 		model(&mc)
 	}
@@ -80,7 +80,10 @@ func (e *env) runCLI(ctx context.Context, hooks func(*cli), args ...string) resu
 }
 
 // peek reads a whole queue on a channel of its own, independently of the
-// package under test, and gives every message back.
+// package under test, and gives every message back. Like the tool's own
+// reader (reader.settle), it returns once the queue holds them again: a
+// quorum queue applies returns through its Raft log after the nack, and a
+// command run at once would otherwise see part of the queue.
 func peek(t *testing.T, s *dispatchtest.Stack, queue string) []amqp.Delivery {
 	t.Helper()
 	ch, err := s.Conn.Channel()
@@ -97,6 +100,11 @@ func peek(t *testing.T, s *dispatchtest.Stack, queue string) []amqp.Delivery {
 	}
 	if len(out) > 0 {
 		require.NoError(t, ch.Nack(out[len(out)-1].DeliveryTag, true, true))
+		testenv.WaitFor(t, 10*time.Second, "the messages back in "+queue, func() bool {
+			q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+			require.NoError(t, err)
+			return q.Messages >= len(out)
+		})
 	}
 	return out
 }

@@ -170,6 +170,7 @@ func setDeliveryLimit(t *testing.T, e *env, n int) {
 // still.
 func TestPassingOverSpendsNothingOnQuorum(t *testing.T) {
 	t.Parallel()
+	// Quorum whatever TEST_QUEUE_TYPE says: the delivery limit is the subject.
 	e := setup(t, func(c *topology.Config) { c.QueueType = topology.Quorum })
 	setDeliveryLimit(t, e, 2)
 	ids, _, c := rejected(t, e, 3)

@@ -220,8 +220,9 @@ func TestFullNormalQueueRefusesThenEveryAcceptedIsMailed(t *testing.T) {
 	_, c := s.api()
 	res := burst(testenv.Context(t, time.Minute), c, 3*bound, 1, "bounded") // one at a time: the first bound fill it, the rest are refused
 	require.NoError(t, res.err)
-	require.Len(t, res.accepted, bound)
-	require.Equal(t, 2*bound, res.refused, "every 503 has Retry-After")
+	require.GreaterOrEqual(t, len(res.accepted), bound)
+	require.LessOrEqual(t, len(res.accepted), bound+testenv.Overshoot())
+	require.Equal(t, 3*bound-len(res.accepted), res.refused, "every 503 has Retry-After")
 	require.Zero(t, res.unavailable)
 	for i, rcpt := range res.accepted {
 		require.Equal(t, fmt.Sprintf("bounded%d@example.com", i), rcpt, "202s up to the bound, then only 503s")
@@ -236,12 +237,12 @@ func TestFullNormalQueueRefusesThenEveryAcceptedIsMailed(t *testing.T) {
 	require.Positive(t, ae.RetryAfter)
 
 	s.consumer("c1")
-	testenv.WaitFor(t, 60*time.Second, "every accepted notice mailed", func() bool { return s.mail.Count() >= bound })
+	testenv.WaitFor(t, 60*time.Second, "every accepted notice mailed", func() bool { return s.mail.Count() >= len(res.accepted) })
 	counts := s.mailCounts()
 	for _, rcpt := range res.accepted {
 		require.Equal(t, 1, counts[rcpt], rcpt)
 	}
-	require.Len(t, counts, bound)
+	require.Len(t, counts, len(res.accepted))
 	testenv.WaitFor(t, 10*time.Second, "queue drained", func() bool { return s.depth("queue.mail.normal") == 0 })
 	require.Zero(t, s.depth("queue.mail.dlq"))
 }
@@ -260,7 +261,7 @@ func TestFullNormalQueueRefusesNoticesButNeverCodes(t *testing.T) {
 			s := newSystem(t, "MAIL_NORMAL_QUEUE_MAX_LENGTH="+strconv.Itoa(bound), "MAIL_QUEUE_ADMIT_FILL="+tc.fill,
 				"LIMIT_EMAIL_PER_SECOND=0", "LIMIT_PER_API_KEY_PER_MINUTE=0", "VERIFY_MAX_PER_IP_PER_MINUTE=0")
 			_, c := s.api()
-			fill := burst(testenv.Context(t, time.Minute), c, bound+1, 1, "fill") // one at a time: 202s, then 503s
+			fill := burst(testenv.Context(t, time.Minute), c, bound+1+testenv.Overshoot(), 1, "fill") // one at a time: 202s, then 503s
 			require.NoError(t, fill.err)
 			require.Zero(t, fill.unavailable, fill.messages)
 			require.Positive(t, fill.refused, "the queue is full")
@@ -296,6 +297,9 @@ func TestFullNormalQueueRefusesNoticesButNeverCodes(t *testing.T) {
 			admitFill, err := strconv.ParseFloat(tc.fill, 64)
 			require.NoError(t, err)
 			limit := int(bound * admitFill) // admission's limit; the bound itself for reject-publish
+			if admitFill == 1 {
+				limit += testenv.Overshoot() // the broker's bound, which a quorum queue applies after the fact
+			}
 			require.LessOrEqual(t, len(fill.accepted)+len(res.accepted), limit, "the normal queue stayed full")
 			require.Equal(t, notices-len(res.accepted), res.refused, "every refused notice's 503 names the full queue and has Retry-After")
 			for _, msg := range res.messages {

@@ -67,9 +67,9 @@ func newSystem(t *testing.T, extra ...string) *system {
 		"SMTP_HOST=" + host, "SMTP_PORT=" + port, "SMTP_TLS=none", "SMS_PROVIDER=log",
 		"API_KEYS=e2e:" + apiKey + ":send+read+admin", // admin: the console test logs in with it
 		"METRICS_ADDR=127.0.0.1:0", "PATH=" + os.Getenv("PATH"),
-		"RETRY_BACKOFF=200ms,400ms,800ms",
+		"RETRY_BACKOFF=200ms,400ms,800ms", testenv.QueueEnv(),
 	}
-	s.env = append(s.env, extra...)
+	s.env = append(s.env, extra...) // later entries win: a test's QUEUE_TYPE included
 	code, out := s.run("topology", "declare")
 	require.Equal(t, 0, code, out)
 	return s

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,19 +14,35 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/msgpulse/msgpulse/internal/envconf"
+	"github.com/msgpulse/msgpulse/internal/testenv"
 )
 
 // The memory alarm is broker-wide: every test publishing to this RabbitMQ
 // stalls while it lasts. So the previous watermark is read first, written
 // to a marker file (a run killed before its cleanup is repaired by the
 // next run's TestMain), and restored when the scenario ends, whatever
-// happened.
-var watermarkMarker = filepath.Join(os.TempDir(), "msgpulse-fault-watermark")
+// happened. The marker is the broker's: its name holds the management
+// port, so a run on another broker (RabbitMQ 4's, on 15673) never
+// "repairs" this one with its value.
+var watermarkMarker = filepath.Join(os.TempDir(), "msgpulse-fault-watermark"+markerSuffix())
 
+func markerSuffix() string {
+	u, err := url.Parse(envconf.SplitURLs(testenv.ManagementURL)[0])
+	if err != nil || u.Port() == "15672" {
+		return "" // the host's broker keeps the name earlier runs wrote
+	}
+	return "-" + u.Port()
+}
+
+// rabbitmqctl runs TEST_RABBITMQCTL (rabbitmqctl of the host's broker by
+// default) with args.
 func rabbitmqctl(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "rabbitmqctl", args...).CombinedOutput()
+	cmd := strings.Fields(testenv.Rabbitmqctl)
+	out, err := exec.CommandContext(ctx, cmd[0], append(cmd[1:], args...)...).CombinedOutput() //nolint:gosec // the tests' own broker command
 	if err != nil {
 		return string(out), fmt.Errorf("rabbitmqctl %s: %w: %s", strings.Join(args, " "), err, out)
 	}
@@ -70,8 +87,8 @@ func parseWatermark(out string) ([]string, error) {
 // harmless).
 func raiseMemoryAlarm(t *testing.T) (raisedAt time.Time, restore func()) {
 	t.Helper()
-	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
-		t.Skip("rabbitmqctl not found: the broker-alarm scenario needs it to raise a real memory alarm")
+	if _, err := exec.LookPath(strings.Fields(testenv.Rabbitmqctl)[0]); err != nil {
+		t.Skip(testenv.Rabbitmqctl + " not found: the broker-alarm scenario needs it to raise a real memory alarm")
 	}
 	prev, err := watermark()
 	require.NoError(t, err)

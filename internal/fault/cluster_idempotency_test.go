@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -82,11 +81,11 @@ func (r *retrier) send(ctx context.Context, seq int) outcome {
 func TestClusterNodeKilledIdempotentRetries(t *testing.T) {
 	s := newClusterSystem(t, "cluster-node-killed-idempotent-retries")
 	for n := 1; n <= 3; n++ { // an earlier scenario may have left a node down
-		clusterScript(t, "rabbitmq.sh", "revive", strconv.Itoa(n))
+		rabbitmqNode(t, "revive", n)
 	}
 	bulk := mailLevelQueue(t, topology.Normal)
 	node := leaderNode(t, s, bulk)
-	t.Cleanup(func() { clusterScript(t, "rabbitmq.sh", "revive", strconv.Itoa(node)) })
+	t.Cleanup(func() { rabbitmqNode(t, "revive", node) })
 	var api *proc
 	for i := 0; api == nil || nodeOf(t, api) != node; i++ {
 		require.Less(t, i, 20, "the API never started on the leader's node")
@@ -138,7 +137,7 @@ func TestClusterNodeKilledIdempotentRetries(t *testing.T) {
 	}
 	start := time.Now()
 	testenv.WaitFor(t, 30*time.Second, "3 s of load", func() bool { return dispatched.Load() >= 3*perSecond })
-	clusterScript(t, "rabbitmq.sh", "kill", strconv.Itoa(node))
+	rabbitmqNode(t, "kill", node)
 	killedAt := time.Since(start)
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()

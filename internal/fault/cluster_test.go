@@ -2,6 +2,7 @@ package fault
 
 import (
 	"context"
+	"net/url"
 	"os"
 	"os/exec"
 	"regexp"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/mailcatcher"
 	"github.com/msgpulse/msgpulse/internal/testenv"
 	"github.com/msgpulse/msgpulse/internal/topology"
@@ -33,6 +35,8 @@ func newClusterSystem(t *testing.T, name string, env ...string) *system {
 	if os.Getenv(clusterVar) == "" || testing.Short() {
 		t.Skip("set MSGPULSE_CLUSTER=1 with the cluster running (make test-cluster)")
 	}
+	// Quorum whatever TEST_QUEUE_TYPE says: replicated queues are what a
+	// cluster is for (README, Clusters), and the scenarios kill nodes.
 	return startSystem(t, name, append([]string{"QUEUE_TYPE=quorum"}, env...)...)
 }
 
@@ -40,12 +44,44 @@ func newClusterSystem(t *testing.T, name string, env ...string) *system {
 // output.
 func clusterScript(t *testing.T, script string, args ...string) string {
 	t.Helper()
-	out, err := exec.Command("../../scripts/cluster/"+script, args...).CombinedOutput() //nolint:gosec // the test's own scripts
+	return runScript(t, "../../scripts/cluster/"+script, args...)
+}
+
+func runScript(t *testing.T, script string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(script, args...).CombinedOutput() //nolint:gosec // the test's own scripts
 	require.NoError(t, err, "%s %v: %s", script, args, out)
 	return strings.TrimSpace(string(out))
 }
 
+// rabbitmqNode runs a command of the script that runs the RabbitMQ cluster
+// (kill N, revive N) for node n: scripts/cluster/rabbitmq.sh, RabbitMQ
+// 3.10, or the command MSGPULSE_CLUSTER_RABBITMQ names, which
+// scripts/cluster/run.sh sets to `scripts/rabbitmq4.sh cluster` for the
+// cluster of RabbitMQ 4.
+func rabbitmqNode(t *testing.T, cmd string, n int) {
+	t.Helper()
+	script := strings.Fields(os.Getenv("MSGPULSE_CLUSTER_RABBITMQ"))
+	if len(script) == 0 {
+		script = []string{"../../scripts/cluster/rabbitmq.sh"}
+	}
+	runScript(t, script[0], append(script[1:], cmd, strconv.Itoa(n))...)
+}
+
 var nodeLog = regexp.MustCompile(`"broker connected".*?"node":"127\.0\.0\.1:(\d+)"`)
+
+// nodeNumber is the position (1..3) in TEST_AMQP_URL of the node at AMQP
+// port port: the number the cluster scripts name the node by.
+func nodeNumber(t *testing.T, port string) int {
+	t.Helper()
+	for i, raw := range envconf.SplitURLs(testenv.AMQPBase) {
+		if u, err := url.Parse(raw); err == nil && u.Port() == port {
+			return i + 1
+		}
+	}
+	t.Fatalf("no node of TEST_AMQP_URL (%s) listens on port %s", testenv.AMQPBase, port)
+	return 0
+}
 
 // nodeOf is the RabbitMQ node (1..3) process p connected to last. A
 // consumer says it started before its session has connected (the
@@ -59,9 +95,7 @@ func nodeOf(t *testing.T, p *proc) int {
 		return len(m) > 0 || p.Exited()
 	})
 	require.NotEmpty(t, m, "%s logged no broker connection:\n%s", p.Name, p.Output())
-	port, err := strconv.Atoi(m[len(m)-1][1])
-	require.NoError(t, err)
-	return port - 5681 // AMQP ports 5682..5684 (scripts/cluster/rabbitmq.sh)
+	return nodeNumber(t, m[len(m)-1][1])
 }
 
 // recovery waits, after a fault at t0, until a request started after t0
@@ -154,10 +188,16 @@ func leaderNode(t *testing.T, s *system, queue string) int {
 	if leader == "" {
 		leader = q.Node
 	}
-	n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(leader, "mpc"), "@localhost"))
+	// Nodes are named with their number: mpcN@localhost (3.10),
+	// rmq4cN@localhost (4.0).
+	m := nodeName.FindStringSubmatch(leader)
+	require.NotNil(t, m, "leader %q", leader)
+	n, err := strconv.Atoi(m[1])
 	require.NoError(t, err, "leader %q", leader)
 	return n
 }
+
+var nodeName = regexp.MustCompile(`(\d+)@`)
 
 // 2. The RabbitMQ node that leads the mail queue carrying the notices (the
 // normal level: most of the load), and that the API and the
@@ -187,7 +227,7 @@ func TestClusterRabbitMQNodeKilled(t *testing.T) {
 	}
 	l := startLoad(t, c, s.name, 200)
 	testenv.WaitFor(t, 30*time.Second, "steady load", func() bool { return l.accepted() >= 400 })
-	clusterScript(t, "rabbitmq.sh", "kill", strconv.Itoa(node))
+	rabbitmqNode(t, "kill", node)
 	killedAt := time.Now()
 	recovered := recovery(t, l, killedAt, 30*time.Second)
 	testenv.WaitFor(t, 30*time.Second, "consumer on another node", func() bool { return cons.Count(`"broker connected"`) >= 2 })

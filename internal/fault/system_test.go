@@ -103,6 +103,7 @@ func startSystem(t *testing.T, name string, env ...string) *system {
 		// about faults, not about frequency control.
 		"LIMIT_PER_API_KEY_PER_MINUTE=0", "LIMIT_EMAIL_PER_SECOND=0", "VERIFY_MAX_PER_IP_PER_MINUTE=0",
 		"CHANNELS=mail", "RETRY_BACKOFF=200ms,400ms,800ms", "CLAIM_LEASE=2s", "SHUTDOWN_TIMEOUT=10s",
+		testenv.QueueEnv(), // the cluster scenarios add QUEUE_TYPE=quorum after it
 	}
 	s.env = append(s.env, env...)
 	code, out := s.run("topology", "declare")

@@ -41,6 +41,11 @@ var (
 	// TEST_REDIS_AUTOPIPELINE=full-duplex runs a package's Redis tests
 	// through go-redis's auto-pipeliner.
 	RedisAutoPipeline = env("TEST_REDIS_AUTOPIPELINE", "off")
+	// Rabbitmqctl is the command line of rabbitmqctl for the broker of
+	// TEST_AMQP_URL, for a test that needs what only the CLI does (a
+	// memory alarm): TEST_RABBITMQCTL="scripts/rabbitmq4.sh ctl" (an
+	// absolute path) for RabbitMQ 4's node.
+	Rabbitmqctl = env("TEST_RABBITMQCTL", "rabbitmqctl")
 )
 
 func env(k, def string) string {
@@ -83,6 +88,9 @@ func NewBroker(t testing.TB) *Broker {
 	if testing.Short() {
 		t.Skip("integration test: needs RabbitMQ (run without -short)")
 	}
+	if err := checkQueueType(); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
 	mc, err := mgmt.New(ManagementURL, 10*time.Second)
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
@@ -93,16 +101,19 @@ func NewBroker(t testing.TB) *Broker {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	sweepOnce.Do(func() { sweep(ctx, mc) })
-	if err := mc.CreateVHost(ctx, vhost, mc.User()); err != nil {
-		t.Fatalf("testenv: create vhost on RabbitMQ (%s): %v\nstart it with `make services` (make test does this)", ManagementURL, err)
-	}
-	t.Cleanup(func() {
+	t.Cleanup(func() { // first: a vhost half made is deleted too
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
 		if err := mc.DeleteVHost(ctx, vhost); err != nil {
 			t.Logf("testenv: delete vhost %s: %v", vhost, err)
 		}
 	})
+	if err := createVHostOfType(ctx, vhost); err != nil {
+		t.Fatalf("testenv: create vhost on RabbitMQ (%s): %v\nstart it with `make services` (make test does this)", ManagementURL, err)
+	}
+	if err := mc.CreateVHost(ctx, vhost, mc.User()); err != nil {
+		t.Fatalf("testenv: create vhost on RabbitMQ (%s): %v\nstart it with `make services` (make test does this)", ManagementURL, err)
+	}
 	urls, err := envconf.WithVHost(AMQPBase, vhost)
 	if err != nil {
 		t.Fatalf("testenv: TEST_AMQP_URL: %v", err)

@@ -118,7 +118,7 @@ func New(t testing.TB, opts Options) *Stack {
 		opts.Logger = zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	}
 	s := &Stack{T: t, opts: opts, Broker: testenv.NewBroker(t), Redis: testenv.NewRedis(t)}
-	cfg := topology.DefaultConfig()
+	cfg := testenv.Topology()
 	if opts.Model != nil {
 		opts.Model(&cfg)
 	}

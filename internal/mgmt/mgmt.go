@@ -300,7 +300,19 @@ func (c *Client) State(ctx context.Context, vhost string) (topology.State, error
 
 // CreateVHost creates a vhost and grants user full permissions on it.
 func (c *Client) CreateVHost(ctx context.Context, vhost, user string) error {
-	if err := c.do(ctx, http.MethodPut, "/api/vhosts/"+vh(vhost), map[string]any{}, nil); err != nil {
+	return c.CreateVHostOfType(ctx, vhost, user, "")
+}
+
+// CreateVHostOfType is CreateVHost with the vhost's default queue type
+// (classic, quorum, stream; "" leaves the broker's): the type a declare
+// without x-queue-type gets, on RabbitMQ 3.10 and 4.x alike.
+// "defaultqueuetype" is the field both accept.
+func (c *Client) CreateVHostOfType(ctx context.Context, vhost, user, queueType string) error {
+	body := map[string]any{}
+	if queueType != "" {
+		body["defaultqueuetype"] = queueType
+	}
+	if err := c.do(ctx, http.MethodPut, "/api/vhosts/"+vh(vhost), body, nil); err != nil {
 		return err
 	}
 	perm := map[string]string{"configure": ".*", "write": ".*", "read": ".*"}

@@ -80,6 +80,19 @@ type Broker struct {
 // NewBroker creates a unique vhost for t and deletes it when t ends.
 func NewBroker(t testing.TB) *Broker {
 	t.Helper()
+	return newBroker(t, "")
+}
+
+// NewBrokerDefaultType is NewBroker with a vhost whose default queue type
+// is queueType: what a declare without x-queue-type gets there (a deployment
+// on Amazon MQ 4.2, or a vhost created with --default-queue-type quorum).
+func NewBrokerDefaultType(t testing.TB, queueType string) *Broker {
+	t.Helper()
+	return newBroker(t, queueType)
+}
+
+func newBroker(t testing.TB, defaultQueueType string) *Broker {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs RabbitMQ (run without -short)")
 	}
@@ -93,7 +106,7 @@ func NewBroker(t testing.TB) *Broker {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	sweepOnce.Do(func() { sweep(ctx, mc) })
-	if err := mc.CreateVHost(ctx, vhost, mc.User()); err != nil {
+	if err := mc.CreateVHostOfType(ctx, vhost, mc.User(), defaultQueueType); err != nil {
 		t.Fatalf("testenv: create vhost on RabbitMQ (%s): %v\nstart it with `make services` (make test does this)", ManagementURL, err)
 	}
 	t.Cleanup(func() {

@@ -235,6 +235,24 @@ type Queue struct {
 	Sources map[string]string
 }
 
+// DeclareArgs are the arguments a declare of q sends: Args and, always,
+// x-queue-type, classic included. A declare without it takes the vhost's
+// default queue type (RabbitMQ 3.10 and 4.x alike, and from 3.13 the
+// node's default_queue_type too), so a vhost created with quorum as its
+// default would turn every classic queue of the model (the dead-letter
+// logs, whose reads must spend no delivery attempt, among them) into a
+// quorum queue. An explicit "classic" is equivalent to no argument on an
+// existing classic queue, so adding it conflicts with nothing declared
+// before.
+func (q Queue) DeclareArgs() map[string]any {
+	out := make(map[string]any, len(q.Args)+1)
+	for k, v := range q.Args {
+		out[k] = v
+	}
+	out[ArgQueueType] = string(cmp.Or(q.Type, Classic))
+	return out
+}
+
 // Binding routes from an exchange to a queue or another exchange.
 type Binding struct {
 	Source          string

@@ -25,6 +25,9 @@ const (
 	Reject
 	// Requeue: give it back to the queue unprocessed (shutdown, pause).
 	Requeue
+	// Held: the handler took the delivery over (HoldDelivery) and settles
+	// it later; the worker moves on at once. See Hold.
+	Held
 )
 
 func (a Action) String() string {
@@ -35,6 +38,8 @@ func (a Action) String() string {
 		return "reject"
 	case Requeue:
 		return "requeue"
+	case Held:
+		return "held"
 	}
 	return fmt.Sprintf("action(%d)", int(a))
 }
@@ -248,6 +253,9 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 	// Handlers get a context that outlives ctx by the grace period.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
+	// Deliveries handlers hold (HoldDelivery) past their return.
+	hs := newHolds(log)
+	defer hs.close() // the channels close with consumeOnce: a Hold still out can no longer settle
 	var stopping atomic.Bool
 	var wg sync.WaitGroup
 	p := newPool(c.cfg.Concurrency, c.cfg.MaxConcurrency)
@@ -260,6 +268,11 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// One slot per worker, in a context made once: a handler that
+			// holds its delivery finds it there, and a delivery that is not
+			// held costs no allocation.
+			slot := &holdSlot{new: hs.new, lost: hs.lost}
+			wctx := context.WithValue(hctx, holdKey{}, slot)
 			for {
 				p.acquire()
 				d, in, ok := pick.next()
@@ -274,7 +287,7 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 					continue
 				}
 				if c.cfg.BatchHandler != nil {
-					c.handleBatch(hctx, in.acks, c.gather(d, in.buf), log)
+					c.handleBatch(wctx, in.acks, c.gather(d, in.buf), log)
 					p.release()
 					continue
 				}
@@ -282,7 +295,9 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 				if h == nil {
 					h = c.cfg.Handler
 				}
-				c.handle(hctx, in.acks, &d, h, log)
+				slot.in, slot.d, slot.hold = in, &d, nil
+				c.handle(wctx, in.acks, &d, h, slot, log)
+				slot.in, slot.d, slot.hold = nil, nil, nil
 				p.release()
 			}
 		}()
@@ -303,12 +318,16 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 				log.Warn("cancel consumer", zap.String("queue", in.share.Name), zap.Error(err))
 			}
 		}
+		// Held deliveries get the same grace as running handlers: their
+		// publishes may yet work, and an ack spends nothing.
+		allDone := make(chan struct{})
+		go func() { <-workersDone; <-hs.wait(); close(allDone) }()
 		select {
-		case <-workersDone:
+		case <-allDone:
 		case <-time.After(c.cfg.Grace):
 			log.Warn("grace period over; abandoning in-flight handlers (their messages will be redelivered)", zap.Int64("in_flight", c.inFlight.Load()))
-			hcancel()
-			<-workersDone
+			hcancel() // held deliveries are settled now, by their owners
+			<-allDone
 		}
 		// The owed acks go out before the channels close; without them
 		// every message finished in the last millisecond would come back.
@@ -334,6 +353,7 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 	for _, in := range inboxes {
 		_ = in.ch.Close()
 	}
+	hs.close() // handlers waiting for something stop waiting
 	<-workersDone
 	return lost
 }
@@ -432,10 +452,22 @@ func (c *Consumer) safeHandleBatch(ctx context.Context, ds []*amqp.Delivery) (ac
 	return c.cfg.BatchHandler(ctx, ds)
 }
 
-func (c *Consumer) handle(ctx context.Context, acks *acker, d *amqp.Delivery, h Handler, log *zap.Logger) {
+func (c *Consumer) handle(ctx context.Context, acks *acker, d *amqp.Delivery, h Handler, slot *holdSlot, log *zap.Logger) {
 	c.inFlight.Add(1)
 	defer c.inFlight.Add(-1)
-	c.settle(acks, d, c.safeHandle(ctx, d, h), log)
+	a := c.safeHandle(ctx, d, h)
+	switch {
+	case a == Held && slot.hold != nil:
+		return // its Hold settles it
+	case a == Held:
+		log.Error("handler returned Held without holding the delivery; handing it back", zap.String("message_id", d.MessageId))
+		a = Requeue
+	case slot.hold != nil:
+		// Held, then settled by the handler's own action after all (a
+		// panic, say): the Hold must not settle it a second time.
+		slot.hold.once.Do(slot.hold.done)
+	}
+	c.settle(acks, d, a, log)
 }
 
 func (c *Consumer) settle(acks *acker, d *amqp.Delivery, action Action, log *zap.Logger) {

@@ -23,6 +23,9 @@ type Metrics struct {
 	MergedUsers prometheus.Histogram
 	// Workers is each channel's worker pool size.
 	Workers *prometheus.GaugeVec
+	// Held counts deliveries kept unacknowledged while the publish of
+	// their next step (a retry, a snooze) is tried again (see hold.go).
+	Held prometheus.Gauge
 }
 
 // WorkersOf is the broker consumer's OnWorkers hook for channel.
@@ -54,6 +57,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "WeCom message/send calls that carried single messages merged within WECOM_MERGE_WINDOW."}),
 		MergedUsers: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "msgpulse_wecom_merged_users",
 			Help: "Users per merged WeCom call.", Buckets: []float64{1, 2, 5, 10, 50, 100, 250, 500, 1000}}),
+		Held: prometheus.NewGauge(prometheus.GaugeOpts{Name: "msgpulse_held_deliveries",
+			Help: "Deliveries held unacknowledged while the publish of their retry or snooze, which the broker refused or blocked, is tried again."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.collectors()...)
@@ -62,7 +67,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Consumed, m.Sent, m.Retried, m.DeadLettered, m.Skipped, m.SendDuration, m.InFlight, m.Paused, m.Callbacks, m.AccountRate, m.AccountHealth, m.MergedSends, m.MergedUsers, m.Workers}
+	return []prometheus.Collector{m.Consumed, m.Sent, m.Retried, m.DeadLettered, m.Skipped, m.SendDuration, m.InFlight, m.Paused, m.Callbacks, m.AccountRate, m.AccountHealth, m.MergedSends, m.MergedUsers, m.Workers, m.Held}
 }
 
 // Describe sends every metric's descriptor.

@@ -319,6 +319,30 @@ func (c *Client) CreateVHostOfType(ctx context.Context, vhost, user, queueType s
 	return c.do(ctx, http.MethodPut, "/api/permissions/"+vh(vhost)+"/"+url.PathEscape(user), perm, nil)
 }
 
+// Policy is a RabbitMQ policy: Definition applies to the queues (or
+// exchanges, see ApplyTo) of its vhost whose names match Pattern.
+type Policy struct {
+	Pattern    string         `json:"pattern"`
+	Definition map[string]any `json:"definition"`
+	ApplyTo    string         `json:"apply-to,omitempty"` // queues, exchanges or all (default)
+	Priority   int            `json:"priority"`
+}
+
+// SetPolicy creates or replaces the policy name of vhost.
+func (c *Client) SetPolicy(ctx context.Context, vhost, name string, p Policy) error {
+	return c.do(ctx, http.MethodPut, "/api/policies/"+vh(vhost)+"/"+url.PathEscape(name), p, nil)
+}
+
+// DeletePolicy removes the policy name of vhost; a missing one is not an
+// error.
+func (c *Client) DeletePolicy(ctx context.Context, vhost, name string) error {
+	err := c.do(ctx, http.MethodDelete, "/api/policies/"+vh(vhost)+"/"+url.PathEscape(name), nil, nil)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
 // DeleteVHost deletes a vhost and everything in it.
 func (c *Client) DeleteVHost(ctx context.Context, vhost string) error {
 	err := c.do(ctx, http.MethodDelete, "/api/vhosts/"+vh(vhost), nil, nil)

@@ -206,3 +206,35 @@ func Context(t testing.TB, timeout time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// RefusePublishes makes queues (of the test's vhost) refuse every publish,
+// as a full reject-publish queue does: a policy of max-length 0 with
+// reject-publish (the lower of a policy's and a queue's own bound applies).
+// The returned function removes the policy; it is also removed when t ends.
+func (b *Broker) RefusePublishes(t testing.TB, queues ...string) (restore func()) {
+	t.Helper()
+	quoted := make([]string, len(queues))
+	for i, q := range queues {
+		quoted[i] = regexp.QuoteMeta(q)
+	}
+	name := "msgpulse-test-refuse-" + ID()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := b.Mgmt.SetPolicy(ctx, b.VHost, name, mgmt.Policy{Pattern: "^(" + strings.Join(quoted, "|") + ")$", ApplyTo: "queues", Priority: 100,
+		Definition: map[string]any{"max-length": 0, "overflow": "reject-publish"}})
+	if err != nil {
+		t.Fatalf("testenv: set policy on %s: %v", b.VHost, err)
+	}
+	var once sync.Once
+	restore = func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := b.Mgmt.DeletePolicy(ctx, b.VHost, name); err != nil {
+				t.Errorf("testenv: remove policy %s: %v", name, err)
+			}
+		})
+	}
+	t.Cleanup(restore)
+	return restore
+}

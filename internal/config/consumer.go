@@ -157,26 +157,26 @@ func loadCallbackPrivate(l *envconf.Loader) bool {
 // loadWeights reads PRIORITY_WEIGHTS: one weight per level, high first,
 // separated by colons (seed 004's traffic shaper: 8:3:1).
 func loadWeights(l *envconf.Loader) map[topology.Level]int {
-	levels := make([]string, len(topology.Levels))
-	defaults := make([]string, len(topology.Levels))
-	for i, lv := range topology.Levels {
+	levels := make([]string, len(topology.NoticeLevels))
+	defaults := make([]string, len(topology.NoticeLevels))
+	for i, lv := range topology.NoticeLevels {
 		levels[i] = string(lv)
 		defaults[i] = strconv.Itoa(topology.DefaultLevelWeights[lv])
 	}
-	raw := l.String("PRIORITY_WEIGHTS", strings.Join(defaults, ":"), "shares of a channel's workers for the "+strings.Join(levels, ":")+" queues while all have work waiting; a level alone with work gets every worker")
+	raw := l.String("PRIORITY_WEIGHTS", strings.Join(defaults, ":"), "shares of a channel's notice workers for the "+strings.Join(levels, ":")+" notice queues while all have work waiting; a level alone with work gets every worker (codes have workers of their own)")
 	parts := strings.Split(raw, ":")
-	if len(parts) != len(topology.Levels) {
-		l.Fail("PRIORITY_WEIGHTS", raw, "want %d weights separated by colons (%s), e.g. 8:3:1", len(topology.Levels), strings.Join(levels, ":"))
+	if len(parts) != len(topology.NoticeLevels) {
+		l.Fail("PRIORITY_WEIGHTS", raw, "want %d weights separated by colons (%s), e.g. 8:3:1", len(topology.NoticeLevels), strings.Join(levels, ":"))
 		return nil
 	}
 	w := map[topology.Level]int{}
 	for i, p := range parts {
 		n, err := strconv.Atoi(strings.TrimSpace(p))
 		if err != nil || n < 1 || n > 1000 {
-			l.Fail("PRIORITY_WEIGHTS", raw, "weight %q of %s: want a whole number from 1 to 1000", p, topology.Levels[i])
+			l.Fail("PRIORITY_WEIGHTS", raw, "weight %q of %s: want a whole number from 1 to 1000", p, topology.NoticeLevels[i])
 			return nil
 		}
-		w[topology.Levels[i]] = n
+		w[topology.NoticeLevels[i]] = n
 	}
 	return w
 }

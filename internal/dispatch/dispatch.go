@@ -268,7 +268,7 @@ func (d *Dispatcher) OnPanic(channel string) func(*amqp.Delivery, any) {
 	return func(del *amqp.Delivery, recovered any) {
 		d.log.Error("panic while processing; dead-lettering", zap.String("task_id", del.MessageId), telemetry.HeaderField(del.Headers), zap.Any("panic", recovered))
 		// A WeCom batch's records are its recipients', not its own.
-		j := &job{channel: channel, level: topology.High, del: del}
+		j := &job{channel: channel, level: topology.Code, del: del}
 		if msg, err := envelope.Decode(del.Body); err == nil && msg.TaskID == del.MessageId {
 			j.msg = msg
 			if msg.Level != "" {
@@ -336,8 +336,8 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 		}
 		rules = append(rules, more...)
 	}
-	if j.level != topology.High {
-		rules = reserveForHigh(rules) // every provider limit keeps its last tokens for high
+	if j.level != topology.Code {
+		rules = reserveForCodes(rules) // every provider limit keeps its last tokens for codes
 	}
 	if d.mergeable(j) {
 		// A merged send is one call: its limits are taken once, for the
@@ -395,7 +395,7 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 // our own lease.
 func (d *Dispatcher) claim(ctx context.Context, j *job, key string, withSending bool) (claim.Result, error) {
 	var res claim.Result
-	err := d.burst.Do(j.level == topology.High, func(p redis.Scripter) (func() error, error) {
+	err := d.burst.Do(urgent(j.level), func(p redis.Scripter) (func() error, error) {
 		a, err := d.cfg.Claims.QueueAcquire(ctx, p, key, d.cfg.Owner)
 		if err != nil {
 			return nil, err
@@ -451,7 +451,7 @@ func (d *Dispatcher) markSent(ctx context.Context, j *job) {
 	}
 	var recs []status.Record
 	var recErr error
-	err := d.burst.Do(j.level == topology.High, func(p redis.Scripter) (func() error, error) {
+	err := d.burst.Do(urgent(j.level), func(p redis.Scripter) (func() error, error) {
 		marked := j.claim.QueueMarkSent(ctx, p)
 		results := make([]func() (status.Record, error), len(ids))
 		for i, id := range ids {

@@ -66,8 +66,8 @@ func TestRetryRefusedByTheDelayQueuesIsHeldNotHandedBack(t *testing.T) {
 			}
 			testenv.WaitFor(t, 5*time.Second, "nothing held", func() bool { return testutil.ToFloat64(s.Metrics.Held) == 0 })
 			testenv.WaitFor(t, 5*time.Second, "queue empty", func() bool { return s.Depth("queue.mail") == 0 })
-			consumed := testutil.ToFloat64(s.Metrics.Consumed.WithLabelValues("mail", "high"))
-			retries := testutil.ToFloat64(s.Metrics.Retried.WithLabelValues("mail", "high", "smtp", "transient"))
+			consumed := testutil.ToFloat64(s.Metrics.Consumed.WithLabelValues("mail", "code"))
+			retries := testutil.ToFloat64(s.Metrics.Retried.WithLabelValues("mail", "code", "smtp", "transient"))
 			require.Equal(t, n+retries, consumed, "deliveries consumed: the first of each and its retries' copies, no hand-back")
 			require.Zero(t, s.Depth("queue.mail.dlq"))
 			t.Logf("%s: %.0f of %d held at the end of the fault; %.0f retries", qt, held, n, retries)

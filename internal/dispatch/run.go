@@ -250,10 +250,10 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	d.ZeroMetrics(cfg.Channels)
 	delayMetrics.Zero(model.Delay)
 
-	// consuming: every channel's consumer has subscribed (its pool
+	// consuming: every channel's consumers have subscribed (each pool
 	// reported its size, which it does once subscribed), and ctx is live.
 	var consuming atomic.Bool
-	var subscribed atomic.Int32
+	var subscribed, consumers atomic.Int32
 	if cfg.MetricsAddr != "" {
 		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.MetricsAddr)
 		if err != nil {
@@ -273,7 +273,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 			pctx, cancel := context.WithTimeout(r.Context(), time.Second)
 			defer cancel()
 			_, connected := session.Current()
-			if !consuming.Load() || int(subscribed.Load()) < len(cfg.Channels) || !connected || redisClient.Ping(pctx).Err() != nil {
+			if !consuming.Load() || subscribed.Load() < consumers.Load() || !connected || redisClient.Ping(pctx).Err() != nil {
 				w.WriteHeader(http.StatusServiceUnavailable)
 				_, _ = w.Write([]byte(`{"code":503,"msg":"not ready","data":{"status":"not ready"}}`))
 				return
@@ -299,7 +299,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	// The consumers and the relay run on ctx: cancelling it starts the
 	// graceful stop. They are the last to start and the first to stop.
 	var wg sync.WaitGroup
-	errs := make(chan error, len(cfg.Channels)+1)
+	errs := make(chan error, 2*len(cfg.Channels)+1) // a channel's pools (see Pools), and the relay
 	for _, ch := range cfg.Channels {
 		ct, err := model.Channel(ch)
 		if err != nil {
@@ -309,16 +309,19 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 		if w.Min == 0 {
 			w = config.WorkerBounds{Min: cfg.Concurrency, Max: cfg.Concurrency}
 		}
-		c, err := broker.NewConsumer(broker.ConsumerConfig{
-			Session: session, Queues: d.LevelQueues(ct, cfg.PriorityWeights, w.Max), OnPanic: d.OnPanic(ch),
-			Concurrency: w.Min, MaxConcurrency: w.Max, OnWorkers: onWorkers(metrics.WorkersOf(ch), &subscribed), Prefetch: cfg.Prefetch, Grace: cfg.ShutdownTimeout,
-			Tag: "msgpulse-consumer-" + cfg.ConsumerID, Logger: log.Named(ch),
-		})
-		if err != nil {
-			return err
+		for _, pool := range d.Pools(ct, cfg.PriorityWeights, w.Max) {
+			c, err := broker.NewConsumer(broker.ConsumerConfig{
+				Session: session, Queues: pool.Queues, OnPanic: d.OnPanic(ch),
+				Concurrency: w.Min, MaxConcurrency: w.Max, OnWorkers: onWorkers(metrics.WorkersOf(ch, pool.Name), &subscribed), Prefetch: cfg.Prefetch, Grace: cfg.ShutdownTimeout,
+				Tag: "msgpulse-consumer-" + cfg.ConsumerID, Logger: log.Named(ch),
+			})
+			if err != nil {
+				return err
+			}
+			consumers.Add(1)
+			wg.Add(1)
+			go func() { defer wg.Done(); errs <- c.Run(ctx) }()
 		}
-		wg.Add(1)
-		go func() { defer wg.Done(); errs <- c.Run(ctx) }()
 	}
 	if cfg.Relay && model.Delay.RelayQueue != "" {
 		relay, err := delay.NewRelay(delay.RelayConfig{Session: session, Publisher: pub, Planner: planner, Topology: model.Delay,

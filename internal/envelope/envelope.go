@@ -76,7 +76,9 @@ type Message struct {
 
 	Deadline    *time.Time `json:"deadline,omitempty"` // do not send after this
 	CallbackURL string     `json:"callbackUrl,omitempty"`
-	Priority    uint8      `json:"priority,omitempty"`
+	// Priority is the caller's 0-9 when it gave one, kept for the record:
+	// it chose Level and is never an AMQP priority (see Publishing).
+	Priority uint8 `json:"priority,omitempty"`
 	// Tenant is the sending API key's tenant, for logs and tools; access
 	// is decided on the status record's copy.
 	Tenant string `json:"tenant,omitempty"`
@@ -86,10 +88,10 @@ type Message struct {
 	// Media is a WeCom application message's file (image, file, video),
 	// sent instead of a rendered template.
 	Media *Media `json:"media,omitempty"`
-	// Level is the traffic level (topology's normal or low) whose queue the
-	// message was published to, so a retry or a snooze goes back to it.
-	// Empty means high, and is what codes carry: a consumer built before
-	// levels existed reads them unchanged.
+	// Level is the notice level (topology's high, normal or low) whose
+	// queue the message was published to, so a retry or a snooze goes back
+	// to it. Empty means the codes' queue, and is what codes carry: a
+	// consumer built before levels existed reads them unchanged.
 	Level     string    `json:"level,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
 	// Attempt counts send attempts already made; 0 on the first delivery.
@@ -226,6 +228,14 @@ func (m *Message) Expired(now time.Time) bool {
 
 // Publishing returns the AMQP message for m: persistent, message id =
 // taskId, typed by kind, with the schema version and deadline as headers.
+//
+// It carries no AMQP priority, whatever m.Priority says: a priority picks
+// a level, and levels are queues. On a RabbitMQ 4.x quorum queue a
+// message priority splits the queue in two (5-9 served about 2:1 ahead of
+// 0-4), and TTL expiry and drop-head then look at the head of the high
+// half only, so a normal message could outlive its TTL behind newer urgent
+// ones; without one, every queue is first in, first out, on every version
+// and type.
 func Publishing(m *Message) (amqp.Publishing, error) {
 	body, err := Encode(m)
 	if err != nil {
@@ -241,7 +251,6 @@ func Publishing(m *Message) (amqp.Publishing, error) {
 		MessageId:    m.TaskID,
 		Type:         string(m.Kind),
 		Timestamp:    m.CreatedAt,
-		Priority:     m.Priority,
 		AppId:        "msgpulse",
 		Headers:      h,
 		Body:         body,

@@ -243,11 +243,13 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 		ct, err := s.Model.Channel(ch)
 		require.NoError(t, err)
 		maxW := max(s.opts.MaxWorkers, concurrency)
-		bc, err := broker.NewConsumer(broker.ConsumerConfig{Session: session, Queues: d.LevelQueues(ct, s.opts.Weights, maxW), OnPanic: d.OnPanic(ch),
-			Concurrency: concurrency, MaxConcurrency: maxW, ScaleEvery: s.opts.ScaleEvery, OnWorkers: s.Metrics.WorkersOf(ch), Grace: 10 * time.Second, Tag: name, Logger: s.opts.Logger.Named(name)})
-		require.NoError(t, err)
-		workers.Add(1)
-		go func() { defer workers.Done(); _ = bc.Run(ctx) }()
+		for _, pool := range d.Pools(ct, s.opts.Weights, maxW) {
+			bc, err := broker.NewConsumer(broker.ConsumerConfig{Session: session, Queues: pool.Queues, OnPanic: d.OnPanic(ch),
+				Concurrency: concurrency, MaxConcurrency: maxW, ScaleEvery: s.opts.ScaleEvery, OnWorkers: s.Metrics.WorkersOf(ch, pool.Name), Grace: 10 * time.Second, Tag: name, Logger: s.opts.Logger.Named(name)})
+			require.NoError(t, err)
+			workers.Add(1)
+			go func() { defer workers.Done(); _ = bc.Run(ctx) }()
+		}
 	}
 	if s.Model.Delay.RelayQueue != "" {
 		relay, err := delay.NewRelay(delay.RelayConfig{Session: session, Publisher: pub, Planner: s.Planner, Topology: s.Model.Delay, Metrics: s.DelayMet, Grace: 5 * time.Second})

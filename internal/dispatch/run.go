@@ -299,7 +299,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	// The consumers and the relay run on ctx: cancelling it starts the
 	// graceful stop. They are the last to start and the first to stop.
 	var wg sync.WaitGroup
-	errs := make(chan error, 2*len(cfg.Channels)+1) // a channel's pools (see Pools), and the relay
+	errs := make(chan error, 2*len(cfg.Channels)+2) // a channel's pools (see Pools), the dead letters', the relay
 	for _, ch := range cfg.Channels {
 		ct, err := model.Channel(ch)
 		if err != nil {
@@ -322,6 +322,17 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 			wg.Add(1)
 			go func() { defer wg.Done(); errs <- c.Run(ctx) }()
 		}
+	}
+	// The status of what the broker dead-letters by itself (see
+	// DeadLetterQueues): a small pool, as dead letters are few.
+	if dl := d.DeadLetterQueues(cfg.Channels, cfg.Relay && model.Delay.RelayQueue != ""); len(dl) > 0 {
+		c, err := broker.NewConsumer(broker.ConsumerConfig{Session: session, Queues: dl, Concurrency: 2, Prefetch: 16, Grace: cfg.ShutdownTimeout,
+			Tag: "msgpulse-consumer-" + cfg.ConsumerID, Logger: log.Named("dead-letters")})
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); errs <- c.Run(ctx) }()
 	}
 	if cfg.Relay && model.Delay.RelayQueue != "" {
 		relay, err := delay.NewRelay(delay.RelayConfig{Session: session, Publisher: pub, Planner: planner, Topology: model.Delay,

@@ -40,6 +40,13 @@ const (
 	// without spending the DLQ's delivery attempts (see
 	// DeadLetterLogConfig).
 	RoleDeadLetterLog Role = "dead-letter-log"
+	// RoleDeadLetterStatus is a queue bound wherever a DLQ of messages with
+	// status records is bound, consumed by the consumers, which write the
+	// status of what the broker dead-lettered by itself (a queue's TTL,
+	// drop-head, a quorum queue's delivery limit), since no code of ours
+	// ran when it did: without it such a message kept a status of queued,
+	// sending or retrying for good.
+	RoleDeadLetterStatus Role = "dead-letter-status"
 )
 
 // FillWarning is the fill (depth / x-max-length) from which tools flag a
@@ -240,7 +247,7 @@ type Queue struct {
 	Channel string // the delivery channel it belongs to, if any
 	Level   Level  // a main queue's traffic level
 	Args    map[string]any
-	// LogOf is, on a dead-letter log, the DLQ it copies.
+	// LogOf is, on a dead-letter log or status queue, the DLQ it copies.
 	LogOf string
 	// Sources maps an argument to the environment variable that sets it, so
 	// a conflict message can say which knob to turn. Fixed arguments (the

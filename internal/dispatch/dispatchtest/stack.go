@@ -251,6 +251,12 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 			go func() { defer workers.Done(); _ = bc.Run(ctx) }()
 		}
 	}
+	if dl := d.DeadLetterQueues(topology.Channels, s.Model.Delay.RelayQueue != ""); len(dl) > 0 {
+		bc, err := broker.NewConsumer(broker.ConsumerConfig{Session: session, Queues: dl, Concurrency: 2, Grace: 10 * time.Second, Tag: name, Logger: s.opts.Logger.Named(name)})
+		require.NoError(t, err)
+		workers.Add(1)
+		go func() { defer workers.Done(); _ = bc.Run(ctx) }()
+	}
 	if s.Model.Delay.RelayQueue != "" {
 		relay, err := delay.NewRelay(delay.RelayConfig{Session: session, Publisher: pub, Planner: s.Planner, Topology: s.Model.Delay, Metrics: s.DelayMet, Grace: 5 * time.Second})
 		require.NoError(t, err)

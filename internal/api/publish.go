@@ -190,6 +190,8 @@ func publishResult(err error) string {
 		return "nacked"
 	case errors.Is(err, broker.ErrBlocked):
 		return "blocked"
+	case errors.Is(err, broker.ErrTooLarge):
+		return "too_large"
 	case errors.Is(err, broker.ErrConfirmTimeout), errors.Is(err, context.DeadlineExceeded):
 		return "timeout"
 	case errors.Is(err, broker.ErrConfirmLost):
@@ -234,6 +236,7 @@ func publishFailure(err error) *apiError {
 		"overflow":    "the delay queue is full",
 		"nacked":      "the broker refused it",
 		"blocked":     "the broker is blocking publishers (memory or disk alarm)",
+		"too_large":   "it is larger than the broker's max_message_size (lower BATCH_MAX_BYTES to it)",
 		"unavailable": "there is no connection to RabbitMQ",
 	}[publishResult(err)]
 	e := unavailable(err, "message not accepted: %s; nothing was kept (no code, no rate-limit count), so it is safe to retry", why)

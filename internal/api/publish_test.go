@@ -46,6 +46,8 @@ func TestPublishFailureNamesTheCause(t *testing.T) {
 		{"high queue nack (leader change)", broker.ErrNacked,
 			[]string{"the broker refused it", "nothing was kept"}, "no connection", unavailableRetryAfter},
 		{"blocked", broker.ErrBlocked, []string{"blocking publishers"}, "no connection", levelFullRetryAfter},
+		{"too large", fmt.Errorf("%w: %w", broker.ErrTooLarge, &amqp.Error{Code: amqp.PreconditionFailed}),
+			[]string{"larger than the broker's max_message_size", "nothing was kept"}, "no connection", unavailableRetryAfter},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := publishFailure(tc.err)

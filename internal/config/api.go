@@ -9,6 +9,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/callbackkey"
 	"github.com/msgpulse/msgpulse/internal/envconf"
+	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/seal"
@@ -146,8 +147,8 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 		c.TrustedProxies = append(c.TrustedProxies, n)
 	}
 	c.BodyLimit = int64(l.Int("BODY_LIMIT", 64<<10, 1<<10, 16<<20, "largest request body in bytes"))
-	c.BatchMaxBytes = int64(l.Int("BATCH_MAX_BYTES", 8<<20, 64<<10, 1<<30,
-		"largest total a batch puts on the broker: its recipients' messages together, each with its own copy of the variables; over it, 413 and nothing is sent"))
+	c.BatchMaxBytes = int64(l.Int("BATCH_MAX_BYTES", 8<<20, 64<<10, envelope.MaxBrokerBytes,
+		"largest total a batch puts on the broker: its recipients' messages together, each with its own copy of the variables; over it, 413 and nothing is sent. At most 16 MiB, RabbitMQ 4.x's default max_message_size (a WeCom batch is one message); keep it at or below a lower max_message_size"))
 	c.CodeSecret, c.CodeSecretIsDev = loadCodeSecret(l)
 	c.CodeLength = l.Int("CODE_LENGTH", 6, 4, 10, "digits in a verification code")
 	c.CodeTTL = l.Duration("CODE_TTL", 10*time.Minute, 10*time.Second, 24*time.Hour, "how long a verification code is valid")

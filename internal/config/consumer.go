@@ -11,6 +11,7 @@ import (
 
 	"github.com/msgpulse/msgpulse/internal/callbackkey"
 	"github.com/msgpulse/msgpulse/internal/envconf"
+	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/provider/mail"
 	"github.com/msgpulse/msgpulse/internal/provider/sms"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
@@ -102,7 +103,7 @@ func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader
 	c.SentTTL = l.Duration("SENT_TTL", 7*24*time.Hour, time.Minute, 365*24*time.Hour, "how long a sent mark blocks a resend")
 	c.StatusTTL = l.Duration("STATUS_TTL", 7*24*time.Hour, time.Minute, 365*24*time.Hour, "how long message status records are kept")
 	c.SendTimeout = l.Duration("SEND_TIMEOUT", 30*time.Second, 100*time.Millisecond, 10*time.Minute, "longest provider call")
-	c.MaxMessageBytes = l.Int("MAX_MESSAGE_BYTES", 1<<20, 1<<10, 128<<20, "largest message body the consumer processes; a larger one is dead-lettered as malformed (keep it above the API's BODY_LIMIT)")
+	c.MaxMessageBytes = l.Int("MAX_MESSAGE_BYTES", 1<<20, 1<<10, envelope.MaxBrokerBytes, "largest message body the consumer processes; a larger one is dead-lettered as malformed (keep it above the API's BODY_LIMIT; at most 16 MiB, RabbitMQ 4.x's default max_message_size, above which the broker takes none)")
 	c.MetricsAddr = l.String("METRICS_ADDR", ":9090", "address of /metrics and /healthz (`off` disables them)")
 	if c.MetricsAddr == "off" {
 		c.MetricsAddr = ""

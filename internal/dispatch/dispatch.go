@@ -140,6 +140,9 @@ func (c *Config) Validate() error {
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = 1 << 20
 	}
+	if c.MaxMessageBytes > envelope.MaxBrokerBytes {
+		return fmt.Errorf("dispatch: MaxMessageBytes %d over %d, RabbitMQ 4.x's default max_message_size: no broker left at its default delivers one", c.MaxMessageBytes, envelope.MaxBrokerBytes)
+	}
 	if c.Owner == "" {
 		return errors.New("dispatch: Owner is required")
 	}

@@ -19,6 +19,16 @@ import (
 // guessing at them.
 const SchemaVersion = 1
 
+// MaxBrokerBytes is the largest body msgpulse puts on the broker (a batch
+// is at most this in all: BATCH_MAX_BYTES) or takes from it
+// (MAX_MESSAGE_BYTES): RabbitMQ 4.0's default max_message_size, 16 MiB.
+// 3.10's default was 128 MiB, and a larger message was accepted there and
+// refused by a 4.x broker left at its default, which closes the channel
+// (406 PRECONDITION_FAILED) instead of confirming: a publish that fails
+// on one supported broker and not the other. A broker configured below
+// 16 MiB needs BATCH_MAX_BYTES at or below its max_message_size.
+const MaxBrokerBytes = 16 << 20
+
 // ContentType of every body.
 const ContentType = "application/json"
 

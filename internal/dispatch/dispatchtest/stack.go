@@ -75,6 +75,9 @@ type Options struct {
 	Logger     *zap.Logger
 	// Weights are the levels' shares of the workers; nil = topology.DefaultLevelWeights.
 	Weights map[topology.Level]int
+	// VHostDefaultType is the default queue type of the stack's vhost
+	// ("" = the broker's): what a declare without x-queue-type gets.
+	VHostDefaultType string
 }
 
 // Stack is one isolated msgpulse deployment.
@@ -112,7 +115,7 @@ func New(t testing.TB, opts Options) *Stack {
 	if opts.Logger == nil {
 		opts.Logger = zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	}
-	s := &Stack{T: t, opts: opts, Broker: testenv.NewBroker(t), Redis: testenv.NewRedis(t)}
+	s := &Stack{T: t, opts: opts, Broker: testenv.NewBrokerDefaultType(t, opts.VHostDefaultType), Redis: testenv.NewRedis(t)}
 	cfg := topology.DefaultConfig()
 	if opts.Model != nil {
 		opts.Model(&cfg)

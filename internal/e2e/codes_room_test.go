@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,16 +17,6 @@ import (
 	"github.com/msgpulse/msgpulse/pkg/client"
 )
 
-// queueType is the queue type the environment gives the suite
-// (TEST_QUEUE_TYPE: classic, the default, or quorum), for the processes'
-// QUEUE_TYPE: each test runs on the broker and type the matrix picks.
-func queueType() string {
-	if v := os.Getenv("TEST_QUEUE_TYPE"); v != "" {
-		return v
-	}
-	return "classic"
-}
-
 // Issue 36, "Done when": with the consumer stopped, 2,000 notices sent with
 // "priority": 9, then 20 codes: all 20 codes get 202, and once the consumer
 // starts they are mailed within 5 s, before the notices drain. The notices
@@ -38,7 +27,7 @@ func queueType() string {
 // once too, and nothing is dead-lettered.
 func TestUrgentNoticesNeverCrowdOutCodes(t *testing.T) {
 	const notices, codes = 2000, 20
-	s := newSystem(t, "QUEUE_TYPE="+queueType(), "LIMIT_EMAIL_PER_SECOND=0", "LIMIT_PER_API_KEY_PER_MINUTE=0",
+	s := newSystem(t, "QUEUE_TYPE="+testenv.QueueType(), "LIMIT_EMAIL_PER_SECOND=0", "LIMIT_PER_API_KEY_PER_MINUTE=0",
 		"LIMIT_HIGH_PER_TENANT_PER_MINUTE=0", "VERIFY_MAX_PER_IP_PER_MINUTE=0")
 	var mu sync.Mutex
 	mailed := map[string]time.Time{} // code recipient -> when the SMTP server got its DATA
@@ -116,7 +105,7 @@ func TestUrgentNoticesNeverCrowdOutCodes(t *testing.T) {
 	}
 	mu.Unlock()
 	t.Logf("%s: %d urgent notices accepted; the 20 codes mailed within %s of the consumer's start, %d notices still to send",
-		queueType(), len(accepted), slowest.Round(time.Millisecond), pending)
+		testenv.QueueType(), len(accepted), slowest.Round(time.Millisecond), pending)
 	require.Positive(t, pending, "the codes went before the notices drained")
 
 	testenv.WaitFor(t, 3*time.Minute, "every accepted notice mailed", func() bool { return int(noticesMailed.Load()) >= len(accepted) })

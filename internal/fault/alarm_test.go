@@ -2,6 +2,8 @@ package fault
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -19,15 +21,40 @@ import (
 // stalls while it lasts. So the previous watermark is read first, written
 // to a marker file (a run killed before its cleanup is repaired by the
 // next run's TestMain), and restored when the scenario ends, whatever
-// happened.
-var watermarkMarker = filepath.Join(os.TempDir(), "msgpulse-fault-watermark")
+// happened. The marker is per broker (rabbitmqctlCommand), so a run on a
+// private node never repairs the shared one with its value.
+var watermarkMarker = filepath.Join(os.TempDir(), "msgpulse-fault-watermark"+markerSuffix())
+
+// rabbitmqctlVar names the command that runs rabbitmqctl against the broker
+// under test, when it is not the rabbitmqctl on the PATH: a private node,
+// such as the RabbitMQ 4.x one scripts/ runs from a Debian root, e.g.
+// "chroot ROOT env RABBITMQ_NODENAME=rmq4@localhost ERL_EPMD_PORT=4370
+// HOME=/var/lib/rabbitmq rabbitmqctl -n rmq4@localhost" (split on spaces).
+// Point TEST_AMQP_URL at the same node.
+const rabbitmqctlVar = "TEST_RABBITMQCTL"
+
+func rabbitmqctlCommand() []string {
+	if cmd := strings.Fields(os.Getenv(rabbitmqctlVar)); len(cmd) > 0 {
+		return cmd
+	}
+	return []string{"rabbitmqctl"}
+}
+
+func markerSuffix() string {
+	if os.Getenv(rabbitmqctlVar) == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(os.Getenv(rabbitmqctlVar)))
+	return "-" + hex.EncodeToString(sum[:6])
+}
 
 func rabbitmqctl(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "rabbitmqctl", args...).CombinedOutput()
+	cmd := append(rabbitmqctlCommand(), args...)
+	out, err := exec.CommandContext(ctx, cmd[0], cmd[1:]...).CombinedOutput() //nolint:gosec // the test operator's own command
 	if err != nil {
-		return string(out), fmt.Errorf("rabbitmqctl %s: %w: %s", strings.Join(args, " "), err, out)
+		return string(out), fmt.Errorf("%s: %w: %s", strings.Join(cmd, " "), err, out)
 	}
 	return strings.TrimSpace(string(out)), nil
 }
@@ -70,8 +97,8 @@ func parseWatermark(out string) ([]string, error) {
 // harmless).
 func raiseMemoryAlarm(t *testing.T) (raisedAt time.Time, restore func()) {
 	t.Helper()
-	if _, err := exec.LookPath("rabbitmqctl"); err != nil {
-		t.Skip("rabbitmqctl not found: the broker-alarm scenario needs it to raise a real memory alarm")
+	if _, err := exec.LookPath(rabbitmqctlCommand()[0]); err != nil {
+		t.Skipf("%s not found: the broker-alarm scenarios need it to raise a real memory alarm (%s)", rabbitmqctlCommand()[0], rabbitmqctlVar)
 	}
 	prev, err := watermark()
 	require.NoError(t, err)

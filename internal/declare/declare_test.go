@@ -37,6 +37,20 @@ func setupOn(t *testing.T, b *testenv.Broker, env map[string]string) (config.Top
 	return cfg, b
 }
 
+// modelAndChannel is cfg's model and a channel on the test's vhost, closed
+// when t ends.
+func modelAndChannel(t *testing.T, cfg config.Topology, b *testenv.Broker) (*topology.Model, *amqp.Channel) {
+	t.Helper()
+	m, err := topology.Build(cfg.Model, "")
+	require.NoError(t, err)
+	conn, err := amqp.Dial(b.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	return m, ch
+}
+
 func run(t *testing.T, cfg config.Topology, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
@@ -229,13 +243,7 @@ func TestDeclareNamesEveryQueueTypeOnAQuorumDefaultVHost(t *testing.T) {
 // in sync, and declare passes over it.
 func TestExplicitClassicTypeMatchesQueuesDeclaredWithout(t *testing.T) {
 	cfg, b := setup(t, nil)
-	m, err := topology.Build(cfg.Model, "")
-	require.NoError(t, err)
-	conn, err := amqp.Dial(b.URL)
-	require.NoError(t, err)
-	defer func() { _ = conn.Close() }()
-	ch, err := conn.Channel()
-	require.NoError(t, err)
+	m, ch := modelAndChannel(t, cfg, b)
 	for _, q := range m.Queues {
 		_, err := ch.QueueDeclare(q.Name, q.Durable, false, false, false, amqp.Table(q.Args)) // the way declare did before
 		require.NoError(t, err, q.Name)
@@ -294,13 +302,7 @@ func TestDeclareAddsLevelsToAnExistingDeployment(t *testing.T) {
 			cfg, b := setup(t, map[string]string{"QUEUE_TYPE": qt, "MAIL_NORMAL_QUEUE_MAX_LENGTH": "2"})
 			code, _, errOut := run(t, cfg, "declare")
 			require.Equal(t, ExitOK, code, errOut)
-			m, err := topology.Build(cfg.Model, "")
-			require.NoError(t, err)
-			conn, err := amqp.Dial(b.URL)
-			require.NoError(t, err)
-			defer func() { _ = conn.Close() }()
-			ch, err := conn.Channel()
-			require.NoError(t, err)
+			m, ch := modelAndChannel(t, cfg, b)
 			// Back to the deployment before levels: only the high queues.
 			for _, c := range m.Channels {
 				for _, lt := range c.Levels[1:] {

@@ -2,7 +2,6 @@ package dispatch_test
 
 import (
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,14 +30,8 @@ func TestRetryRefusedByTheDelayQueuesIsHeldNotHandedBack(t *testing.T) {
 		t.Run(string(qt), func(t *testing.T) {
 			s := setup(t, dispatchtest.Options{Model: func(c *topology.Config) { c.QueueType = qt },
 				Retry: dispatch.RetryPolicy{MaxRetries: 100, Backoff: []time.Duration{200 * time.Millisecond}, Jitter: 0.01}})
-			var down atomic.Bool
-			down.Store(true)
-			s.Mail.SetHook(func(e mailcatcher.Envelope) error {
-				if e.Stage == mailcatcher.StageData && down.Load() {
-					return mailcatcher.Reject(451, "4.3.0 try again later")
-				}
-				return nil
-			})
+			outage := mailcatcher.NewSMTPOutage()
+			s.Mail.SetHook(outage.Hook)
 			// A quorum queue refuses once it holds its bound: a copy still
 			// gets into each delay queue while it is empty, and comes back
 			// to fail again (a classic one refuses them all).
@@ -58,7 +51,7 @@ func TestRetryRefusedByTheDelayQueuesIsHeldNotHandedBack(t *testing.T) {
 				require.Contains(t, []status.State{status.Retrying, status.Queued}, s.StatusOf(id).Status)
 			}
 			restore()
-			down.Store(false)
+			outage.End()
 
 			for i, id := range ids {
 				waitStatus(t, s, id, status.Sent)

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,21 +30,8 @@ func TestRetriesWaitOutDelayQueuesThatRefuse(t *testing.T) {
 	// The SMTP server refuses (451) while the delay queues do, as a
 	// provider outage fills them in production: a retry handed back is
 	// tried again at once and refused again.
-	var mu sync.Mutex
-	tried := map[string]int{}
-	down := true
-	s.mail.SetHook(func(e mailcatcher.Envelope) error {
-		if e.Stage != mailcatcher.StageData {
-			return nil
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		tried[e.To[0]]++
-		if down {
-			return mailcatcher.Reject(451, "4.3.0 try again later")
-		}
-		return nil
-	})
+	outage := mailcatcher.NewSMTPOutage()
+	s.mail.SetHook(outage.Hook)
 	m, err := topology.Build(topology.DefaultConfig(), "")
 	require.NoError(t, err)
 	restore := s.broker.RefusePublishes(t, m.Delay.Queues()...)
@@ -59,17 +45,11 @@ func TestRetriesWaitOutDelayQueuesThatRefuse(t *testing.T) {
 		require.NoError(t, err)
 		ids[i] = res.TaskID
 	}
-	testenv.WaitFor(t, 20*time.Second, "every first attempt refused by SMTP", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(tried) == n
-	})
+	testenv.WaitFor(t, 20*time.Second, "every first attempt refused by SMTP", func() bool { return outage.Recipients() == n })
 	<-time.After(refuseFor) // the fault's length, not a wait for an outcome
 	restore()
 	require.Zero(t, s.depth("queue.mail.dlq"), "nothing dead-lettered while the delay queues refused (delivery_limit)")
-	mu.Lock()
-	down = false
-	mu.Unlock()
+	outage.End()
 
 	testenv.WaitFor(t, time.Minute, "every notice mailed", func() bool { return s.mail.Count() >= n })
 	for i, id := range ids {

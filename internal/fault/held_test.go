@@ -3,7 +3,6 @@ package fault
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,28 +31,17 @@ func TestRetriesWaitOutAMemoryAlarm(t *testing.T) {
 	// The breaker stays shut: the scenario is about retries (a breaker's
 	// waits go the same way, through later).
 	s := startSystem(t, "retry-memory-alarm", "QUEUE_TYPE="+testenv.QueueType(), "MAX_RETRIES=100", "BREAKER_FAILURES=1000")
-	var mu sync.Mutex
-	tried := map[string]int{}
-	down := true
+	outage := mailcatcher.NewSMTPOutage()
 	alarmUp := make(chan struct{})
-	s.sink.setHook(func(e mailcatcher.Envelope) error {
-		if e.Stage != mailcatcher.StageData {
-			return nil
-		}
+	outage.Before = func(e mailcatcher.Envelope) {
 		if strings.HasPrefix(e.To[0], "during") {
 			select { // the first attempt fails once the alarm is up
 			case <-alarmUp:
 			case <-time.After(20 * time.Second):
 			}
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		tried[e.To[0]]++
-		if down {
-			return mailcatcher.Reject(451, "4.3.0 try again later")
-		}
-		return nil
-	})
+	}
+	s.sink.setHook(outage.Hook)
 	_, c := s.api()
 	s.consumer("c1")
 	ctx := testenv.Context(t, 4*time.Minute)
@@ -68,20 +56,11 @@ func TestRetriesWaitOutAMemoryAlarm(t *testing.T) {
 		require.NoError(t, err)
 		ids[i] = res.TaskID
 	}
-	testenv.WaitFor(t, 20*time.Second, "the first attempts before the alarm refused by SMTP", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(tried) == n/2
-	})
+	testenv.WaitFor(t, 20*time.Second, "the first attempts before the alarm refused by SMTP", func() bool { return outage.Recipients() == n/2 })
 	raisedAt, restore := raiseMemoryAlarm(t)
 	close(alarmUp)
 	<-time.After(alarmFor) // the fault's length, not a wait for an outcome
-	mu.Lock()
-	during := 0
-	for _, k := range tried {
-		during += k
-	}
-	mu.Unlock()
+	during := outage.Attempts()
 	restore()
 	clearedAt := time.Now()
 	require.Positive(t, s.countLogs("consumer", `"broker blocked publishing"`), "the alarm blocked the consumer's publishes")
@@ -92,9 +71,7 @@ func TestRetriesWaitOutAMemoryAlarm(t *testing.T) {
 	// show them; the consumer's log does. None is wanted: each would count
 	// once the broker reads it.
 	require.Zero(t, s.countLogs("consumer", "handing"), "the consumer and the relay held what they could not publish, and handed nothing back")
-	mu.Lock()
-	down = false
-	mu.Unlock()
+	outage.End()
 
 	testenv.WaitFor(t, time.Minute, "every notice mailed", func() bool { return s.sink.count() >= n })
 	byTask, _ := s.sink.snapshot()

@@ -35,5 +35,5 @@ func TestReservedAndFullRequestsCountTogether(t *testing.T) {
 		require.NoError(t, err, "full %d: the reserve", i)
 	}
 	_, err = lim.Take(e.ctx, ratelimit.Request{Rules: full})
-	limitErr(t, err)
+	require.NotNil(t, limitErr(t, err), "the reserve used up too")
 }

@@ -418,7 +418,7 @@ func TestQueueStatsWarnsAbove80Percent(t *testing.T) {
 		byName[q.Name] = q
 	}
 	require.Len(t, byName, len(h.model.Queues))
-	require.Equal(t, QueueStat{Name: "queue.sms", Role: "main", Channel: "sms", Level: "high", Messages: 9, MaxLength: 10, Usage: 0.9, Status: "warning"}, byName["queue.sms"])
+	require.Equal(t, QueueStat{Name: "queue.sms", Role: "main", Channel: "sms", Level: "code", Messages: 9, MaxLength: 10, Usage: 0.9, Status: "warning"}, byName["queue.sms"])
 	require.Equal(t, "ok", byName["queue.mail"].Status)
 	require.Equal(t, "dead-letter", byName["queue.mail.dlq"].Role)
 	require.Equal(t, "delay", byName["queue.delay.5s"].Role)

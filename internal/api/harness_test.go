@@ -111,8 +111,8 @@ type options struct {
 	redisTimeout time.Duration
 	autoPipeline string
 	// statusTTL is STATUS_TTL (0 = the default, 7 days)
-	statusTTL time.Duration
-	wecomLimits   map[string]wecom.Limits // WECOM_ACCOUNT_LIMITS
+	statusTTL   time.Duration
+	wecomLimits map[string]wecom.Limits // WECOM_ACCOUNT_LIMITS
 }
 
 func defaultLimits() config.Limits {

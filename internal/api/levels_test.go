@@ -27,6 +27,9 @@ func levelNotice(priority any) map[string]any {
 
 // Issue 12: priority picks the level's queue, the status record keeps the
 // level, and ttlSeconds (or MESSAGE_MAX_AGE) is the message's deadline.
+// Issue 36: no notice goes to the codes' queue (queue.mail), whatever its
+// priority, and no message carries an AMQP priority (levels are queues; on
+// a 4.x quorum queue a priority would split it and reorder it).
 func TestSendPicksTheLevelQueue(t *testing.T) {
 	h := setup(t, options{})
 	for _, tc := range []struct {
@@ -35,15 +38,15 @@ func TestSendPicksTheLevelQueue(t *testing.T) {
 		queue    string
 	}{
 		{nil, topology.Normal, "queue.mail.normal"},
-		{"high", topology.High, "queue.mail"},
+		{"high", topology.High, "queue.mail.high"},
 		{"normal", topology.Normal, "queue.mail.normal"},
 		{"low", topology.Low, "queue.mail.low"},
 		{0, topology.Low, "queue.mail.low"},
 		{3, topology.Low, "queue.mail.low"},
 		{4, topology.Normal, "queue.mail.normal"},
 		{6, topology.Normal, "queue.mail.normal"},
-		{7, topology.High, "queue.mail"},
-		{9, topology.High, "queue.mail"},
+		{7, topology.High, "queue.mail.high"},
+		{9, topology.High, "queue.mail.high"},
 	} {
 		r := h.do("POST", "/api/messages/send", levelNotice(tc.priority))
 		require.Equal(t, http.StatusAccepted, r.Status, r.Msg)
@@ -51,13 +54,10 @@ func TestSendPicksTheLevelQueue(t *testing.T) {
 		r.data(t, &out)
 		d := h.get(tc.queue)
 		require.Equal(t, out.TaskID, d.MessageId, "priority %v", tc.priority)
+		require.Zero(t, d.Priority, "no AMQP priority (priority %v)", tc.priority)
 		m, err := envelope.Decode(d.Body)
 		require.NoError(t, err)
-		if tc.level == topology.High {
-			require.Empty(t, m.Level, "high is the level a message without one has")
-		} else {
-			require.Equal(t, string(tc.level), m.Level)
-		}
+		require.Equal(t, string(tc.level), m.Level, "a notice always names its level")
 		require.NotNil(t, m.Deadline)
 		require.WithinDuration(t, time.Now().Add(24*time.Hour), *m.Deadline, 5*time.Second, "MESSAGE_MAX_AGE by default")
 		g := h.do("GET", "/api/messages/"+out.TaskID, nil)
@@ -78,7 +78,9 @@ func TestSendPicksTheLevelQueue(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, r.Status, r.Msg)
 	var vc VerificationCode
 	r.data(t, &vc)
-	require.Equal(t, vc.TaskID, h.get("queue.mail").MessageId, "codes are always high")
+	code := h.get("queue.mail")
+	require.Equal(t, vc.TaskID, code.MessageId, "codes have the codes' queue")
+	require.Zero(t, code.Priority)
 	g := h.do("GET", "/api/messages/"+vc.TaskID, nil)
 	var view MessageView
 	g.data(t, &view)
@@ -181,7 +183,7 @@ func TestQueueStatsReportEachLevel(t *testing.T) {
 	require.GreaterOrEqual(t, *normal.OldestAgeSeconds, 59.0)
 	require.LessOrEqual(t, *normal.OldestAgeSeconds, time.Since(sent).Seconds()+1, "timestamps have whole seconds")
 	for ch, apiName := range map[string]string{"mail": "email", "sms": "sms", "wecom": "wecom"} {
-		for _, lt := range []struct{ queue, level string }{{"queue." + ch, "high"}, {"queue." + ch + ".normal", "normal"}, {"queue." + ch + ".low", "low"}} {
+		for _, lt := range []struct{ queue, level string }{{"queue." + ch, "code"}, {"queue." + ch + ".high", "high"}, {"queue." + ch + ".normal", "normal"}, {"queue." + ch + ".low", "low"}} {
 			q, ok := byName[lt.queue]
 			require.True(t, ok, lt.queue)
 			require.Equal(t, lt.level, q.Level)

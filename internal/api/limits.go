@@ -12,6 +12,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
+	"github.com/msgpulse/msgpulse/internal/topology"
 	"github.com/msgpulse/msgpulse/internal/verify"
 )
 
@@ -23,10 +24,21 @@ func window(d time.Duration, limit int) []ratelimit.Window {
 }
 
 // commonRules apply to every accepted message: per API key, per tenant
-// (across its keys), the global per-channel cap, and the enabled global
-// rate-limit configs. They all go to the limiter's one script: one round
-// trip whatever the number of rules.
+// (across its keys), then what tenants share: the global per-channel cap,
+// and the enabled global rate-limit configs (sharedRules). They all go to
+// the limiter's one script: one round trip whatever the number of rules.
 func (s *Server) commonRules(key apikey.Key, channel string) []ratelimit.Rule {
+	L := s.opts.Limits
+	rules := []ratelimit.Rule{
+		{Name: "per API key", Key: "apikey:" + key.Name, Windows: window(time.Minute, L.PerAPIKeyMinute)},
+		{Name: "per tenant", Key: "tenant:" + key.Tenant, Windows: window(time.Minute, L.PerTenantMinute)},
+	}
+	return append(rules, s.sharedRules(channel)...)
+}
+
+// sharedRules are the limits every tenant's messages count against
+// together: the channel's global cap and the global rate-limit configs.
+func (s *Server) sharedRules(channel string) []ratelimit.Rule {
 	L := s.opts.Limits
 	perSecond := L.EmailPerSecond
 	switch channel {
@@ -35,12 +47,35 @@ func (s *Server) commonRules(key apikey.Key, channel string) []ratelimit.Rule {
 	case chWeCom, chWeComRobot:
 		perSecond = L.WeComPerSecond
 	}
+	rules := []ratelimit.Rule{{Name: "global " + channel, Key: "global:" + channel, Windows: window(time.Second, perSecond)}}
+	return append(rules, s.d.RateLimits.Rules("")...)
+}
+
+// codeReserve is the last share of every limit tenants share (the global
+// cap of a channel, the global rate-limit configs) that only codes may use:
+// a notice is held to the rest, so no burst of notices, whatever its
+// priority or tenant, gets a code a 429 there. Codes and notices count
+// under the same keys, and codes may use the whole. A tenant's own limits
+// (per API key, per tenant) stay whole: how a tenant splits its own quota
+// between its codes and its notices is its choice (a key per service).
+const codeReserve = 0.2
+
+// noticeRules are the rules of a notice: its tenant's own limits, the
+// shared ones less the codes' reserve and, for an urgent notice, its
+// tenant's urgent limit (LIMIT_HIGH_PER_TENANT_PER_MINUTE): the notices'
+// queues are every tenant's, and one tenant's campaign marked urgent
+// cannot take the room of the others'.
+func (s *Server) noticeRules(key apikey.Key, req *Message) []ratelimit.Rule {
+	L := s.opts.Limits
 	rules := []ratelimit.Rule{
 		{Name: "per API key", Key: "apikey:" + key.Name, Windows: window(time.Minute, L.PerAPIKeyMinute)},
 		{Name: "per tenant", Key: "tenant:" + key.Tenant, Windows: window(time.Minute, L.PerTenantMinute)},
-		{Name: "global " + channel, Key: "global:" + channel, Windows: window(time.Second, perSecond)},
 	}
-	return append(rules, s.d.RateLimits.Rules("")...)
+	if req.level == topology.High {
+		rules = append(rules, ratelimit.Rule{Name: "urgent notices per tenant", Key: "tenant-high:" + key.Tenant,
+			Windows: window(time.Minute, L.HighPerTenantMinute)})
+	}
+	return append(rules, ratelimit.Reserve(nonEmpty(s.sharedRules(req.channel)), codeReserve, "codes")...)
 }
 
 func (s *Server) verifyRequest(key apikey.Key, r *VerificationCodeRequest) ratelimit.Request {

@@ -21,7 +21,6 @@ import (
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/template"
-	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
 // SendResult is the 202 answer's data.
@@ -181,7 +180,7 @@ func (s *Server) admitAs(ctx context.Context, caller apikey.Key, req *Message, r
 	if err != nil {
 		return admitted{}, internal(err)
 	}
-	lr := rlRequest(s.commonRules(caller, req.channel))
+	lr := rlRequest(s.noticeRules(caller, req))
 	lr.Then = insert
 	lr.Once = once
 	res, err := s.d.Limiter.Take(ctx, lr)
@@ -223,7 +222,7 @@ func acceptedRecord(ctx context.Context, caller apikey.Key, req *Message, recipi
 // every code (issue 22). A non-nil fatal is the 503 (or 500) for the whole
 // batch: what could have landed of these recipients is being undone.
 func (s *Server) admitBulk(ctx context.Context, caller apikey.Key, req *Message, recipients, taskIDs []string, now time.Time) (as []admitted, refused, fatal *apiError) {
-	b, err := s.d.Limiter.TakeUpTo(ctx, rlRequest(s.commonRules(caller, req.channel)), make([][]rdb.Command, len(recipients)))
+	b, err := s.d.Limiter.TakeUpTo(ctx, rlRequest(s.noticeRules(caller, req)), make([][]rdb.Command, len(recipients)))
 	if err != nil {
 		// On one Redis the script is not a transaction, and on a Redis
 		// Cluster the units admitted before the error hold reservations
@@ -264,9 +263,9 @@ func (s *Server) message(req *Message, tenant string, now time.Time) *envelope.M
 	if req.number != nil {
 		msg.Priority = uint8(*req.number) //nolint:gosec // validated 0..9
 	}
-	if req.level != topology.High {
-		msg.Level = string(req.level) // none is high: what a consumer built before levels reads
-	}
+	// Always named: a message without a level is a code, and goes to the
+	// codes' queue, where no notice may.
+	msg.Level = string(req.level)
 	// The deadline counts from when the message is due: a message
 	// scheduled for tomorrow is not stale before it is sent.
 	deadline := now.Add(req.delay + cmp.Or(req.ttl, s.opts.MessageMaxAge)).UTC()

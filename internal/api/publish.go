@@ -64,8 +64,8 @@ var errAdmission = errors.New("admission: queue nearly full")
 
 // Retry-After of a 503 for a full level queue: long enough for the
 // consumers to drain a share of it, short enough that a caller's backlog
-// keeps moving. A code's queue (high) is drained first (PRIORITY_WEIGHTS)
-// and a code is wanted now, so its callers come back sooner.
+// keeps moving. The codes' queue has workers of its own and a code is
+// wanted now, so its callers come back sooner.
 const (
 	levelFullRetryAfter = 5 * time.Second
 	codeFullRetryAfter  = time.Second
@@ -163,11 +163,11 @@ func (s *Server) publishNow(ctx context.Context, ct topology.ChannelTopology, lt
 	err := s.d.Publisher.Publish(ctx, ct.Exchange, lt.RoutingKey, msg)
 	// A message that may have been kept counts as in the queue.
 	ticket.Done(err == nil || broker.MayBeKept(err))
-	// A level queue refuses publishes only when it is full: that nack is
-	// back-pressure the caller can act on, not a broker fault. The high
+	// A notice queue refuses publishes only when it is full: that nack is
+	// back-pressure the caller can act on, not a broker fault. The codes'
 	// queue drops its oldest instead, so a nack there is the broker's own
 	// refusal (a quorum leader change).
-	if errors.Is(err, broker.ErrNacked) && lt.Level != topology.High {
+	if errors.Is(err, broker.ErrNacked) && lt.Level != topology.Code {
 		err = &LevelFullError{Level: lt, Err: err}
 	}
 	return err
@@ -191,6 +191,8 @@ func publishResult(err error) string {
 		return "nacked"
 	case errors.Is(err, broker.ErrBlocked):
 		return "blocked"
+	case errors.Is(err, broker.ErrTooLarge):
+		return "too_large"
 	case errors.Is(err, broker.ErrConfirmTimeout), errors.Is(err, context.DeadlineExceeded):
 		return "timeout"
 	case errors.Is(err, broker.ErrConfirmLost):
@@ -211,7 +213,7 @@ func publishFailure(err error) *apiError {
 	if errors.As(err, &full) {
 		e := unavailable(err, "message not accepted: %s; nothing was kept, so it is safe to retry", full.Error())
 		e.RetryAfter = levelFullRetryAfter
-		if full.Level.Level == topology.High {
+		if full.Level.Level == topology.Code {
 			e.RetryAfter = codeFullRetryAfter
 		}
 		return e
@@ -235,6 +237,7 @@ func publishFailure(err error) *apiError {
 		"overflow":    "the delay queue is full",
 		"nacked":      "the broker refused it",
 		"blocked":     "the broker is blocking publishers (memory or disk alarm)",
+		"too_large":   "it is larger than the broker's max_message_size (lower BATCH_MAX_BYTES to it)",
 		"unavailable": "there is no connection to RabbitMQ",
 	}[publishResult(err)]
 	e := unavailable(err, "message not accepted: %s; nothing was kept (no code, no rate-limit count), so it is safe to retry", why)

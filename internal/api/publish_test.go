@@ -23,7 +23,7 @@ func TestPublishFailureNamesTheCause(t *testing.T) {
 	require.NoError(t, err)
 	ct, err := m.Channel(topology.Mail)
 	require.NoError(t, err)
-	normal, high := ct.Level(topology.Normal), ct.Level(topology.High)
+	normal, code := ct.Level(topology.Normal), ct.Level(topology.Code)
 	for _, tc := range []struct {
 		name  string
 		err   error
@@ -33,7 +33,7 @@ func TestPublishFailureNamesTheCause(t *testing.T) {
 	}{
 		{"full level queue", &LevelFullError{Level: normal, Err: broker.ErrNacked},
 			[]string{"queue.mail.normal is full (bound 1000000, MAIL_NORMAL_QUEUE_MAX_LENGTH)", "safe to retry"}, "no connection", levelFullRetryAfter},
-		{"admission", &LevelFullError{Level: high, Admission: &AdmissionRefusal{Depth: 800, Limit: 800, Fill: 0.8, EnvFill: "MAIL_QUEUE_ADMIT_FILL"}, Err: errAdmission},
+		{"admission", &LevelFullError{Level: code, Admission: &AdmissionRefusal{Depth: 800, Limit: 800, Fill: 0.8, EnvFill: "MAIL_QUEUE_ADMIT_FILL"}, Err: errAdmission},
 			[]string{"queue.mail is nearly full (about 800 messages; the API admits up to 800, MAIL_QUEUE_ADMIT_FILL=0.8 of the bound 1000, MAIL_QUEUE_MAX_LENGTH)"}, "no connection", codeFullRetryAfter},
 		{"confirm timeout", fmt.Errorf("%w: %w", broker.ErrConfirmTimeout, context.DeadlineExceeded),
 			[]string{"no confirm arrived within PUBLISH_TIMEOUT", "MAY have been kept", "Idempotency-Key"}, "safe to retry", unavailableRetryAfter},
@@ -46,6 +46,8 @@ func TestPublishFailureNamesTheCause(t *testing.T) {
 		{"high queue nack (leader change)", broker.ErrNacked,
 			[]string{"the broker refused it", "nothing was kept"}, "no connection", unavailableRetryAfter},
 		{"blocked", broker.ErrBlocked, []string{"blocking publishers"}, "no connection", levelFullRetryAfter},
+		{"too large", fmt.Errorf("%w: %w", broker.ErrTooLarge, &amqp.Error{Code: amqp.PreconditionFailed}),
+			[]string{"larger than the broker's max_message_size", "nothing was kept"}, "no connection", unavailableRetryAfter},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := publishFailure(tc.err)

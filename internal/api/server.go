@@ -27,6 +27,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/egress"
+	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/fraud"
 	"github.com/msgpulse/msgpulse/internal/logging"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
@@ -196,6 +197,9 @@ func New(d Deps, opts Options) (*Server, error) {
 	}
 	if opts.BatchMaxBytes == 0 {
 		opts.BatchMaxBytes = DefaultBatchMaxBytes
+	}
+	if opts.BatchMaxBytes > envelope.MaxBrokerBytes {
+		return nil, fmt.Errorf("api: BatchMaxBytes %d over %d, RabbitMQ 4.x's default max_message_size (envelope.MaxBrokerBytes)", opts.BatchMaxBytes, envelope.MaxBrokerBytes)
 	}
 	if opts.IdempotencyTTL == 0 {
 		opts.IdempotencyTTL = 24 * time.Hour

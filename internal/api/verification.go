@@ -113,7 +113,7 @@ again:
 		s.rollback(ctx, undo{reservation: res, code: iss, taskID: taskID, once: res.OnceKey, onceIDs: taskID})
 		return unavailable(err, "could not store the code (Redis); nothing was sent, try again")
 	}
-	// No level on the message: high, where codes always go.
+	// No level on the message: the codes' queue, which is theirs alone.
 	if err := s.publish(ctx, req.Channel, msg, 0); err != nil {
 		s.rollback(ctx, undo{reservation: res, code: iss, taskID: taskID, once: res.OnceKey, onceIDs: taskID})
 		return publishFailure(err)

@@ -694,12 +694,12 @@ func TestLanesOpenAsADestinationNeedsThem(t *testing.T) {
 	require.LessOrEqual(t, open("busy"), e.pub.cfg.Lanes)
 }
 
-// A queue with a Hold: its handler hands its deliveries on (Deferred) and is
+// A queue with a Hold: its handler hands its deliveries on (Held) and is
 // free at once: one worker takes every delivery the window holds while
 // none is settled. They are settled later, from elsewhere, each once; on
 // stop the consumer waits for the ones still handed on before its last
 // acks.
-func TestConsumerDeferredDeliveries(t *testing.T) {
+func TestConsumerHandsDeliveriesOn(t *testing.T) {
 	e := setup(t)
 	e.workWithDLQ(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -708,15 +708,15 @@ func TestConsumerDeferredDeliveries(t *testing.T) {
 	held := make(chan func(Action), 2*n)
 	c, err := NewConsumer(ConsumerConfig{Session: e.s, Concurrency: 1, Grace: 10 * time.Second, Logger: zaptest.NewLogger(t),
 		Queues: []QueueShare{{Name: "work", Prefetch: 2, Hold: n, Handler: func(ctx context.Context, d *amqp.Delivery) Action {
-			settle, ok := Later(ctx)
-			if !ok {
-				panic("no Later in the handler of a queue with a Hold")
+			h := HoldDelivery(ctx)
+			if h == nil {
+				panic("no Hold in the handler of a queue with a Hold")
 			}
 			if string(d.Body) == "now" {
 				return Ack // a handler may still settle at once
 			}
-			held <- settle
-			return Deferred
+			held <- h.Settle
+			return Held
 		}}}})
 	require.NoError(t, err)
 	done := make(chan error, 1)

@@ -25,11 +25,11 @@ const (
 	Reject
 	// Requeue: give it back to the queue unprocessed (shutdown, pause).
 	Requeue
-	// Deferred: the handler handed the delivery on to work that settles it
-	// later, through the function Later gave it (a merge buffer, a
-	// download pool). The worker is free for the next delivery at once; the
-	// delivery keeps its place in the prefetch window until it is settled.
-	Deferred
+	// Held: the handler took the delivery over (HoldDelivery) and settles
+	// it later, through its Hold (a retry whose publish the broker refuses
+	// for now, a WeCom merge buffer, a media download pool); the worker
+	// moves on at once. See Hold.
+	Held
 )
 
 func (a Action) String() string {
@@ -40,8 +40,8 @@ func (a Action) String() string {
 		return "reject"
 	case Requeue:
 		return "requeue"
-	case Deferred:
-		return "deferred"
+	case Held:
+		return "held"
 	}
 	return fmt.Sprintf("action(%d)", int(a))
 }
@@ -69,47 +69,15 @@ type QueueShare struct {
 	Prefetch int
 	// Handler replaces the config's Handler for this queue's deliveries.
 	Handler Handler
-	// Hold is how many deliveries this queue's handler may hand on at once
-	// (Deferred, see Later); 0 = none. The queue's prefetch grows by it,
-	// so that what is handed on never takes the places its workers need.
+	// Hold is how many deliveries this queue's handler may hand on to
+	// work of its own at once (Held, see HoldDelivery); 0 = none. The
+	// queue's prefetch grows by it, so that what is handed on never takes
+	// the places its workers need. (A queue without it may still hold a
+	// delivery whose retry the broker refuses: that one keeps its place in
+	// the window, which is the back-pressure wanted then.)
 	Hold int
 
-	deferrable bool // Hold was set (Validate folds it into Prefetch)
-}
-
-type laterKey struct{}
-
-// later settles one deferred delivery, once.
-type later struct {
-	c    *Consumer
-	acks *acker
-	d    *amqp.Delivery
-	once sync.Once
-}
-
-func (l *later) settle(a Action) {
-	if a == Deferred {
-		a = Requeue // a broken caller: hand it back rather than hold it for ever
-	}
-	l.once.Do(func() {
-		l.c.settle(l.acks, l.d, a)
-		l.c.inFlight.Add(-1)
-		l.c.deferred.Done()
-	})
-}
-
-// Later returns, in a Handler of a queue with a Hold, the function that
-// settles the handler's delivery later: the handler hands it on with the
-// work and returns Deferred. It must then be called exactly once (more
-// calls are ignored), by whoever finishes the work, within the consumer's
-// Grace once it stops: a delivery still deferred when the channel closes
-// is redelivered. ok is false in any other handler.
-func Later(ctx context.Context) (settle func(Action), ok bool) {
-	l, ok := ctx.Value(laterKey{}).(*later)
-	if !ok {
-		return nil, false
-	}
-	return l.settle, true
+	roomy bool // Hold was set (Validate folds it into Prefetch)
 }
 
 // ConsumerConfig configures a Consumer. Set exactly one of Handler and
@@ -195,7 +163,7 @@ func (c *ConsumerConfig) Validate() error {
 		}
 		if q.Hold > 0 {
 			// Folded into the prefetch once: Validate may run again.
-			q.Prefetch, q.Hold, q.deferrable = min(q.Prefetch+q.Hold, 65535), 0, true
+			q.Prefetch, q.Hold, q.roomy = min(q.Prefetch+q.Hold, 65535), 0, true
 		}
 		switch {
 		case q.Name == "":
@@ -229,8 +197,6 @@ type Consumer struct {
 	cfg      ConsumerConfig
 	inFlight atomic.Int64
 	seq      atomic.Int64
-	// deferred counts deliveries handed on (Deferred) and not yet settled.
-	deferred sync.WaitGroup
 }
 
 // NewConsumer validates cfg.
@@ -241,7 +207,7 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 	return &Consumer{cfg: cfg}, nil
 }
 
-// InFlight returns how many handlers are running, deferred deliveries
+// InFlight returns how many handlers are running, held deliveries
 // included.
 func (c *Consumer) InFlight() int64 { return c.inFlight.Load() }
 
@@ -310,6 +276,9 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 	// Handlers get a context that outlives ctx by the grace period.
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
+	// Deliveries handlers hold (HoldDelivery) past their return.
+	hs := newHolds(log, func() { c.inFlight.Add(-1) })
+	defer hs.close() // the channels close with consumeOnce: a Hold still out can no longer settle
 	var stopping atomic.Bool
 	var wg sync.WaitGroup
 	p := newPool(c.cfg.Concurrency, c.cfg.MaxConcurrency)
@@ -322,6 +291,11 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// One slot per worker, in a context made once: a handler that
+			// holds its delivery finds it there, and a delivery that is not
+			// held costs no allocation.
+			slot := &holdSlot{new: hs.new, lost: hs.lost}
+			wctx := context.WithValue(hctx, holdKey{}, slot)
 			for {
 				p.acquire()
 				d, in, ok := pick.next()
@@ -336,7 +310,7 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 					continue
 				}
 				if c.cfg.BatchHandler != nil {
-					c.handleBatch(hctx, in.acks, c.gather(d, in.buf))
+					c.handleBatch(wctx, in.acks, c.gather(d, in.buf))
 					p.release()
 					continue
 				}
@@ -344,7 +318,18 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 				if h == nil {
 					h = c.cfg.Handler
 				}
-				c.handle(hctx, in, &d, h)
+				if in.share.roomy {
+					// A queue with room to hold (Hold) may have its
+					// deliveries finished after the handler returned, by
+					// work that still has the handler's context: each
+					// gets a slot of its own, never the worker's next one.
+					own := &holdSlot{new: hs.new, lost: hs.lost, in: in, d: &d}
+					c.handle(context.WithValue(hctx, holdKey{}, own), in, &d, h, own)
+				} else {
+					slot.in, slot.d, slot.hold = in, &d, nil
+					c.handle(wctx, in, &d, h, slot)
+					slot.in, slot.d, slot.hold = nil, nil, nil
+				}
 				p.release()
 			}
 		}()
@@ -365,17 +350,17 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 				log.Warn("cancel consumer", zap.String("queue", in.share.Name), zap.Error(err))
 			}
 		}
-		graceOver := time.After(c.cfg.Grace)
-		// Then the deliveries handed on: their work finishes, and their
-		// settles come in, before the last acks go out.
-		deferredDone := make(chan struct{})
-		go func() { <-workersDone; c.deferred.Wait(); close(deferredDone) }()
+		// Held deliveries get the same grace as running handlers: their
+		// publishes may yet work, their merges and downloads finish, and
+		// their settles come in before the last acks go out.
+		allDone := make(chan struct{})
+		go func() { <-workersDone; <-hs.wait(); close(allDone) }()
 		select {
-		case <-deferredDone:
-		case <-graceOver:
+		case <-allDone:
+		case <-time.After(c.cfg.Grace):
 			log.Warn("grace period over; abandoning in-flight handlers (their messages will be redelivered)", zap.String("queues", c.cfg.queues), zap.Int64("in_flight", c.inFlight.Load()))
-			hcancel()
-			<-workersDone
+			hcancel() // held deliveries are settled now, by their owners
+			<-allDone
 		}
 		// The owed acks go out before the channels close; without them
 		// every message finished in the last millisecond would come back.
@@ -401,6 +386,7 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 	for _, in := range inboxes {
 		_ = in.ch.Close()
 	}
+	hs.close() // handlers waiting for something stop waiting
 	<-workersDone
 	return lost
 }
@@ -499,18 +485,24 @@ func (c *Consumer) safeHandleBatch(ctx context.Context, ds []*amqp.Delivery) (ac
 	return c.cfg.BatchHandler(ctx, ds)
 }
 
-func (c *Consumer) handle(ctx context.Context, in *inbox, d *amqp.Delivery, h Handler) {
+func (c *Consumer) handle(ctx context.Context, in *inbox, d *amqp.Delivery, h Handler, slot *holdSlot) {
 	c.inFlight.Add(1)
-	if !in.share.deferrable {
-		defer c.inFlight.Add(-1)
-		c.settle(in.acks, d, c.safeHandle(ctx, d, h))
+	a := c.safeHandle(ctx, d, h)
+	switch {
+	case a == Held && slot.hold != nil:
+		return // its Hold settles it, and ends its count (holds.new)
+	case a == Held:
+		in.acks.log.Error("handler returned Held without holding the delivery; handing it back", zap.String("message_id", d.MessageId))
+		a = Requeue
+	case slot.hold != nil:
+		// Held, then settled by the handler's own action after all (a
+		// panic, say): the Hold must not settle it a second time.
+		c.settle(in.acks, d, a)
+		slot.hold.once.Do(slot.hold.done)
 		return
 	}
-	l := &later{c: c, acks: in.acks, d: d}
-	c.deferred.Add(1)
-	if a := c.safeHandle(context.WithValue(ctx, laterKey{}, l), d, h); a != Deferred {
-		l.settle(a)
-	}
+	c.settle(in.acks, d, a)
+	c.inFlight.Add(-1)
 }
 
 func (c *Consumer) settle(acks *acker, d *amqp.Delivery, action Action) {

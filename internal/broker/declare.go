@@ -29,13 +29,8 @@ func table(args map[string]any) amqp.Table {
 	return t
 }
 
-func queueArgs(q topology.Queue) amqp.Table {
-	t := table(q.Args)
-	if q.Type != topology.Classic && q.Type != "" {
-		t[topology.ArgQueueType] = string(q.Type) // quorum, or stream (a dead-letter log)
-	}
-	return t
-}
+// queueArgs always name the queue's type (see topology.Queue.DeclareArgs).
+func queueArgs(q topology.Queue) amqp.Table { return table(q.DeclareArgs()) }
 
 // probe runs f on a fresh channel, because a failed declare closes the
 // channel it ran on. It returns the broker's error code (0 when f succeeded).

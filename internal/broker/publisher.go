@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +23,10 @@ var (
 	// ErrConfirmTimeout: no confirm arrived in time; the message may or may
 	// not have been taken (see MayBeKept).
 	ErrConfirmTimeout = errors.New("no publisher confirm in time")
+	// ErrTooLarge: the broker refused the message for its size (larger than
+	// its max_message_size, 16 MiB by default from RabbitMQ 4.0), closing
+	// the channel; it was not kept.
+	ErrTooLarge = errors.New("message larger than the broker's max_message_size")
 	// ErrConfirmLost: the channel or connection closed after the message
 	// was sent and before its confirm came; it always comes wrapped in
 	// ErrUnavailable, and the message may have been taken (see MayBeKept).
@@ -144,6 +149,12 @@ func (pc *pubChannel) lostConfirm() error {
 	pc.reasonMu.Unlock()
 	if e != nil && e.Code == amqp.NotFound && !pc.conn.IsClosed() {
 		return fmt.Errorf("%w: the broker closed the channel: %w", ErrUnavailable, e)
+	}
+	// RabbitMQ checks a message's size before routing it, and closes the
+	// channel with 406 ("message size N is larger than configured max size
+	// M"): that message was not kept.
+	if e != nil && e.Code == amqp.PreconditionFailed && strings.Contains(e.Reason, "max size") && !pc.conn.IsClosed() {
+		return fmt.Errorf("%w: %w", ErrTooLarge, e)
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, ErrConfirmLost)
 }

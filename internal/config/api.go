@@ -9,6 +9,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/callbackkey"
 	"github.com/msgpulse/msgpulse/internal/envconf"
+	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/fraud"
 	"github.com/msgpulse/msgpulse/internal/logging"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
@@ -29,10 +30,14 @@ type Limits struct {
 	PerIPMinute               int
 	PerAPIKeyMinute           int
 	PerTenantMinute           int
-	EmailPerSecond            int
-	SMSPerSecond              int
-	WeComPerSecond            int
-	ConfigRefreshEvery        time.Duration
+	// HighPerTenantMinute caps each tenant's urgent notices (priority
+	// high, 7-9) per minute (0 = off): their queue is shared by every
+	// tenant, and one tenant's cannot fill it for the others.
+	HighPerTenantMinute int
+	EmailPerSecond      int
+	SMSPerSecond        int
+	WeComPerSecond      int
+	ConfigRefreshEvery  time.Duration
 	// ExactMax is LIMIT_EXACT_MAX (ratelimit.Limiter.WithExactMax).
 	ExactMax int
 }
@@ -154,8 +159,8 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 		c.TrustedProxies = append(c.TrustedProxies, n)
 	}
 	c.BodyLimit = int64(l.Int("BODY_LIMIT", 64<<10, 1<<10, 16<<20, "largest request body in bytes"))
-	c.BatchMaxBytes = int64(l.Int("BATCH_MAX_BYTES", 8<<20, 64<<10, 1<<30,
-		"largest total a batch puts on the broker: its recipients' messages together, each with its own copy of the variables; over it, 413 and nothing is sent"))
+	c.BatchMaxBytes = int64(l.Int("BATCH_MAX_BYTES", 8<<20, 64<<10, envelope.MaxBrokerBytes,
+		"largest total a batch puts on the broker: its recipients' messages together, each with its own copy of the variables; over it, 413 and nothing is sent. At most 16 MiB, RabbitMQ 4.x's default max_message_size (a WeCom batch is one message); keep it at or below a lower max_message_size"))
 	c.CodeSecret, c.CodeSecretIsDev = loadCodeSecret(l)
 	c.CodeLength = l.Int("CODE_LENGTH", 6, 4, 10, "digits in a verification code")
 	c.CodeTTL = l.Duration("CODE_TTL", 10*time.Minute, 10*time.Second, 24*time.Hour, "how long a verification code is valid")
@@ -166,14 +171,15 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 		PerRecipientDay:  l.Int("VERIFY_MAX_PER_DAY", 10, 0, 1_000_000, "codes per recipient per sliding day, per tenant (0 = unlimited); exact (a log entry per code) up to LIMIT_EXACT_MAX"),
 		PerRecipientDayAllTenants: l.Int("VERIFY_MAX_PER_RECIPIENT_PER_DAY_ALL_TENANTS", 0, 0, 1_000_000,
 			"codes per recipient per sliding day, all tenants together: the one limit tenants share, so one tenant can use it up for the others (0 = off)"),
-		PerIPMinute:        l.Int("VERIFY_MAX_PER_IP_PER_MINUTE", 20, 0, 1_000_000, "codes per end-user IP (clientIp) per sliding minute, per tenant (0 = unlimited); exact (a log entry per code) up to LIMIT_EXACT_MAX"),
-		PerAPIKeyMinute:    l.Int("LIMIT_PER_API_KEY_PER_MINUTE", 6000, 0, 100_000_000, "requests (codes and messages) per API key per sliding minute (0 = unlimited); exact up to LIMIT_EXACT_MAX, above it approximate (at most the limit per fixed window, at most 2x in any sliding one)"),
-		PerTenantMinute:    l.Int("LIMIT_PER_TENANT_PER_MINUTE", 0, 0, 100_000_000, "requests (codes and messages) per tenant, across its keys, per sliding minute (0 = unlimited); exact up to LIMIT_EXACT_MAX, above it approximate (at most the limit per fixed window, at most 2x in any sliding one)"),
-		EmailPerSecond:     l.Int("LIMIT_EMAIL_PER_SECOND", 500, 0, 1_000_000, "global cap on accepted email per sliding second (0 = unlimited); exact up to LIMIT_EXACT_MAX, above it approximate (at most the limit per fixed window, at most 2x in any sliding one)"),
-		SMSPerSecond:       l.Int("LIMIT_SMS_PER_SECOND", 200, 0, 1_000_000, "global cap on accepted SMS per sliding second (0 = unlimited); exact up to LIMIT_EXACT_MAX, above it approximate (at most the limit per fixed window, at most 2x in any sliding one)"),
-		WeComPerSecond:     l.Int("LIMIT_WECOM_PER_SECOND", 2000, 0, 1_000_000, "global cap on accepted WeCom messages (application and robot) per sliding second; each batch recipient counts, so keep it above 1000 (a full batch) (0 = unlimited); exact up to LIMIT_EXACT_MAX, above it approximate (at most the limit per fixed window, at most 2x in any sliding one)"),
-		ConfigRefreshEvery: l.Duration("RATE_LIMIT_REFRESH", 30*time.Second, time.Second, time.Hour, "full reload of rate-limit configs (changes also arrive at once by pub/sub)"),
-		ExactMax:           l.Int("LIMIT_EXACT_MAX", ratelimit.DefaultExactMax, 1, ratelimit.MaxLimit, "largest limit kept exact (a log entry per request); a window with a larger limit is counted by a sliding-window counter: never more than its limit per fixed window, at most 2x in any span of its length (a previous window's requests all at its end), about its limit under steady load (docs/commands.md)"),
+		PerIPMinute:         l.Int("VERIFY_MAX_PER_IP_PER_MINUTE", 20, 0, 1_000_000, "codes per end-user IP (clientIp) per sliding minute, per tenant (0 = unlimited); exact (a log entry per code) up to LIMIT_EXACT_MAX"),
+		PerAPIKeyMinute:     l.Int("LIMIT_PER_API_KEY_PER_MINUTE", 6000, 0, 100_000_000, "requests (codes and messages) per API key per sliding minute (0 = unlimited); exact up to LIMIT_EXACT_MAX, above it approximate (at most the limit per fixed window, at most 2x in any sliding one)"),
+		PerTenantMinute:     l.Int("LIMIT_PER_TENANT_PER_MINUTE", 0, 0, 100_000_000, "requests (codes and messages) per tenant, across its keys, per sliding minute (0 = unlimited); exact up to LIMIT_EXACT_MAX, above it approximate (at most the limit per fixed window, at most 2x in any sliding one)"),
+		HighPerTenantMinute: l.Int("LIMIT_HIGH_PER_TENANT_PER_MINUTE", 1000, 0, 100_000_000, "urgent notices (priority \"high\" or 7-9) per tenant, across its keys, per sliding minute (0 = unlimited): every tenant's share the queue.{ch}.high queues, and one tenant's campaign marked urgent cannot fill them for the others; exact up to LIMIT_EXACT_MAX, above it approximate"),
+		EmailPerSecond:      l.Int("LIMIT_EMAIL_PER_SECOND", 500, 0, 1_000_000, "global cap on accepted email per sliding second (0 = unlimited); exact up to LIMIT_EXACT_MAX, above it approximate (at most the limit per fixed window, at most 2x in any sliding one)"),
+		SMSPerSecond:        l.Int("LIMIT_SMS_PER_SECOND", 200, 0, 1_000_000, "global cap on accepted SMS per sliding second (0 = unlimited); exact up to LIMIT_EXACT_MAX, above it approximate (at most the limit per fixed window, at most 2x in any sliding one)"),
+		WeComPerSecond:      l.Int("LIMIT_WECOM_PER_SECOND", 2000, 0, 1_000_000, "global cap on accepted WeCom messages (application and robot) per sliding second; each batch recipient counts, so keep it above 1000 (a full batch) (0 = unlimited); exact up to LIMIT_EXACT_MAX, above it approximate (at most the limit per fixed window, at most 2x in any sliding one)"),
+		ConfigRefreshEvery:  l.Duration("RATE_LIMIT_REFRESH", 30*time.Second, time.Second, time.Hour, "full reload of rate-limit configs (changes also arrive at once by pub/sub)"),
+		ExactMax:            l.Int("LIMIT_EXACT_MAX", ratelimit.DefaultExactMax, 1, ratelimit.MaxLimit, "largest limit kept exact (a log entry per request); a window with a larger limit is counted by a sliding-window counter: never more than its limit per fixed window, at most 2x in any span of its length (a previous window's requests all at its end), about its limit under steady load (docs/commands.md)"),
 	}
 	c.StatusTTL = l.Duration("STATUS_TTL", 7*24*time.Hour, time.Minute, 365*24*time.Hour, "how long message status records are kept")
 	c.PublishTimeout = l.Duration("PUBLISH_TIMEOUT", 3*time.Second, 10*time.Millisecond, time.Minute, "longest wait for a broker confirm before answering 503")

@@ -49,11 +49,11 @@ func loadTopology(l *envconf.Loader) topology.Config {
 		cc := c.Channels[ch]
 		cc.QueueTTL = l.Duration(p+"_QUEUE_TTL", cc.QueueTTL, 0, 7*24*time.Hour, "time a "+ch+" message may wait in queue."+ch+" before it is dead-lettered (0 = no TTL)")
 		cc.MaxLength = l.Int(p+"_QUEUE_MAX_LENGTH", cc.MaxLength, 0, 100_000_000, "max messages in queue."+ch+"; the oldest is dead-lettered when full (0 = unbounded)")
-		cc.MaxPriority = l.Int(p+"_QUEUE_MAX_PRIORITY", cc.MaxPriority, 0, 10, "make queue."+ch+" a priority queue with this many levels (0 = off; classic queues only)")
+		cc.MaxPriority = l.Int(p+"_QUEUE_MAX_PRIORITY", cc.MaxPriority, 0, 10, "declare queue."+ch+" with x-max-priority (0 = off; classic queues only): only to match a queue declared with it before, since msgpulse sets no message priority (levels are queues)")
 		// Every channel gets the same levels, their variables named from the
 		// channel (MAIL_NORMAL_QUEUE_MAX_LENGTH, SMS_LOW_QUEUE_MAX_LENGTH, …).
 		levels := map[topology.Level]int{}
-		for _, lv := range topology.Levels[1:] {
+		for _, lv := range topology.NoticeLevels {
 			levels[lv] = l.Int(topology.LevelMaxLengthEnv(ch, lv), topology.DefaultLevelMaxLength, 1, 100_000_000,
 				"max messages in queue."+ch+"."+string(lv)+"; when full the API answers 503 (reject-publish), nothing is dropped")
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/msgpulse/msgpulse/internal/callbackkey"
 	"github.com/msgpulse/msgpulse/internal/envconf"
+	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/provider/mail"
 	"github.com/msgpulse/msgpulse/internal/provider/sms"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
@@ -102,7 +103,7 @@ func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader
 	c.SentTTL = l.Duration("SENT_TTL", 7*24*time.Hour, time.Minute, 365*24*time.Hour, "how long a sent mark blocks a resend")
 	c.StatusTTL = l.Duration("STATUS_TTL", 7*24*time.Hour, time.Minute, 365*24*time.Hour, "how long message status records are kept")
 	c.SendTimeout = l.Duration("SEND_TIMEOUT", 30*time.Second, 100*time.Millisecond, 10*time.Minute, "longest provider call")
-	c.MaxMessageBytes = l.Int("MAX_MESSAGE_BYTES", 1<<20, 1<<10, 128<<20, "largest message body the consumer processes; a larger one is dead-lettered as malformed (keep it above the API's BODY_LIMIT)")
+	c.MaxMessageBytes = l.Int("MAX_MESSAGE_BYTES", 1<<20, 1<<10, envelope.MaxBrokerBytes, "largest message body the consumer processes; a larger one is dead-lettered as malformed (keep it above the API's BODY_LIMIT; at most 16 MiB, RabbitMQ 4.x's default max_message_size, above which the broker takes none)")
 	c.MetricsAddr = l.String("METRICS_ADDR", ":9090", "address of /metrics and /healthz (`off` disables them)")
 	if c.MetricsAddr == "off" {
 		c.MetricsAddr = ""
@@ -157,26 +158,26 @@ func loadCallbackPrivate(l *envconf.Loader) bool {
 // loadWeights reads PRIORITY_WEIGHTS: one weight per level, high first,
 // separated by colons (seed 004's traffic shaper: 8:3:1).
 func loadWeights(l *envconf.Loader) map[topology.Level]int {
-	levels := make([]string, len(topology.Levels))
-	defaults := make([]string, len(topology.Levels))
-	for i, lv := range topology.Levels {
+	levels := make([]string, len(topology.NoticeLevels))
+	defaults := make([]string, len(topology.NoticeLevels))
+	for i, lv := range topology.NoticeLevels {
 		levels[i] = string(lv)
 		defaults[i] = strconv.Itoa(topology.DefaultLevelWeights[lv])
 	}
-	raw := l.String("PRIORITY_WEIGHTS", strings.Join(defaults, ":"), "shares of a channel's workers for the "+strings.Join(levels, ":")+" queues while all have work waiting; a level alone with work gets every worker")
+	raw := l.String("PRIORITY_WEIGHTS", strings.Join(defaults, ":"), "shares of a channel's notice workers for the "+strings.Join(levels, ":")+" notice queues while all have work waiting; a level alone with work gets every worker (codes have workers of their own)")
 	parts := strings.Split(raw, ":")
-	if len(parts) != len(topology.Levels) {
-		l.Fail("PRIORITY_WEIGHTS", raw, "want %d weights separated by colons (%s), e.g. 8:3:1", len(topology.Levels), strings.Join(levels, ":"))
+	if len(parts) != len(topology.NoticeLevels) {
+		l.Fail("PRIORITY_WEIGHTS", raw, "want %d weights separated by colons (%s), e.g. 8:3:1", len(topology.NoticeLevels), strings.Join(levels, ":"))
 		return nil
 	}
 	w := map[topology.Level]int{}
 	for i, p := range parts {
 		n, err := strconv.Atoi(strings.TrimSpace(p))
 		if err != nil || n < 1 || n > 1000 {
-			l.Fail("PRIORITY_WEIGHTS", raw, "weight %q of %s: want a whole number from 1 to 1000", p, topology.Levels[i])
+			l.Fail("PRIORITY_WEIGHTS", raw, "weight %q of %s: want a whole number from 1 to 1000", p, topology.NoticeLevels[i])
 			return nil
 		}
-		w[topology.Levels[i]] = n
+		w[topology.NoticeLevels[i]] = n
 	}
 	return w
 }

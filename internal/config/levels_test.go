@@ -45,13 +45,15 @@ func TestLoadPriorityWeights(t *testing.T) {
 // Every channel's level bounds are read from variables named after it.
 func TestLoadLevelBounds(t *testing.T) {
 	t.Parallel()
-	l := envconf.New(envconf.FromMap(map[string]string{"MAIL_NORMAL_QUEUE_MAX_LENGTH": "5000", "SMS_LOW_QUEUE_MAX_LENGTH": "7"}))
+	l := envconf.New(envconf.FromMap(map[string]string{"MAIL_NORMAL_QUEUE_MAX_LENGTH": "5000", "SMS_LOW_QUEUE_MAX_LENGTH": "7", "WECOM_HIGH_QUEUE_MAX_LENGTH": "9"}))
 	c := loadTopology(l)
 	require.NoError(t, l.Err())
-	require.Equal(t, map[topology.Level]int{topology.Normal: 5000, topology.Low: topology.DefaultLevelMaxLength}, c.Channels[topology.Mail].LevelMaxLength)
-	require.Equal(t, map[topology.Level]int{topology.Normal: topology.DefaultLevelMaxLength, topology.Low: 7}, c.Channels[topology.SMS].LevelMaxLength)
+	def := topology.DefaultLevelMaxLength
+	require.Equal(t, map[topology.Level]int{topology.High: def, topology.Normal: 5000, topology.Low: def}, c.Channels[topology.Mail].LevelMaxLength)
+	require.Equal(t, map[topology.Level]int{topology.High: def, topology.Normal: def, topology.Low: 7}, c.Channels[topology.SMS].LevelMaxLength)
+	require.Equal(t, map[topology.Level]int{topology.High: 9, topology.Normal: def, topology.Low: def}, c.Channels[topology.WeCom].LevelMaxLength)
 	for _, ch := range topology.Channels {
-		for _, lv := range topology.Levels[1:] {
+		for _, lv := range topology.NoticeLevels {
 			require.Contains(t, l.Names(), topology.LevelMaxLengthEnv(ch, lv))
 		}
 	}

@@ -68,3 +68,19 @@ func TestLoadAPIRobotsAndTenantLimits(t *testing.T) {
 		require.ErrorContains(t, l.Err(), name)
 	}
 }
+
+// Issue 36: BATCH_MAX_BYTES and MAX_MESSAGE_BYTES stop at 16 MiB, RabbitMQ
+// 4.x's default max_message_size: a larger message fails on such a broker.
+func TestMessageSizesStopAtTheBrokersDefault(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		load func(map[string]string) error
+	}{
+		{"BATCH_MAX_BYTES", func(env map[string]string) error { _, l := LoadAPI(envconf.FromMap(env)); return l.Err() }},
+		{"MAX_MESSAGE_BYTES", func(env map[string]string) error { _, l := LoadConsumer(envconf.FromMap(env)); return l.Err() }},
+	} {
+		require.NoError(t, tc.load(map[string]string{tc.name: "16777216", "API_KEYS": "shop/backend:k0123456789"}), tc.name)
+		require.ErrorContains(t, tc.load(map[string]string{tc.name: "16777217", "API_KEYS": "shop/backend:k0123456789"}), tc.name)
+	}
+}

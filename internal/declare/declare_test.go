@@ -21,7 +21,12 @@ import (
 func setup(t *testing.T, env map[string]string) (config.Topology, *testenv.Broker) {
 	t.Helper()
 	t.Parallel()
-	b := testenv.NewBroker(t)
+	return setupOn(t, testenv.NewBroker(t), env)
+}
+
+// setupOn is setup on a vhost the test made.
+func setupOn(t *testing.T, b *testenv.Broker, env map[string]string) (config.Topology, *testenv.Broker) {
+	t.Helper()
 	if env == nil {
 		env = map[string]string{}
 	}
@@ -33,6 +38,20 @@ func setup(t *testing.T, env map[string]string) (config.Topology, *testenv.Broke
 	cfg, l := config.LoadTopology(envconf.FromMap(env))
 	require.NoError(t, l.Err())
 	return cfg, b
+}
+
+// modelAndChannel is cfg's model and a channel on the test's vhost, closed
+// when t ends.
+func modelAndChannel(t *testing.T, cfg config.Topology, b *testenv.Broker) (*topology.Model, *amqp.Channel) {
+	t.Helper()
+	m, err := topology.Build(cfg.Model, "")
+	require.NoError(t, err)
+	conn, err := amqp.Dial(b.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	return m, ch
 }
 
 func run(t *testing.T, cfg config.Topology, args ...string) (int, string, string) {
@@ -62,7 +81,7 @@ func TestDeclareCreatesModelWithArgumentsReadBack(t *testing.T) {
 		}
 		delete(gotArgs, topology.ArgQueueType) // the type is compared above
 		wantArgs := map[string]string{}
-		for k, v := range want.Args {
+		for k, v := range want.DeclareArgs() { // x-queue-type: classic included
 			wantArgs[k] = topology.FormatValue(v)
 		}
 		require.Equal(t, wantArgs, gotArgs, want.Name)
@@ -180,6 +199,67 @@ func TestDeclareQuorum(t *testing.T) {
 	require.Equal(t, ExitOK, code)
 }
 
+// Issue 36: a declare without x-queue-type takes the vhost's default type
+// (RabbitMQ 3.10 and 4.x alike). On a vhost whose default is quorum,
+// QUEUE_TYPE=classic gives classic queues everywhere, the delay tiers and
+// the dead-letter logs included, and QUEUE_TYPE=quorum keeps the logs
+// classic; `plan` names each queue's type. Before every queue was declared
+// with an explicit type, all of them came out quorum there.
+func TestDeclareNamesEveryQueueTypeOnAQuorumDefaultVHost(t *testing.T) {
+	for _, qt := range []topology.QueueType{topology.Classic, topology.Quorum} {
+		t.Run(string(qt), func(t *testing.T) {
+			t.Parallel()
+			cfg, b := setupOn(t, testenv.NewBrokerDefaultType(t, "quorum"), map[string]string{"QUEUE_TYPE": string(qt)})
+			code, out, _ := run(t, cfg, "plan")
+			require.Equal(t, ExitPending, code, out)
+			require.Contains(t, out, "+ create queue queue.mail ("+string(qt)+")")
+			require.Contains(t, out, "+ create queue queue.mail.dlq.log (classic)")
+			code, _, errOut := run(t, cfg, "declare")
+			require.Equal(t, ExitOK, code, errOut)
+
+			m, err := topology.Build(cfg.Model, "")
+			require.NoError(t, err)
+			ctx := testenv.Context(t, 10*time.Second)
+			qs, err := b.Mgmt.Queues(ctx, b.VHost)
+			require.NoError(t, err)
+			got := map[string]string{}
+			for _, q := range qs {
+				got[q.Name] = q.Type
+			}
+			want := map[string]string{}
+			for _, q := range m.Queues {
+				want[q.Name] = string(q.Type)
+			}
+			require.Equal(t, want, got)
+			if qt == topology.Classic {
+				for name, typ := range got {
+					require.Equal(t, "classic", typ, name)
+				}
+			}
+			code, out, _ = run(t, cfg, "plan")
+			require.Equal(t, ExitOK, code, out)
+			require.Contains(t, out, "= in sync queue queue.delay.1s ("+string(qt)+")")
+		})
+	}
+}
+
+// Adding x-queue-type: classic conflicts with nothing declared before it:
+// a deployment whose classic queues were declared without the argument is
+// in sync, and declare passes over it.
+func TestExplicitClassicTypeMatchesQueuesDeclaredWithout(t *testing.T) {
+	cfg, b := setup(t, nil)
+	m, ch := modelAndChannel(t, cfg, b)
+	for _, q := range m.Queues {
+		_, err := ch.QueueDeclare(q.Name, q.Durable, false, false, false, amqp.Table(q.Args)) // the way declare did before
+		require.NoError(t, err, q.Name)
+	}
+	code, out, errOut := run(t, cfg, "declare")
+	require.Equal(t, ExitOK, code, errOut)
+	require.NotContains(t, out, "created queue")
+	code, out, _ = run(t, cfg, "plan")
+	require.Equal(t, ExitOK, code, out)
+}
+
 func TestExportMatchesModel(t *testing.T) {
 	cfg, _ := setup(t, nil)
 	code, out, _ := run(t, cfg, "export")
@@ -229,13 +309,7 @@ func TestDeclareAddsLevelsToAnExistingDeployment(t *testing.T) {
 			cfg, b := setup(t, map[string]string{"QUEUE_TYPE": qt, "MAIL_NORMAL_QUEUE_MAX_LENGTH": "2"})
 			code, _, errOut := run(t, cfg, "declare")
 			require.Equal(t, ExitOK, code, errOut)
-			m, err := topology.Build(cfg.Model, "")
-			require.NoError(t, err)
-			conn, err := amqp.Dial(b.URL)
-			require.NoError(t, err)
-			defer func() { _ = conn.Close() }()
-			ch, err := conn.Channel()
-			require.NoError(t, err)
+			m, ch := modelAndChannel(t, cfg, b)
 			// Back to the deployment before levels: only the high queues.
 			for _, c := range m.Channels {
 				for _, lt := range c.Levels[1:] {

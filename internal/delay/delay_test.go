@@ -22,6 +22,7 @@ import (
 )
 
 type harness struct {
+	broker  *testenv.Broker
 	model   *topology.Model
 	session *broker.Session
 	pub     *broker.Publisher
@@ -66,7 +67,7 @@ func setup(t *testing.T, mod func(*topology.DelayConfig)) *harness {
 	require.NoError(t, err)
 	mail, err := m.Channel(topology.Mail)
 	require.NoError(t, err)
-	h := &harness{model: m, session: s, pub: pub, delayed: NewPublisher(pub, pl, m.Delay, metrics), metrics: metrics, conn: conn, target: mail, arrived: map[string][]time.Duration{}}
+	h := &harness{broker: b, model: m, session: s, pub: pub, delayed: NewPublisher(pub, pl, m.Delay, metrics), metrics: metrics, conn: conn, target: mail, arrived: map[string][]time.Duration{}}
 
 	// The target's consumer records when each message arrived.
 	c, err := broker.NewConsumer(broker.ConsumerConfig{Session: s, Queue: mail.Queue, Concurrency: 4, Prefetch: 200,

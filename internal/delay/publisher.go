@@ -97,6 +97,13 @@ func (p *Publisher) PublishDelayed(ctx context.Context, out broker.Outgoing, del
 	return p.record(hop, delay, p.pub.Publish(ctx, o.Exchange, o.RoutingKey, o.Msg))
 }
 
+// PublishNow publishes out at once, bypassing the delay queues, and waits
+// for the confirm: for a delayed message that must not wait after all (a
+// held retry the delay queues refuse, handed back when its consumer stops).
+func (p *Publisher) PublishNow(ctx context.Context, out broker.Outgoing) error {
+	return p.pub.Publish(ctx, out.Exchange, out.RoutingKey, out.Msg)
+}
+
 // PublishDelayedBatch publishes every message pipelined on one channel and
 // returns one error per message (nil when confirmed). Messages need
 // distinct MessageIds.

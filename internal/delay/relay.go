@@ -24,7 +24,7 @@ type RelayConfig struct {
 	Logger      *zap.Logger
 	Concurrency int           // default 16
 	Prefetch    int           // default 64
-	RetryWait   time.Duration // pause before handing back a message it could not forward; default 500ms
+	RetryWait   time.Duration // first pause before publishing again a message it could not forward; default 500ms
 	Grace       time.Duration
 }
 
@@ -103,13 +103,9 @@ func (r *Relay) plan(d *amqp.Delivery) step {
 		r.cfg.Logger.Error("relay: message without due time or target; dead-lettering", zap.String("message_id", d.MessageId))
 		return step{reject: true}
 	}
-	h := forward(d.Headers)
+	msg := relayCopy(d)
+	h := msg.Headers
 	hops, _ := envelope.HeaderInt(h, envelope.HeaderHops)
-	msg := amqp.Publishing{
-		Headers: h, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding, DeliveryMode: d.DeliveryMode,
-		Priority: d.Priority, CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo, MessageId: d.MessageId,
-		Timestamp: d.Timestamp, Type: d.Type, UserId: d.UserId, AppId: d.AppId, Body: d.Body,
-	}
 	left := due.Sub(r.now())
 	var lag time.Duration
 	if planned, ok := envelope.HeaderInt(d.Headers, envelope.HeaderPlanLeft); ok {
@@ -129,69 +125,118 @@ func (r *Relay) plan(d *amqp.Delivery) step {
 		final: r.cfg.Planner.Final(hop, left-hop.TTL)}
 }
 
-// settled records a step's outcome and says what to do with its delivery.
-func (r *Relay) settled(s step, id string, err error) broker.Action {
+// relayCopy is d as the relay publishes it on: its properties and body,
+// and the headers forward keeps.
+func relayCopy(d *amqp.Delivery) amqp.Publishing {
+	return amqp.Publishing{
+		Headers: forward(d.Headers), ContentType: d.ContentType, ContentEncoding: d.ContentEncoding, DeliveryMode: d.DeliveryMode,
+		Priority: d.Priority, CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo, MessageId: d.MessageId,
+		Timestamp: d.Timestamp, Type: d.Type, UserId: d.UserId, AppId: d.AppId, Body: d.Body,
+	}
+}
+
+// settled records a step's outcome: whether its delivery can be acked.
+func (r *Relay) settled(s step, id string, err error, tries int) bool {
 	if err == nil {
 		if s.due || s.final {
 			r.cfg.Metrics.Hops.Observe(float64(s.hops))
 		}
-		return broker.Ack
+		return true
 	}
 	if errors.Is(err, broker.ErrNacked) && !s.due {
 		r.cfg.Metrics.Overflow.WithLabelValues(s.hop.Queue).Inc()
 	}
-	r.cfg.Logger.Warn("relay: forward failed; handing the message back", zap.String("message_id", id), zap.Bool("due", s.due), zap.String("next", s.hop.Queue), zap.Error(err))
-	return broker.Requeue
-}
-
-// pause keeps a failing broker from turning the relay into a hot loop.
-func (r *Relay) pause(ctx context.Context) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(r.cfg.RetryWait):
+	if tries == 1 || tries%20 == 0 {
+		r.cfg.Logger.Warn("relay: forward failed; holding the message and trying again", zap.String("message_id", id), zap.Bool("due", s.due),
+			zap.String("next", s.hop.Queue), zap.Int("tries", tries), zap.Error(err))
 	}
+	return false
 }
 
 // HandleBatch forwards the messages that arrived together, publishing them
 // pipelined with one confirm wait: when a tier expires many messages at
 // once, the relay's round trips, not the broker, would otherwise decide
 // how late the last of them is.
+//
+// What the broker refuses or blocks (a full delay queue or target, an
+// alarm) is held and published again, re-planned from its due time, from
+// RetryWait doubling to 5 s between tries, until it works: handing it
+// back with requeue every RetryWait, as the relay did, spent the relay
+// queue's delivery limit on a quorum queue of RabbitMQ 4.x (20 returns)
+// and had the broker dead-letter a delayed message for a fault that
+// heals. The relay's workers wait meanwhile, which holds back the relay
+// queue on this consumer and nothing else. When the consumer stops
+// (ctx ends after its grace period) a held message goes back to the relay
+// queue as a fresh copy (handBack).
 func (r *Relay) HandleBatch(ctx context.Context, ds []*amqp.Delivery) []broker.Action {
 	actions := make([]broker.Action, len(ds))
-	steps := make([]step, len(ds))
-	var outs []broker.Outgoing
-	var idx []int
-	for i, d := range ds {
-		steps[i] = r.plan(d)
-		if steps[i].reject {
-			actions[i] = broker.Reject
-			continue
+	pending := make([]int, 0, len(ds))
+	for i := range ds {
+		pending = append(pending, i)
+	}
+	wait := r.cfg.RetryWait
+	for tries := 1; ; tries++ {
+		steps := make([]step, 0, len(pending))
+		outs := make([]broker.Outgoing, 0, len(pending))
+		idx := make([]int, 0, len(pending))
+		for _, i := range pending {
+			s := r.plan(ds[i]) // again on every try: the time left shrinks
+			if s.reject {
+				actions[i] = broker.Reject
+				continue
+			}
+			steps, outs, idx = append(steps, s), append(outs, s.out), append(idx, i)
 		}
-		outs, idx = append(outs, steps[i].out), append(idx, i)
+		pending = pending[:0]
+		for j, err := range r.cfg.Publisher.PublishBatch(ctx, outs) {
+			if r.settled(steps[j], ds[idx[j]].MessageId, err, tries) {
+				actions[idx[j]] = broker.Ack
+			} else {
+				pending = append(pending, idx[j])
+			}
+		}
+		if len(pending) == 0 {
+			return actions
+		}
+		select {
+		case <-broker.SessionLost(ctx): // the broker has them back: any action is lost
+			for _, i := range pending {
+				actions[i] = broker.Requeue
+			}
+			return actions
+		case <-ctx.Done():
+			for _, i := range pending {
+				actions[i] = r.handBack(ds[i])
+			}
+			return actions
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
 	}
-	failed := false
-	for j, err := range r.cfg.Publisher.PublishBatch(ctx, outs) {
-		i := idx[j]
-		actions[i] = r.settled(steps[i], ds[i].MessageId, err)
-		failed = failed || err != nil
+}
+
+// handBack puts a held message back in the relay queue as a fresh copy
+// (the default exchange routes to the queue its key names) and acks the
+// delivery, when the relay stops: a stopping consumer hands an unacked
+// delivery back, which counts toward a quorum queue's delivery limit. The
+// copy is re-planned from its due time when it is relayed again. Only if
+// that publish fails too is the delivery handed back.
+func (r *Relay) handBack(d *amqp.Delivery) broker.Action {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.cfg.Publisher.Publish(ctx, "", r.cfg.Topology.RelayQueue, relayCopy(d)); err != nil {
+		r.cfg.Logger.Warn("relay: stopping: could not put the held message back in the relay queue; handing it back", zap.String("message_id", d.MessageId), zap.Error(err))
+		return broker.Requeue
 	}
-	if failed {
-		r.pause(ctx)
-	}
-	return actions
+	return broker.Ack
 }
 
 // WatchDepth sets the depth gauge of every delay and relay queue every
 // interval until ctx ends.
 func WatchDepth(ctx context.Context, s *broker.Session, d topology.DelayTopology, m *Metrics, every time.Duration, log *zap.Logger) {
-	var names []string
-	for _, t := range d.Tiers {
-		names = append(names, t.Queue)
-	}
-	for _, n := range []string{d.PreciseQueue, d.RelayQueue} {
-		if n != "" {
-			names = append(names, n)
-		}
+	names := d.Queues()
+	if d.RelayQueue != "" {
+		names = append(names, d.RelayQueue)
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()

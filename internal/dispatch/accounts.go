@@ -265,8 +265,8 @@ func (d *Dispatcher) waitForAccount(ctx context.Context, j *job, log *zap.Logger
 	} else if retry > d.cfg.Retry.MaxRetries {
 		return d.deadLetter(ctx, j, log, ReasonExhausted, ClassAccountDown, fmt.Errorf("after %d waits: %w", retry, err))
 	}
-	if !d.retryLater(ctx, j, wait, true, status.Update{Status: status.Retrying, ErrorClass: ptr(ClassAccountDown), LastError: ptr(err.Error())}) {
-		return broker.Requeue
+	if a := d.retryLater(ctx, j, wait, true, status.Update{Status: status.Retrying, ErrorClass: ptr(ClassAccountDown), LastError: ptr(err.Error())}); a != broker.Ack {
+		return a // held until the broker takes it (see later)
 	}
 	d.cfg.Metrics.Retried.WithLabelValues(j.channel, string(j.level), j.provider, ClassAccountDown).Inc()
 	log.Info("WeCom account down; the message waits", zap.Duration("in", wait))

@@ -101,10 +101,10 @@ func TestRefusedAccountWaitsAndExpiresWithoutSlowingTheOther(t *testing.T) {
 		require.Empty(t, srv.From(u))
 	}
 	require.Equal(t, 0, srv.TokenFetchesOf(appB.CorpID, appB.AgentID))
-	waits := testutil.ToFloat64(s.Metrics.Retried.WithLabelValues("wecom", "high", "wecom", dispatch.ClassAccountDown))
+	waits := testutil.ToFloat64(s.Metrics.Retried.WithLabelValues("wecom", "code", "wecom", dispatch.ClassAccountDown))
 	t.Logf("team-b's 20 messages waited %v times before expiring", waits)
 	require.Greater(t, waits, 20.0, "each waited, with backoff, before its deadline")
-	require.Equal(t, 20.0, testutil.ToFloat64(s.Metrics.DeadLettered.WithLabelValues("wecom", "high", "wecom", dispatch.ReasonDeadline)))
+	require.Equal(t, 20.0, testutil.ToFloat64(s.Metrics.DeadLettered.WithLabelValues("wecom", "code", "wecom", dispatch.ReasonDeadline)))
 }
 
 // The consumer holds a message to what its tenant may send from, whatever

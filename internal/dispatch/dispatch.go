@@ -163,6 +163,9 @@ func (c *Config) Validate() error {
 	if c.MergeMax < 1 || c.MergeMax > 60_000 || c.MediaWorkers < 1 || c.MediaWorkers > 1000 || c.MediaTenantWorkers < 1 || c.MediaTenantWorkers > c.MediaWorkers {
 		return fmt.Errorf("dispatch: MergeMax %d, MediaWorkers %d or MediaTenantWorkers %d out of range", c.MergeMax, c.MediaWorkers, c.MediaTenantWorkers)
 	}
+	if c.MaxMessageBytes > envelope.MaxBrokerBytes {
+		return fmt.Errorf("dispatch: MaxMessageBytes %d over %d, RabbitMQ 4.x's default max_message_size: no broker left at its default delivers one", c.MaxMessageBytes, envelope.MaxBrokerBytes)
+	}
 	if c.Owner == "" {
 		return errors.New("dispatch: Owner is required")
 	}
@@ -249,12 +252,12 @@ type job struct {
 
 	// A WeCom job may be handed on (to the merge buffer, to the media
 	// pool) and finished by whoever holds it (finish). queue names its
-	// queue, span is the handler's; settle is broker.Later's (nil: its
-	// queue cannot hand on); noHandOff: after a Redis pause it finishes
-	// where it is.
+	// queue, span is the handler's; hold is its delivery's broker.Hold
+	// (nil: its queue has no room to hand on, see handsOnQueue);
+	// noHandOff: after a Redis pause it finishes where it is.
 	queue     string
 	span      telemetry.Span
-	settle    func(broker.Action)
+	hold      *broker.Hold
 	noHandOff bool
 	// claimed is the claim held while the send is in flight, and
 	// stopRenew stops renewing its lease (afterSend).
@@ -303,7 +306,9 @@ func (d *Dispatcher) LevelHandler(channel string, level topology.Level) broker.H
 			d.cfg.DelayMetrics.Accuracy.Observe(d.now().Sub(due).Seconds())
 		}
 		j := &job{channel: channel, level: level, del: del, provider: d.providerName(channel), queue: queue, span: span}
-		j.settle, _ = broker.Later(ctx)
+		if d.handsOnQueue(channel) {
+			j.hold = broker.HoldDelivery(ctx)
+		}
 		handedOn := false
 		defer func() {
 			if !handedOn {
@@ -314,7 +319,7 @@ func (d *Dispatcher) LevelHandler(channel string, level topology.Level) broker.H
 			err := d.process(ctx, j)
 			if errors.Is(err, errHandedOn) {
 				handedOn = true
-				return broker.Deferred // whoever holds it finishes it
+				return broker.Held // whoever holds it finishes it
 			}
 			if !errors.Is(err, errRedis) {
 				return d.settle(ctx, queue, j, err)
@@ -331,7 +336,7 @@ func (d *Dispatcher) OnPanic(channel string) func(*amqp.Delivery, any) {
 	return func(del *amqp.Delivery, recovered any) {
 		d.log.Error("panic while processing; dead-lettering", zap.String("task_id", del.MessageId), telemetry.HeaderField(del.Headers), zap.Any("panic", recovered))
 		// A WeCom batch's records are its recipients', not its own.
-		j := &job{channel: channel, level: topology.High, del: del}
+		j := &job{channel: channel, level: topology.Code, del: del}
 		if msg, err := envelope.Decode(del.Body); err == nil && msg.TaskID == del.MessageId {
 			j.msg = msg
 			if msg.Level != "" {
@@ -408,8 +413,8 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 			return d.media.busy(j)
 		}
 	}
-	if j.level != topology.High {
-		rules = reserveForHigh(rules) // every provider limit keeps its last tokens for high
+	if j.level != topology.Code {
+		rules = reserveForCodes(rules) // every provider limit keeps its last tokens for codes
 	}
 	if d.mergeable(j) {
 		// A merged send is one call: its limits are taken once, for the
@@ -486,18 +491,27 @@ func (d *Dispatcher) finish(ctx context.Context, j *job, rcpt provider.Receipt, 
 	err = d.afterSend(ctx, j, d.sent(j, rcpt, err))
 	for errors.Is(err, errRedis) {
 		if !d.pause(ctx, err) {
-			j.settle(broker.Requeue)
+			j.hold.Settle(broker.Requeue)
 			return
 		}
 		j.noHandOff = true
 		err = d.process(ctx, j)
 	}
-	j.settle(d.settle(ctx, j.queue, j, err))
+	if a := d.settle(ctx, j.queue, j, err); a != broker.Held { // held: its publish settles it (holdLater)
+		j.hold.Settle(a)
+	}
 }
 
 // handsOn reports whether j may be handed on rather than wait in its
 // worker.
-func (d *Dispatcher) handsOn(j *job) bool { return j.settle != nil && !j.noHandOff }
+func (d *Dispatcher) handsOn(j *job) bool { return j.hold != nil && !j.noHandOff }
+
+// handsOnQueue says whether the queues of channel have room for what their
+// handlers hand on (broker.QueueShare.Hold, given in Pools): WeCom's, with
+// a WeCom provider, for the merge buffer and the media pool.
+func (d *Dispatcher) handsOnQueue(channel string) bool {
+	return channel == topology.WeCom && d.cfg.WeCom != nil
+}
 
 // claim acquires the message's idempotency claim. With withSending, the
 // "sending" status update rides in the same round trip, guarded by the
@@ -509,7 +523,7 @@ func (d *Dispatcher) handsOn(j *job) bool { return j.settle != nil && !j.noHandO
 // our own lease.
 func (d *Dispatcher) claim(ctx context.Context, j *job, key string, withSending bool) (claim.Result, error) {
 	var res claim.Result
-	err := d.burst.Do(j.level == topology.High, func(p redis.Scripter) (func() error, error) {
+	err := d.burst.Do(urgent(j.level), func(p redis.Scripter) (func() error, error) {
 		a, err := d.cfg.Claims.QueueAcquire(ctx, p, key, d.cfg.Owner)
 		if err != nil {
 			return nil, err
@@ -565,7 +579,7 @@ func (d *Dispatcher) markSent(ctx context.Context, j *job) {
 	}
 	var recs []status.Record
 	var recErr error
-	err := d.burst.Do(j.level == topology.High, func(p redis.Scripter) (func() error, error) {
+	err := d.burst.Do(urgent(j.level), func(p redis.Scripter) (func() error, error) {
 		marked := j.claim.QueueMarkSent(ctx, p)
 		results := make([]func() (status.Record, error), len(ids))
 		for i, id := range ids {
@@ -757,12 +771,12 @@ func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Actio
 		return broker.Ack
 
 	case errors.As(err, &snooze):
-		if !d.later(ctx, j, snooze.For, false) {
-			return broker.Requeue
+		a := d.later(ctx, j, snooze.For, false)
+		if a != broker.Requeue {
+			d.cfg.Metrics.Skipped.WithLabelValues(j.channel, string(j.level), "snoozed").Inc()
+			log.Info("snoozed", zap.Duration("for", snooze.For), zap.String("why", snooze.Reason))
 		}
-		d.cfg.Metrics.Skipped.WithLabelValues(j.channel, string(j.level), "snoozed").Inc()
-		log.Info("snoozed", zap.Duration("for", snooze.For), zap.String("why", snooze.Reason))
-		return broker.Ack
+		return a
 
 	case errors.Is(err, envelope.ErrMalformed):
 		return d.deadLetter(ctx, j, log, ReasonMalformed, "malformed", err)
@@ -790,12 +804,12 @@ func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Actio
 			wait = pe.RetryAfter
 		}
 		wait += time.Duration(rand.Int64N(int64(wait/4) + 1)) //nolint:gosec // spreading returns, not a secret
-		if !d.retryLater(ctx, j, wait, false, status.Update{Status: status.Retrying, ErrorClass: ptr("circuit_open"), LastError: ptr(err.Error())}) {
-			return broker.Requeue
+		a := d.retryLater(ctx, j, wait, false, status.Update{Status: status.Retrying, ErrorClass: ptr("circuit_open"), LastError: ptr(err.Error())})
+		if a != broker.Requeue {
+			d.cfg.Metrics.Skipped.WithLabelValues(j.channel, string(j.level), "breaker_open").Inc()
+			log.Info("circuit breaker open; the message comes back later", zap.Duration("in", wait))
 		}
-		d.cfg.Metrics.Skipped.WithLabelValues(j.channel, string(j.level), "breaker_open").Inc()
-		log.Info("circuit breaker open; the message comes back later", zap.Duration("in", wait))
-		return broker.Ack
+		return a
 	}
 
 	// Transient (timeouts, 4xx SMTP, throttling, vendor 5xx) and anything
@@ -811,12 +825,12 @@ func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Actio
 		hint = pe.RetryAfter
 	}
 	wait := d.cfg.Retry.Wait(retry, errors.Is(err, provider.ErrThrottled), hint)
-	if !d.retryLater(ctx, j, wait, true, status.Update{Status: status.Retrying, ErrorClass: ptr(class), LastError: ptr(err.Error())}) {
-		return broker.Requeue
+	a := d.retryLater(ctx, j, wait, true, status.Update{Status: status.Retrying, ErrorClass: ptr(class), LastError: ptr(err.Error())})
+	if a != broker.Requeue {
+		d.cfg.Metrics.Retried.WithLabelValues(j.channel, string(j.level), j.provider, class).Inc()
+		log.Warn("send failed; retry scheduled", zap.String("class", class), zap.Duration("in", wait), zap.Error(err))
 	}
-	d.cfg.Metrics.Retried.WithLabelValues(j.channel, string(j.level), j.provider, class).Inc()
-	log.Warn("send failed; retry scheduled", zap.String("class", class), zap.Duration("in", wait), zap.Error(err))
-	return broker.Ack
+	return a
 }
 
 func (d *Dispatcher) deadLetter(ctx context.Context, j *job, log *zap.Logger, reason, class string, err error) broker.Action {
@@ -837,7 +851,7 @@ func classOf(err error) string {
 }
 
 // retryLater records u (a "retrying" status) and then schedules the
-// message for later, reporting whether the broker took the copy.
+// message for later (see later).
 //
 // In that order: the copy can be back at once (a wait cut short by its
 // deadline comes back in a millisecond) and reach a final status in
@@ -845,58 +859,73 @@ func classOf(err error) string {
 // overwrote it for good (the status script keeps only "sent" from being
 // overwritten): TestRefusedAccountWaitsAndExpiresWithoutSlowingTheOther
 // once found a message dead-lettered for its deadline whose record still
-// said retrying. When the publish fails the delivery is handed back and
-// tried again, so "retrying" is still true.
-func (d *Dispatcher) retryLater(ctx context.Context, j *job, wait time.Duration, isRetry bool, u status.Update) bool {
+// said retrying. When the publish fails the delivery is held until it
+// works, so "retrying" is still true.
+func (d *Dispatcher) retryLater(ctx context.Context, j *job, wait time.Duration, isRetry bool, u status.Update) broker.Action {
 	d.recordJob(ctx, j, u)
 	return d.later(ctx, j, wait, isRetry)
 }
 
-// later publishes the message again, to arrive after wait, and reports
-// whether the broker confirmed it. A retry counts the attempt it follows.
-func (d *Dispatcher) later(ctx context.Context, j *job, wait time.Duration, isRetry bool) bool {
+// later publishes the message again, to arrive after wait: Ack once the
+// broker confirmed the copy. When the broker refuses or blocks it (a full
+// delay queue, a resource alarm), the delivery is held and the publish
+// tried again in the background until it works (Held; see holdLater),
+// never handed back to spend a delivery attempt. A retry counts the
+// attempt it follows.
+func (d *Dispatcher) later(ctx context.Context, j *job, wait time.Duration, isRetry bool) broker.Action {
+	out, err := d.laterMessage(j, isRetry)
+	if err != nil {
+		// Not the broker's refusal: nothing to wait for. Hand it back after
+		// a pause rather than ack a message whose next attempt exists
+		// nowhere.
+		d.log.Error("could not build the message's next attempt; handing it back", zap.String("task_id", j.msg.TaskID), telemetry.LogField(ctx), zap.Error(err))
+		sleep(ctx, time.Second)
+		return broker.Requeue
+	}
+	due := d.now().Add(min(max(wait, time.Millisecond), d.cfg.Model.Delay.Max))
+	if err = d.publishLater(ctx, out, due); err == nil {
+		return broker.Ack
+	}
+	return d.holdLater(ctx, j, out, due, err)
+}
+
+// laterMessage is the copy later publishes: back to the level it left (an
+// empty level is high), with the attempt counted for a retry.
+func (d *Dispatcher) laterMessage(j *job, isRetry bool) (broker.Outgoing, error) {
 	m := *j.msg
 	if isRetry {
 		m.Attempt++
 	}
 	pub, err := envelope.Publishing(&m)
-	if err == nil {
-		if isRetry {
-			pub.Headers[envelope.HeaderRetryOf] = int32(j.msg.Attempt + 1)
-		}
-		if r, ok := j.del.Headers[envelope.HeaderReplays]; ok {
-			pub.Headers[envelope.HeaderReplays] = r
-		}
-		ct, cerr := d.cfg.Model.Channel(j.channel)
-		if cerr != nil {
-			err = cerr
-		} else {
-			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			wait = max(wait, time.Millisecond)
-			if mx := d.cfg.Model.Delay.Max; wait > mx {
-				wait = mx
-			}
-			// Back to the level it left (an empty level is high).
-			key := ct.Level(topology.Level(m.Level)).RoutingKey
-			// The retry carries this attempt's trace context: its own
-			// spans join the request's trace after the delay queues.
-			pctx, pspan := telemetry.StartPublish(pctx, ct.Exchange, key, &pub)
-			err = d.cfg.Delayed.PublishDelayed(pctx, broker.Outgoing{Exchange: ct.Exchange, RoutingKey: key, Msg: pub}, wait)
-			endCall(pspan, err)
-			cancel()
-		}
-	}
 	if err != nil {
-		// Keep the delivery: hand it back after a pause rather than ack a
-		// message whose next attempt exists nowhere.
-		d.log.Error("could not schedule the message for later; handing it back", zap.String("task_id", j.msg.TaskID), telemetry.LogField(ctx), zap.Error(err))
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-		return false
+		return broker.Outgoing{}, err
 	}
-	return true
+	if isRetry {
+		pub.Headers[envelope.HeaderRetryOf] = int32(j.msg.Attempt + 1)
+	}
+	if r, ok := j.del.Headers[envelope.HeaderReplays]; ok {
+		pub.Headers[envelope.HeaderReplays] = r
+	}
+	ct, err := d.cfg.Model.Channel(j.channel)
+	if err != nil {
+		return broker.Outgoing{}, err
+	}
+	return broker.Outgoing{Exchange: ct.Exchange, RoutingKey: ct.Level(topology.Level(m.Level)).RoutingKey, Msg: pub}, nil
+}
+
+// publishLater publishes out through the delay queues, to be delivered at
+// due (at once when due has passed), and waits for the confirm.
+func (d *Dispatcher) publishLater(ctx context.Context, out broker.Outgoing, due time.Time) error {
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	// The copy carries this attempt's trace context: its own spans join the
+	// request's trace after the delay queues. Headers are copied: a held
+	// delivery publishes out again.
+	out.Msg.Headers = maps.Clone(out.Msg.Headers)
+	pctx, pspan := telemetry.StartPublish(pctx, out.Exchange, out.RoutingKey, &out.Msg)
+	err := d.cfg.Delayed.PublishDelayed(pctx, out, max(due.Sub(d.now()), time.Millisecond))
+	endCall(pspan, err)
+	return err
 }
 
 // final records a final status and fires the callbacks, if any.

@@ -102,7 +102,7 @@ func TestSameMessageDeliveredTwiceIsMailedOnce(t *testing.T) {
 	s.StartConsumer("c2", 4)
 	testenv.WaitFor(t, 15*time.Second, "both queues drained", func() bool { return s.Depth("queue.mail") == 0 && s.Mail.Count() >= 2 })
 	testenv.WaitFor(t, 5*time.Second, "duplicates acked", func() bool {
-		return testutil.ToFloat64(s.Metrics.Skipped.WithLabelValues("mail", "high", "duplicate")) >= 1
+		return testutil.ToFloat64(s.Metrics.Skipped.WithLabelValues("mail", "code", "duplicate")) >= 1
 	})
 	require.Equal(t, 1, s.MailsTo("bob@example.com"))
 	if code == code2 {
@@ -140,7 +140,7 @@ func TestSMTP4xxIsRetriedThenMailedOnce(t *testing.T) {
 	mu.Unlock()
 	require.Equal(t, 3, rec.Attempts)
 	require.Equal(t, 1, s.MailsTo("dave@example.com"))
-	require.Equal(t, 2.0, testutil.ToFloat64(s.Metrics.Retried.WithLabelValues("mail", "high", "smtp", "transient")))
+	require.Equal(t, 2.0, testutil.ToFloat64(s.Metrics.Retried.WithLabelValues("mail", "code", "smtp", "transient")))
 	require.Zero(t, s.Depth("queue.mail.dlq"))
 }
 
@@ -205,7 +205,7 @@ func TestMalformedMessagesAreDeadLettered(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, status.ReasonMalformed, rec.Reason)
 	require.Contains(t, rec.LastError, "schema version 99")
-	require.Equal(t, 3.0, testutil.ToFloat64(s.Metrics.DeadLettered.WithLabelValues("mail", "high", "smtp", "malformed")))
+	require.Equal(t, 3.0, testutil.ToFloat64(s.Metrics.DeadLettered.WithLabelValues("mail", "code", "smtp", "malformed")))
 	// The worker lives on.
 	taskID := s.Notice(topology.Mail, "gina@example.com", "still here", nil)
 	waitStatus(t, s, taskID, status.Sent)
@@ -245,7 +245,7 @@ func TestHeldClaimIsSnoozedUntilTheLeaseExpires(t *testing.T) {
 	s.StartConsumer("c1", 2)
 	s.Notice(topology.Mail, "held@example.com", "held", func(m *envelope.Message) { m.TaskID = id })
 	testenv.WaitFor(t, 5*time.Second, "snoozed", func() bool {
-		return testutil.ToFloat64(s.Metrics.Skipped.WithLabelValues("mail", "high", "snoozed")) >= 1
+		return testutil.ToFloat64(s.Metrics.Skipped.WithLabelValues("mail", "code", "snoozed")) >= 1
 	})
 	require.Zero(t, s.MailsTo("held@example.com"), "not sent while another consumer holds the lease")
 	rec := waitStatus(t, s, id, status.Sent)
@@ -351,7 +351,7 @@ func TestProviderLimitDelaysInsteadOfFailing(t *testing.T) {
 		waitStatus(t, s, id, status.Sent)
 	}
 	require.Equal(t, 6, s.Mail.Count())
-	require.GreaterOrEqual(t, testutil.ToFloat64(s.Metrics.Skipped.WithLabelValues("mail", "high", "snoozed")), 1.0, "some waited")
+	require.GreaterOrEqual(t, testutil.ToFloat64(s.Metrics.Skipped.WithLabelValues("mail", "code", "snoozed")), 1.0, "some waited")
 	require.Zero(t, s.Depth("queue.mail.dlq"))
 }
 
@@ -583,8 +583,8 @@ func TestOpenBreakerRefusalsDoNotSpendRetries(t *testing.T) {
 	waitStatus(t, s, taskID, status.Sent)
 	require.Equal(t, 1, s.MailsTo("erin@example.com"))
 	require.Zero(t, s.Depth("queue.mail.dlq"))
-	require.Equal(t, 3.0, testutil.ToFloat64(s.Metrics.Skipped.WithLabelValues("mail", "high", "breaker_open")))
-	require.Zero(t, testutil.ToFloat64(s.Metrics.Retried.WithLabelValues("mail", "high", "smtp", "transient")))
+	require.Equal(t, 3.0, testutil.ToFloat64(s.Metrics.Skipped.WithLabelValues("mail", "code", "breaker_open")))
+	require.Zero(t, testutil.ToFloat64(s.Metrics.Retried.WithLabelValues("mail", "code", "smtp", "transient")))
 }
 
 func testCallbackKeys(t *testing.T) callbackkey.Keys {

@@ -10,7 +10,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
-func TestReserveForHigh(t *testing.T) {
+func TestReserveForCodes(t *testing.T) {
 	for _, tc := range []struct{ limit, lower int }{
 		{1, 1}, // left whole: the lower levels must still move
 		{2, 1},
@@ -19,28 +19,39 @@ func TestReserveForHigh(t *testing.T) {
 		{200, 160},
 	} {
 		in := []ratelimit.Rule{{Name: "r", Key: "k", Windows: []ratelimit.Window{{Length: time.Second, Limit: tc.limit}}}}
-		out := reserveForHigh(in)
+		out := reserveForCodes(in)
 		require.Equal(t, tc.lower, out[0].Windows[0].Limit, "limit %d", tc.limit)
-		require.Equal(t, "k", out[0].Key, "the same log as high")
+		require.Equal(t, tc.limit, out[0].Windows[0].Full, "counted as the full limit is")
+		require.Equal(t, "k", out[0].Key, "the same log as codes")
 		require.Equal(t, tc.limit, in[0].Windows[0].Limit, "the store's rules are not changed")
 	}
 }
 
-// High keeps the consumer's PREFETCH (0 here: the consumer's default);
-// normal and low hold two deliveries per worker, so that settled
+// Issue 36: codes have a pool of their own, with the consumer's PREFETCH
+// (0 here: the consumer's default); the notices' levels share the other,
+// by weight, each holding two deliveries per worker, so that settled
 // deliveries waiting for their coalesced ack never leave a worker without
 // one to take.
-func TestLevelQueuesPrefetch(t *testing.T) {
+func TestPoolsKeepCodesApart(t *testing.T) {
 	m, err := topology.Build(topology.DefaultConfig(), "")
 	require.NoError(t, err)
 	d := &Dispatcher{cfg: Config{Model: m}}
+	ct := m.Channels[0]
 	for _, concurrency := range []int{1, 8, 256} {
-		for _, q := range d.LevelQueues(m.Channels[0], nil, concurrency) {
-			want := 2 * concurrency
-			if q.Name == m.Channels[0].Level(topology.High).Queue {
-				want = 0
-			}
-			require.Equal(t, want, q.Prefetch, "%s at concurrency %d", q.Name, concurrency)
+		pools := d.Pools(ct, nil, concurrency)
+		require.Len(t, pools, 2)
+		require.Equal(t, "codes", pools[0].Name)
+		require.Len(t, pools[0].Queues, 1)
+		require.Equal(t, ct.Queue, pools[0].Queues[0].Name, "the codes' queue alone")
+		require.Zero(t, pools[0].Queues[0].Prefetch)
+		require.Equal(t, "notices", pools[1].Name)
+		var names []string
+		for _, q := range pools[1].Queues {
+			names = append(names, q.Name)
+			require.Equal(t, 2*concurrency, q.Prefetch, "%s at concurrency %d", q.Name, concurrency)
+			require.NotEqual(t, ct.Queue, q.Name)
 		}
+		require.Equal(t, []string{ct.Queue + ".high", ct.Queue + ".normal", ct.Queue + ".low"}, names)
+		require.Equal(t, 8, pools[1].Queues[0].Weight)
 	}
 }

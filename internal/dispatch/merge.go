@@ -83,7 +83,7 @@ func newMerger(d *Dispatcher, window time.Duration, maxHeld int) *merger {
 // notices are never held).
 func (d *Dispatcher) mergeable(j *job) bool {
 	return d.merge != nil && j.channel == topology.WeCom && j.msg != nil && !j.msg.Robot && len(j.msg.Recipients) == 0 &&
-		j.msg.Kind == envelope.Notification && j.level != topology.High && j.acct != nil && j.acct.app != nil
+		j.msg.Kind == envelope.Notification && !urgent(j.level) && j.acct != nil && j.acct.app != nil
 }
 
 // add puts j's one user (m) in the group of its account, type and content;

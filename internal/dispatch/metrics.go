@@ -21,13 +21,17 @@ type Metrics struct {
 	// MergedUsers how many users each had.
 	MergedSends prometheus.Counter
 	MergedUsers prometheus.Histogram
-	// Workers is each channel's worker pool size.
+	// Workers is the size of each of a channel's worker pools.
 	Workers *prometheus.GaugeVec
+	// Held counts deliveries kept unacknowledged while the publish of
+	// their next step (a retry, a snooze) is tried again (see hold.go).
+	Held prometheus.Gauge
 }
 
-// WorkersOf is the broker consumer's OnWorkers hook for channel.
-func (m *Metrics) WorkersOf(channel string) func(int) {
-	g := m.Workers.WithLabelValues(channel)
+// WorkersOf is the OnWorkers hook of one of a channel's pools (see
+// Pools: "codes" or "notices").
+func (m *Metrics) WorkersOf(channel, pool string) func(int) {
+	g := m.Workers.WithLabelValues(channel, pool)
 	return func(n int) { g.Set(float64(n)) }
 }
 
@@ -49,11 +53,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		AccountHealth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "msgpulse_wecom_account_health",
 			Help: "Health of a WeCom account: the success rate of its sends within WECOM_HEALTH_WINDOW (1 when it sent nothing)."}, []string{"account"}),
 		Workers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "msgpulse_consumer_workers",
-			Help: "Workers of a channel's pool; it follows the queue between {CH}_MIN_WORKERS and {CH}_MAX_WORKERS."}, []string{"channel"}),
+			Help: "Workers of a channel's pool (codes: its codes' queue; notices: its high, normal and low queues); each follows its queues between {CH}_MIN_WORKERS and {CH}_MAX_WORKERS."}, []string{"channel", "pool"}),
 		MergedSends: prometheus.NewCounter(prometheus.CounterOpts{Name: "msgpulse_wecom_merged_sends_total",
 			Help: "WeCom message/send calls that carried single messages merged within WECOM_MERGE_WINDOW."}),
 		MergedUsers: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "msgpulse_wecom_merged_users",
 			Help: "Users per merged WeCom call.", Buckets: []float64{1, 2, 5, 10, 50, 100, 250, 500, 1000}}),
+		Held: prometheus.NewGauge(prometheus.GaugeOpts{Name: "msgpulse_held_deliveries",
+			Help: "Deliveries held unacknowledged while the publish of their retry or snooze, which the broker refused or blocked, is tried again."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.collectors()...)
@@ -62,7 +68,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Consumed, m.Sent, m.Retried, m.DeadLettered, m.Skipped, m.SendDuration, m.InFlight, m.Paused, m.Callbacks, m.AccountRate, m.AccountHealth, m.MergedSends, m.MergedUsers, m.Workers}
+	return []prometheus.Collector{m.Consumed, m.Sent, m.Retried, m.DeadLettered, m.Skipped, m.SendDuration, m.InFlight, m.Paused, m.Callbacks, m.AccountRate, m.AccountHealth, m.MergedSends, m.MergedUsers, m.Workers, m.Held}
 }
 
 // Describe sends every metric's descriptor.

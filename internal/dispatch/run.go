@@ -252,10 +252,10 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	d.ZeroMetrics(cfg.Channels)
 	delayMetrics.Zero(model.Delay)
 
-	// consuming: every channel's consumer has subscribed (its pool
+	// consuming: every channel's consumers have subscribed (each pool
 	// reported its size, which it does once subscribed), and ctx is live.
 	var consuming atomic.Bool
-	var subscribed atomic.Int32
+	var subscribed, consumers atomic.Int32
 	if cfg.MetricsAddr != "" {
 		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.MetricsAddr)
 		if err != nil {
@@ -275,7 +275,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 			pctx, cancel := context.WithTimeout(r.Context(), time.Second)
 			defer cancel()
 			_, connected := session.Current()
-			if !consuming.Load() || int(subscribed.Load()) < len(cfg.Channels) || !connected || redisClient.Ping(pctx).Err() != nil {
+			if !consuming.Load() || subscribed.Load() < consumers.Load() || !connected || redisClient.Ping(pctx).Err() != nil {
 				w.WriteHeader(http.StatusServiceUnavailable)
 				_, _ = w.Write([]byte(`{"code":503,"msg":"not ready","data":{"status":"not ready"}}`))
 				return
@@ -301,7 +301,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	// The consumers and the relay run on ctx: cancelling it starts the
 	// graceful stop. They are the last to start and the first to stop.
 	var wg sync.WaitGroup
-	errs := make(chan error, len(cfg.Channels)+1)
+	errs := make(chan error, 2*len(cfg.Channels)+2) // a channel's pools (see Pools), the dead letters', the relay
 	for _, ch := range cfg.Channels {
 		ct, err := model.Channel(ch)
 		if err != nil {
@@ -311,11 +311,25 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 		if w.Min == 0 {
 			w = config.WorkerBounds{Min: cfg.Concurrency, Max: cfg.Concurrency}
 		}
-		c, err := broker.NewConsumer(broker.ConsumerConfig{
-			Session: session, Queues: d.LevelQueues(ct, cfg.PriorityWeights, w.Max), OnPanic: d.OnPanic(ch),
-			Concurrency: w.Min, MaxConcurrency: w.Max, OnWorkers: onWorkers(metrics.WorkersOf(ch), &subscribed), Prefetch: cfg.Prefetch, Grace: cfg.ShutdownTimeout,
-			Tag: "msgpulse-consumer-" + cfg.ConsumerID, Logger: log.Named(ch),
-		})
+		for _, pool := range d.Pools(ct, cfg.PriorityWeights, w.Max) {
+			c, err := broker.NewConsumer(broker.ConsumerConfig{
+				Session: session, Queues: pool.Queues, OnPanic: d.OnPanic(ch),
+				Concurrency: w.Min, MaxConcurrency: w.Max, OnWorkers: onWorkers(metrics.WorkersOf(ch, pool.Name), &subscribed), Prefetch: cfg.Prefetch, Grace: cfg.ShutdownTimeout,
+				Tag: "msgpulse-consumer-" + cfg.ConsumerID, Logger: log.Named(ch),
+			})
+			if err != nil {
+				return err
+			}
+			consumers.Add(1)
+			wg.Add(1)
+			go func() { defer wg.Done(); errs <- c.Run(ctx) }()
+		}
+	}
+	// The status of what the broker dead-letters by itself (see
+	// DeadLetterQueues): a small pool, as dead letters are few.
+	if dl := d.DeadLetterQueues(cfg.Channels, cfg.Relay && model.Delay.RelayQueue != ""); len(dl) > 0 {
+		c, err := broker.NewConsumer(broker.ConsumerConfig{Session: session, Queues: dl, Concurrency: 2, Prefetch: 16, Grace: cfg.ShutdownTimeout,
+			Tag: "msgpulse-consumer-" + cfg.ConsumerID, Logger: log.Named("dead-letters")})
 		if err != nil {
 			return err
 		}

@@ -62,8 +62,9 @@ func TestRunIsReadyAndShowsItsWorkers(t *testing.T) {
 	testenv.WaitFor(t, 15*time.Second, "each channel's workers in /metrics", func() bool {
 		_, metrics = get("/metrics")
 		// mail: MAIL_MIN_WORKERS; wecom: CONCURRENCY (a fixed pool).
-		return strings.Contains(metrics, `msgpulse_consumer_workers{channel="mail"} 2`) &&
-			strings.Contains(metrics, `msgpulse_consumer_workers{channel="wecom"} 8`)
+		return strings.Contains(metrics, `msgpulse_consumer_workers{channel="mail",pool="codes"} 2`) &&
+			strings.Contains(metrics, `msgpulse_consumer_workers{channel="mail",pool="notices"} 2`) &&
+			strings.Contains(metrics, `msgpulse_consumer_workers{channel="wecom",pool="notices"} 8`)
 	})
 	cancel()
 	select {

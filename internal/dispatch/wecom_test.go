@@ -146,7 +146,7 @@ func TestRedeliveredWeComBatchSendsNothingTwice(t *testing.T) {
 	s.WeCom("Twice", users("r", 20), func(m *envelope.Message) { *m = msg })
 	s.StartConsumer("c2", 2)
 	testenv.WaitFor(t, 10*time.Second, "the redelivery acked", func() bool {
-		return testutil.ToFloat64(s.Metrics.Skipped.WithLabelValues("wecom", "high", "duplicate")) == 1
+		return testutil.ToFloat64(s.Metrics.Skipped.WithLabelValues("wecom", "code", "duplicate")) == 1
 	})
 	require.Equal(t, 1, srv.SendCalls())
 	require.Len(t, srv.ReceivedBy("r0000"), 1)
@@ -189,7 +189,7 @@ func TestWeComThrottlingDelaysButDoesNotFail(t *testing.T) {
 	rec := waitStatus(t, s, id, status.Sent)
 	require.Equal(t, 4, rec.Attempts)
 	require.Len(t, srv.ReceivedBy("bob"), 1)
-	require.Equal(t, 3.0, testutil.ToFloat64(s.Metrics.Retried.WithLabelValues("wecom", "high", "wecom", "throttled")))
+	require.Equal(t, 3.0, testutil.ToFloat64(s.Metrics.Retried.WithLabelValues("wecom", "code", "wecom", "throttled")))
 	// The application's adaptive rate went down three times and up once.
 	rate, err := s.Adaptive.Rate(context.Background(), "wecom-app:"+wecomtest.CorpID+":1000002", dispatch.DefaultAppRate)
 	require.NoError(t, err)

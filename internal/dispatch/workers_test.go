@@ -64,7 +64,7 @@ func TestMailWorkersFollowTheQueue(t *testing.T) {
 	}
 	start := time.Now()
 	s.StartConsumer("c1", 4)
-	workers := func() float64 { return testutil.ToFloat64(s.Metrics.Workers.WithLabelValues(topology.Mail)) }
+	workers := func() float64 { return testutil.ToFloat64(s.Metrics.Workers.WithLabelValues(topology.Mail, "notices")) }
 	peak := 0.0
 	testenv.WaitFor(t, 2*time.Minute, "2,000 notices mailed", func() bool {
 		peak = max(peak, workers()) // sampled at every poll while they drain
@@ -72,7 +72,7 @@ func TestMailWorkersFollowTheQueue(t *testing.T) {
 		return mails >= n
 	})
 	drained := time.Since(start)
-	t.Logf("2,000 notices at 200 ms each drained in %s; msgpulse_consumer_workers{channel=\"mail\"} peaked at %v", drained.Round(time.Millisecond), peak)
+	t.Logf("2,000 notices at 200 ms each drained in %s; msgpulse_consumer_workers{channel=\"mail\",pool=\"notices\"} peaked at %v", drained.Round(time.Millisecond), peak)
 	require.Greater(t, peak, 4.0, "the pool grew while the backlog drained")
 	settled := time.Now()
 	testenv.WaitFor(t, time.Minute, "the pool back to 4 workers", func() bool { return workers() <= 4 })

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -33,102 +32,19 @@ var Reasons = []string{
 	ReasonUnknown,
 }
 
-// Death is one x-death entry: RabbitMQ keeps one per (queue, reason),
-// most recent first, counting repeats.
-type Death struct {
-	Reason      string     `json:"reason"`
-	Queue       string     `json:"queue"`
-	Exchange    string     `json:"exchange"`
-	RoutingKeys []string   `json:"routingKeys,omitempty"`
-	Count       int64      `json:"count"`
-	Time        *time.Time `json:"time,omitempty"`
-}
+// Death is one x-death entry (envelope.Death).
+type Death = envelope.Death
 
-// deaths reads the x-death header, most recent first. Entries of a shape
-// it does not know are skipped rather than guessed at.
-func deaths(h amqp.Table) []Death {
-	list, _ := h[envelope.HeaderXDeath].([]any)
-	out := make([]Death, 0, len(list))
-	for _, e := range list {
-		t, ok := e.(amqp.Table)
-		if !ok {
-			continue
-		}
-		d := Death{}
-		d.Reason, _ = t["reason"].(string)
-		d.Queue, _ = t["queue"].(string)
-		d.Exchange, _ = t["exchange"].(string)
-		d.Count, _ = envelope.HeaderInt(t, "count")
-		if keys, ok := t["routing-keys"].([]any); ok {
-			for _, k := range keys {
-				if s, ok := k.(string); ok {
-					d.RoutingKeys = append(d.RoutingKeys, s)
-				}
-			}
-		}
-		if ts, ok := t["time"].(time.Time); ok {
-			ts = ts.UTC()
-			d.Time = &ts
-		}
-		out = append(out, d)
-	}
-	return out
-}
+// deaths reads the x-death header, most recent first.
+func deaths(h amqp.Table) []Death { return envelope.Deaths(h) }
 
-// firstDeath reads x-first-death-*, which RabbitMQ sets once, on the first
-// dead-lettering, and never changes.
-func firstDeath(h amqp.Table) (Death, bool) {
-	get := func(k string) string { s, _ := h[envelope.HeaderFirstDeathPfx+k].(string); return s }
-	d := Death{Reason: get("reason"), Queue: get("queue"), Exchange: get("exchange")}
-	return d, d.Reason != ""
-}
+// feeders returns the queues whose dead letters reach dlq (see
+// topology.Model.Feeders).
+func feeders(m *topology.Model, dlq string) map[string]bool { return m.Feeders(dlq) }
 
-// feeders returns the queues whose dead letters reach dlq, read from the
-// model: the queues whose dead-letter exchange is bound to dlq (any queue
-// for a fanout exchange, the one with the matching dead-letter routing key
-// for a direct one). For queue.mail.dlq that is queue.mail; for the relay
-// DLQ, the relay queue.
-func feeders(m *topology.Model, dlq string) map[string]bool {
-	kinds := map[string]string{}
-	for _, e := range m.Exchanges {
-		kinds[e.Name] = e.Kind
-	}
-	out := map[string]bool{}
-	for _, b := range m.Bindings {
-		if b.Destination != dlq || b.DestinationType != "queue" {
-			continue
-		}
-		for _, q := range m.Queues {
-			if dlx, _ := q.Args[topology.ArgDeadLetterExchange].(string); dlx != b.Source {
-				continue
-			}
-			key, _ := q.Args[topology.ArgDeadLetterRK].(string)
-			if kinds[b.Source] == "fanout" || key == b.RoutingKey {
-				out[q.Name] = true
-			}
-		}
-	}
-	return out
-}
-
-// deathHere picks the death that put the message into this DLQ: the most
-// recent x-death entry from a queue that dead-letters here. x-first-death
-// is not it when the message had died before (a round-up delay hop
-// expires into the main queue, leaving an "expired" first death on a
-// message the consumer later rejected). Falls back to the most recent
-// entry, then to x-first-death-*.
-func deathHere(h amqp.Table, from map[string]bool) (Death, bool) {
-	ds := deaths(h)
-	for _, d := range ds {
-		if from[d.Queue] {
-			return d, true
-		}
-	}
-	if len(ds) > 0 {
-		return ds[0], true
-	}
-	return firstDeath(h)
-}
+// deathHere picks the death that put the message into this DLQ (see
+// envelope.DeathFrom).
+func deathHere(h amqp.Table, from map[string]bool) (Death, bool) { return envelope.DeathFrom(h, from) }
 
 // refine turns the broker's reason into the one on-call acts on: a body
 // that does not decode is malformed whatever the broker says; a consumer

@@ -36,10 +36,16 @@ type env struct {
 // topology adjusted by model.
 func setup(t *testing.T, model func(*topology.Config)) *env {
 	t.Helper()
-	s := dispatchtest.New(t, dispatchtest.Options{Model: model})
+	return setupWith(t, dispatchtest.Options{Model: model})
+}
+
+// setupWith is setup with every option of the stack.
+func setupWith(t *testing.T, opts dispatchtest.Options) *env {
+	t.Helper()
+	s := dispatchtest.New(t, opts)
 	mc := testenv.Topology()
-	if model != nil {
-		model(&mc)
+	if opts.Model != nil {
+		opts.Model(&mc)
 	}
 	core, logs := observer.New(zap.DebugLevel)
 	ct, err := s.Model.Channel(topology.Mail)

@@ -17,6 +17,19 @@ import (
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
+// listed is what `dlq list` shows of a channel's DLQ: its ids, sorted.
+func (e *env) listed(t *testing.T, channel string) []string {
+	t.Helper()
+	r := e.run(t, "list", "--channel", channel, "--json")
+	require.Equal(t, ExitOK, r.code, r.stderr)
+	var out []string
+	for id := range entries(t, r.stdout) {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Reads come from the DLQ's log, and agree with the DLQ: what purge
 // removed is left out (the removed set), what left the DLQ behind the
 // tool's back is taken from the oldest end, and what the log never had is
@@ -35,17 +48,7 @@ func TestReadsComeFromTheLog(t *testing.T) {
 		testenv.WaitFor(t, 10*time.Second, "dead-lettered", func() bool { return e.Depth(dlq) == i+1 })
 	}
 	c.Stop()
-	listed := func() []string {
-		t.Helper()
-		r := e.run(t, "list", "--channel", "mail", "--json")
-		require.Equal(t, ExitOK, r.code, r.stderr)
-		var out []string
-		for id := range entries(t, r.stdout) {
-			out = append(out, id)
-		}
-		slices.Sort(out)
-		return out
-	}
+	listed := func() []string { return e.listed(t, "mail") }
 	total := func() (total, scanned int) {
 		t.Helper()
 		r := e.run(t, "stats", "--json")

@@ -19,6 +19,16 @@ import (
 // guessing at them.
 const SchemaVersion = 1
 
+// MaxBrokerBytes is the largest body msgpulse puts on the broker (a batch
+// is at most this in all: BATCH_MAX_BYTES) or takes from it
+// (MAX_MESSAGE_BYTES): RabbitMQ 4.0's default max_message_size, 16 MiB.
+// 3.10's default was 128 MiB, and a larger message was accepted there and
+// refused by a 4.x broker left at its default, which closes the channel
+// (406 PRECONDITION_FAILED) instead of confirming: a publish that fails
+// on one supported broker and not the other. A broker configured below
+// 16 MiB needs BATCH_MAX_BYTES at or below its max_message_size.
+const MaxBrokerBytes = 16 << 20
+
 // ContentType of every body.
 const ContentType = "application/json"
 
@@ -76,7 +86,9 @@ type Message struct {
 
 	Deadline    *time.Time `json:"deadline,omitempty"` // do not send after this
 	CallbackURL string     `json:"callbackUrl,omitempty"`
-	Priority    uint8      `json:"priority,omitempty"`
+	// Priority is the caller's 0-9 when it gave one, kept for the record:
+	// it chose Level and is never an AMQP priority (see Publishing).
+	Priority uint8 `json:"priority,omitempty"`
 	// Tenant is the sending API key's tenant, for logs and tools; access
 	// is decided on the status record's copy.
 	Tenant string `json:"tenant,omitempty"`
@@ -86,10 +98,10 @@ type Message struct {
 	// Media is a WeCom application message's file (image, file, video),
 	// sent instead of a rendered template.
 	Media *Media `json:"media,omitempty"`
-	// Level is the traffic level (topology's normal or low) whose queue the
-	// message was published to, so a retry or a snooze goes back to it.
-	// Empty means high, and is what codes carry: a consumer built before
-	// levels existed reads them unchanged.
+	// Level is the notice level (topology's high, normal or low) whose
+	// queue the message was published to, so a retry or a snooze goes back
+	// to it. Empty means the codes' queue, and is what codes carry: a
+	// consumer built before levels existed reads them unchanged.
 	Level     string    `json:"level,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
 	// Attempt counts send attempts already made; 0 on the first delivery.
@@ -226,6 +238,14 @@ func (m *Message) Expired(now time.Time) bool {
 
 // Publishing returns the AMQP message for m: persistent, message id =
 // taskId, typed by kind, with the schema version and deadline as headers.
+//
+// It carries no AMQP priority, whatever m.Priority says: a priority picks
+// a level, and levels are queues. On a RabbitMQ 4.x quorum queue a
+// message priority splits the queue in two (5-9 served about 2:1 ahead of
+// 0-4), and TTL expiry and drop-head then look at the head of the high
+// half only, so a normal message could outlive its TTL behind newer urgent
+// ones; without one, every queue is first in, first out, on every version
+// and type.
 func Publishing(m *Message) (amqp.Publishing, error) {
 	body, err := Encode(m)
 	if err != nil {
@@ -241,7 +261,6 @@ func Publishing(m *Message) (amqp.Publishing, error) {
 		MessageId:    m.TaskID,
 		Type:         string(m.Kind),
 		Timestamp:    m.CreatedAt,
-		Priority:     m.Priority,
 		AppId:        "msgpulse",
 		Headers:      h,
 		Body:         body,

@@ -115,9 +115,10 @@ func startSystem(t *testing.T, name string, env ...string) *system {
 	qs, err := s.broker.Mgmt.Queues(ctx, s.broker.VHost)
 	require.NoError(t, err)
 	for _, q := range qs {
-		// A DLQ's log holds copies of its dead letters for the DLQ tool to
-		// read: neither work nor dead letters of their own.
-		if mq, ok := model().Queue(q.Name); ok && mq.Role == topology.RoleDeadLetterLog {
+		// A DLQ's log and status queue hold copies of its dead letters, for
+		// the DLQ tool to read and the consumers to record: neither work
+		// nor dead letters of their own.
+		if mq, ok := model().Queue(q.Name); ok && (mq.Role == topology.RoleDeadLetterLog || mq.Role == topology.RoleDeadLetterStatus) {
 			continue
 		}
 		s.queues = append(s.queues, q.Name)

@@ -532,7 +532,7 @@ func mainQueues() []string {
 	var qs []string
 	for _, ch := range topology.Channels {
 		if ct, err := m.Channel(ch); err == nil {
-			for _, lt := range ct.Levels { // notices go to normal, codes to high
+			for _, lt := range ct.Levels { // codes to the codes' queue, notices to their level's
 				qs = append(qs, lt.Queue)
 			}
 		}

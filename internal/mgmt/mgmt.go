@@ -300,11 +300,47 @@ func (c *Client) State(ctx context.Context, vhost string) (topology.State, error
 
 // CreateVHost creates a vhost and grants user full permissions on it.
 func (c *Client) CreateVHost(ctx context.Context, vhost, user string) error {
-	if err := c.do(ctx, http.MethodPut, "/api/vhosts/"+vh(vhost), map[string]any{}, nil); err != nil {
+	return c.CreateVHostOfType(ctx, vhost, user, "")
+}
+
+// CreateVHostOfType is CreateVHost with the vhost's default queue type
+// (classic, quorum, stream; "" leaves the broker's): the type a declare
+// without x-queue-type gets, on RabbitMQ 3.10 and 4.x alike.
+// "defaultqueuetype" is the field both accept.
+func (c *Client) CreateVHostOfType(ctx context.Context, vhost, user, queueType string) error {
+	body := map[string]any{}
+	if queueType != "" {
+		body["defaultqueuetype"] = queueType
+	}
+	if err := c.do(ctx, http.MethodPut, "/api/vhosts/"+vh(vhost), body, nil); err != nil {
 		return err
 	}
 	perm := map[string]string{"configure": ".*", "write": ".*", "read": ".*"}
 	return c.do(ctx, http.MethodPut, "/api/permissions/"+vh(vhost)+"/"+url.PathEscape(user), perm, nil)
+}
+
+// Policy is a RabbitMQ policy: Definition applies to the queues (or
+// exchanges, see ApplyTo) of its vhost whose names match Pattern.
+type Policy struct {
+	Pattern    string         `json:"pattern"`
+	Definition map[string]any `json:"definition"`
+	ApplyTo    string         `json:"apply-to,omitempty"` // queues, exchanges or all (default)
+	Priority   int            `json:"priority"`
+}
+
+// SetPolicy creates or replaces the policy name of vhost.
+func (c *Client) SetPolicy(ctx context.Context, vhost, name string, p Policy) error {
+	return c.do(ctx, http.MethodPut, "/api/policies/"+vh(vhost)+"/"+url.PathEscape(name), p, nil)
+}
+
+// DeletePolicy removes the policy name of vhost; a missing one is not an
+// error.
+func (c *Client) DeletePolicy(ctx context.Context, vhost, name string) error {
+	err := c.do(ctx, http.MethodDelete, "/api/policies/"+vh(vhost)+"/"+url.PathEscape(name), nil, nil)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
 }
 
 // DeleteVHost deletes a vhost and everything in it.

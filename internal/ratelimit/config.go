@@ -34,10 +34,10 @@ type configWindow struct {
 
 func (c Config) windows() [4]configWindow {
 	return [4]configWindow{
-		{"requestsPerSecond", Window{time.Second, c.RequestsPerSecond}},
-		{"requestsPerMinute", Window{time.Minute, c.RequestsPerMinute}},
-		{"requestsPerHour", Window{time.Hour, c.RequestsPerHour}},
-		{"requestsPerDay", Window{24 * time.Hour, c.RequestsPerDay}},
+		{"requestsPerSecond", Window{Length: time.Second, Limit: c.RequestsPerSecond}},
+		{"requestsPerMinute", Window{Length: time.Minute, Limit: c.RequestsPerMinute}},
+		{"requestsPerHour", Window{Length: time.Hour, Limit: c.RequestsPerHour}},
+		{"requestsPerDay", Window{Length: 24 * time.Hour, Limit: c.RequestsPerDay}},
 	}
 }
 

@@ -21,6 +21,12 @@ var ErrLimited = errors.New("ratelimit: limited")
 type Window struct {
 	Length time.Duration
 	Limit  int
+	// Full is the window's limit before a reserve lowered it (see
+	// Reserve); 0 means Limit. It, not Limit, decides whether the window
+	// is counted exactly or approximately (LIMIT_EXACT_MAX), so that the
+	// requests held to the reserve and those that may use it count in the
+	// same place and see each other.
+	Full int
 }
 
 // Rule is one dimension of a request, counted under Key (without the
@@ -452,7 +458,7 @@ func (l *Limiter) prepare(req Request, res *Reservation) (prepared, error) {
 			}
 			ws = append(ws, j)
 			mode := 0
-			if w.Limit > l.exactMax {
+			if max(w.Limit, w.Full) > l.exactMax {
 				mode, counted = 1, true
 			} else {
 				exact = true

@@ -610,3 +610,12 @@ const (
 	ReasonExhausted = "retries_exhausted" // transient failures, MAX_RETRIES used up
 	ReasonPanic     = "panic"             // the handler panicked
 )
+
+// Reasons RabbitMQ gives (x-death) for what it dead-letters by itself, with
+// no code of ours running; the consumers record them from the DLQs' status
+// queues (topology.RoleDeadLetterStatus).
+const (
+	ReasonExpired       = "expired"        // it waited in its queue past the queue's message TTL
+	ReasonMaxLen        = "maxlen"         // its queue was full and dropped it (drop-head)
+	ReasonDeliveryLimit = "delivery_limit" // a quorum queue handed it out its delivery limit's times
+)

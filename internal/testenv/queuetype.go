@@ -1,15 +1,10 @@
 package testenv
 
 import (
-	"context"
 	"fmt"
-	"net/http"
-	"net/url"
-	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
@@ -66,40 +61,15 @@ func Overshoot() int {
 	return 0
 }
 
-// createVHostOfType creates a test's vhost with the run's QueueType as its
-// default queue type (default_queue_type), when that is quorum: a team that
-// runs quorum queues sets it so (Amazon MQ 4.2 does by default), and from
-// RabbitMQ 4.0 (not on 3.10) every queue declared without x-queue-type
-// takes it, so the quorum legs find a queue that should be classic and is
-// not. On a classic run it does nothing; mgmt.CreateVHost, called next,
-// keeps what this set.
-func createVHostOfType(ctx context.Context, vhost string) error {
-	if QueueType != topology.Quorum {
-		return nil
+// runDefaultQueueType is the default queue type (default_queue_type) of
+// a test's vhost when the test names none: the run's QueueType when that
+// is quorum, as a team that runs quorum queues sets it (Amazon MQ 4.2 does
+// by default). From RabbitMQ 4.0 (not on 3.10) every queue declared
+// without x-queue-type takes it, so the quorum legs find a queue that
+// should be classic and is not. On a classic run, the broker's own.
+func runDefaultQueueType() string {
+	if QueueType == topology.Quorum {
+		return string(topology.Quorum)
 	}
-	u, err := url.Parse(envconf.SplitURLs(ManagementURL)[0]) // vhosts are cluster-wide: one node will do
-	if err != nil {
-		return fmt.Errorf("TEST_RABBITMQ_MANAGEMENT_URL: %w", err)
-	}
-	user, pass := u.User.Username(), ""
-	if p, ok := u.User.Password(); ok {
-		pass = p
-	}
-	u.User = nil
-	body := fmt.Sprintf(`{"default_queue_type":%q}`, QueueType)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, strings.TrimRight(u.String(), "/")+"/api/vhosts/"+url.PathEscape(vhost), strings.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.SetBasicAuth(user, pass)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("create vhost %s: %w", vhost, err)
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode >= 300 {
-		return fmt.Errorf("create vhost %s with default queue type %s: %s", vhost, QueueType, resp.Status)
-	}
-	return nil
+	return ""
 }

@@ -85,6 +85,19 @@ type Broker struct {
 // NewBroker creates a unique vhost for t and deletes it when t ends.
 func NewBroker(t testing.TB) *Broker {
 	t.Helper()
+	return newBroker(t, "")
+}
+
+// NewBrokerDefaultType is NewBroker with a vhost whose default queue type
+// is queueType: what a declare without x-queue-type gets there (a deployment
+// on Amazon MQ 4.2, or a vhost created with --default-queue-type quorum).
+func NewBrokerDefaultType(t testing.TB, queueType string) *Broker {
+	t.Helper()
+	return newBroker(t, queueType)
+}
+
+func newBroker(t testing.TB, defaultQueueType string) *Broker {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs RabbitMQ (run without -short)")
 	}
@@ -108,10 +121,10 @@ func NewBroker(t testing.TB) *Broker {
 			t.Logf("testenv: delete vhost %s: %v", vhost, err)
 		}
 	})
-	if err := createVHostOfType(ctx, vhost); err != nil {
-		t.Fatalf("testenv: create vhost on RabbitMQ (%s): %v\nstart it with `make services` (make test does this)", ManagementURL, err)
+	if defaultQueueType == "" {
+		defaultQueueType = runDefaultQueueType()
 	}
-	if err := mc.CreateVHost(ctx, vhost, mc.User()); err != nil {
+	if err := mc.CreateVHostOfType(ctx, vhost, mc.User(), defaultQueueType); err != nil {
 		t.Fatalf("testenv: create vhost on RabbitMQ (%s): %v\nstart it with `make services` (make test does this)", ManagementURL, err)
 	}
 	urls, err := envconf.WithVHost(AMQPBase, vhost)
@@ -203,4 +216,36 @@ func Context(t testing.TB, timeout time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// RefusePublishes makes queues (of the test's vhost) refuse every publish,
+// as a full reject-publish queue does: a policy of max-length 0 with
+// reject-publish (the lower of a policy's and a queue's own bound applies).
+// The returned function removes the policy; it is also removed when t ends.
+func (b *Broker) RefusePublishes(t testing.TB, queues ...string) (restore func()) {
+	t.Helper()
+	quoted := make([]string, len(queues))
+	for i, q := range queues {
+		quoted[i] = regexp.QuoteMeta(q)
+	}
+	name := "msgpulse-test-refuse-" + ID()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := b.Mgmt.SetPolicy(ctx, b.VHost, name, mgmt.Policy{Pattern: "^(" + strings.Join(quoted, "|") + ")$", ApplyTo: "queues", Priority: 100,
+		Definition: map[string]any{"max-length": 0, "overflow": "reject-publish"}})
+	if err != nil {
+		t.Fatalf("testenv: set policy on %s: %v", b.VHost, err)
+	}
+	var once sync.Once
+	restore = func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := b.Mgmt.DeletePolicy(ctx, b.VHost, name); err != nil {
+				t.Errorf("testenv: remove policy %s: %v", name, err)
+			}
+		})
+	}
+	t.Cleanup(restore)
+	return restore
 }

@@ -54,35 +54,61 @@ func (c DeadLetterLogConfig) Validate() error {
 // DeadLetterLogName is the log of the DLQ named dlq.
 func DeadLetterLogName(dlq string) string { return dlq + ".log" }
 
+// DeadLetterStatusName is the status queue of the DLQ named dlq.
+func DeadLetterStatusName(dlq string) string { return dlq + ".status" }
+
 // addDeadLetterLogs gives every DLQ (a channel's, the relay's, the
-// unrouted one) a log with the DLQ's own bindings. It runs after every DLQ
-// and its bindings are in the model, and before applyQuorum, which leaves
-// the logs classic.
+// unrouted one) a log with the DLQ's own bindings, and every DLQ of
+// messages that have a status record (a channel's, the relay's) a status
+// queue the same way. It runs after every DLQ and its bindings are in the
+// model, and before applyQuorum, which leaves the logs classic and makes
+// the status queues quorum with the rest.
 func (m *Model) addDeadLetterLogs(c DeadLetterLogConfig) {
 	m.DeadLetterLog = c
-	var logs []Queue
+	retention := func() (map[string]any, map[string]string) {
+		return map[string]any{
+				ArgMessageTTL:     c.MaxAge.Milliseconds(),
+				ArgMaxLengthBytes: c.MaxBytes,
+				ArgOverflow:       "drop-head",
+			},
+			map[string]string{ArgMessageTTL: "DLQ_LOG_MAX_AGE", ArgMaxLengthBytes: "DLQ_LOG_MAX_BYTES"}
+	}
+	var added []Queue
 	var binds []Binding
 	for _, q := range m.Queues {
 		if q.Role != RoleDeadLetter && q.Role != RoleRelayDeadLetter {
 			continue
 		}
-		l := Queue{Name: DeadLetterLogName(q.Name), Type: Classic, Durable: true, Role: RoleDeadLetterLog, Channel: q.Channel, LogOf: q.Name,
-			Args: map[string]any{
-				ArgMessageTTL:     c.MaxAge.Milliseconds(),
-				ArgMaxLengthBytes: c.MaxBytes,
-				ArgOverflow:       "drop-head",
-			},
-			Sources: map[string]string{ArgMessageTTL: "DLQ_LOG_MAX_AGE", ArgMaxLengthBytes: "DLQ_LOG_MAX_BYTES"}}
-		logs = append(logs, l)
-		for _, b := range m.Bindings {
-			if b.DestinationType == "queue" && b.Destination == q.Name {
-				b.Destination = l.Name
-				binds = append(binds, b)
+		args, sources := retention()
+		companions := []Queue{{Name: DeadLetterLogName(q.Name), Type: Classic, Durable: true, Role: RoleDeadLetterLog, Channel: q.Channel, LogOf: q.Name,
+			Args: args, Sources: sources}}
+		if q.Name != m.Delay.UnroutedQueue { // what lands there was never a message of ours
+			args, sources := retention()
+			companions = append(companions, Queue{Name: DeadLetterStatusName(q.Name), Type: q.Type, Durable: true, Role: RoleDeadLetterStatus, Channel: q.Channel, LogOf: q.Name,
+				Args: args, Sources: sources})
+		}
+		for _, cq := range companions {
+			added = append(added, cq)
+			for _, b := range m.Bindings {
+				if b.DestinationType == "queue" && b.Destination == q.Name {
+					b.Destination = cq.Name
+					binds = append(binds, b)
+				}
 			}
 		}
 	}
-	m.Queues = append(m.Queues, logs...)
+	m.Queues = append(m.Queues, added...)
 	m.Bindings = append(m.Bindings, binds...)
+}
+
+// StatusQueueOf returns the status queue of the DLQ named dlq.
+func (m *Model) StatusQueueOf(dlq string) (Queue, bool) {
+	for _, q := range m.Queues {
+		if q.Role == RoleDeadLetterStatus && q.LogOf == dlq {
+			return q, true
+		}
+	}
+	return Queue{}, false
 }
 
 // LogOf returns the dead-letter log of the DLQ named dlq.
@@ -93,4 +119,32 @@ func (m *Model) LogOf(dlq string) (Queue, bool) {
 		}
 	}
 	return Queue{}, false
+}
+
+// Feeders returns the queues whose dead letters reach dlq: the queues whose
+// dead-letter exchange is bound to dlq (any queue for a fanout exchange,
+// the one with the matching dead-letter routing key for a direct one). For
+// queue.mail.dlq that is every queue of the mail channel; for the relay
+// DLQ, the relay queue.
+func (m *Model) Feeders(dlq string) map[string]bool {
+	kinds := map[string]string{}
+	for _, e := range m.Exchanges {
+		kinds[e.Name] = e.Kind
+	}
+	out := map[string]bool{}
+	for _, b := range m.Bindings {
+		if b.Destination != dlq || b.DestinationType != "queue" {
+			continue
+		}
+		for _, q := range m.Queues {
+			if dlx, _ := q.Args[ArgDeadLetterExchange].(string); dlx != b.Source {
+				continue
+			}
+			key, _ := q.Args[ArgDeadLetterRK].(string)
+			if kinds[b.Source] == "fanout" || key == b.RoutingKey {
+				out[q.Name] = true
+			}
+		}
+	}
+	return out
 }

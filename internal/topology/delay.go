@@ -140,6 +140,19 @@ type DelayTopology struct {
 	MaxLength        int
 }
 
+// Queues are the delay queues, which hops are published to: every tier's
+// and the precise queue, if there is one.
+func (d DelayTopology) Queues() []string {
+	out := make([]string, 0, len(d.Tiers)+1)
+	for _, t := range d.Tiers {
+		out = append(out, t.Queue)
+	}
+	if d.PreciseQueue != "" {
+		out = append(out, d.PreciseQueue)
+	}
+	return out
+}
+
 // addDelay adds the delay exchange and queues to the model.
 //
 // A hop is published to the delay exchange with routing key delay.<tier>

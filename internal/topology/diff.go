@@ -52,12 +52,19 @@ type Change struct {
 	Current  string
 	Wanted   string
 	Source   string // the setting that decides Wanted, when there is one
+	// Type is, for a queue, the type the model declares it with (always
+	// named: see Queue.DeclareArgs), which plan prints.
+	Type QueueType
 }
 
 func (c Change) String() string {
+	typ := ""
+	if c.Type != "" {
+		typ = " (" + string(c.Type) + ")"
+	}
 	switch c.Kind {
 	case Create:
-		return fmt.Sprintf("+ create %s %s", c.Resource, c.Name)
+		return fmt.Sprintf("+ create %s %s%s", c.Resource, c.Name, typ)
 	case Conflict:
 		s := fmt.Sprintf("! conflict %s %s: %s is %s on the broker, the model wants %s", c.Resource, c.Name, c.Field, c.Current, c.Wanted)
 		if c.Source != "" {
@@ -65,7 +72,7 @@ func (c Change) String() string {
 		}
 		return s
 	default:
-		return fmt.Sprintf("= in sync %s %s", c.Resource, c.Name)
+		return fmt.Sprintf("= in sync %s %s%s", c.Resource, c.Name, typ)
 	}
 }
 
@@ -119,7 +126,7 @@ func Diff(m *Model, s State) Plan {
 	for _, q := range m.Queues {
 		o, ok := s.Queues[q.Name]
 		if !ok {
-			p.Changes = append(p.Changes, Change{Kind: Create, Resource: "queue", Name: q.Name})
+			p.Changes = append(p.Changes, Change{Kind: Create, Resource: "queue", Name: q.Name, Type: q.Type})
 			continue
 		}
 		n := len(p.Changes)
@@ -137,7 +144,7 @@ func Diff(m *Model, s State) Plan {
 		p.prop("queue", q.Name, "exclusive", strconv.FormatBool(o.Exclusive), "false", "")
 		p.args("queue", q.Name, o.Args, q.Args, q.Sources)
 		if len(p.Changes) == n {
-			p.Changes = append(p.Changes, Change{Kind: InSync, Resource: "queue", Name: q.Name})
+			p.Changes = append(p.Changes, Change{Kind: InSync, Resource: "queue", Name: q.Name, Type: q.Type})
 		}
 	}
 	have := map[Binding]bool{}

@@ -97,14 +97,7 @@ func Export(m *Model, opts ExportOptions) ([]byte, error) {
 		d.Permissions = append(d.Permissions, defPermission{User: u.Name, VHost: vhost, Configure: ".*", Write: ".*", Read: ".*"})
 	}
 	for _, q := range m.Queues {
-		args := map[string]any{}
-		for k, v := range q.Args {
-			args[k] = v
-		}
-		if q.Type != Classic && q.Type != "" {
-			args[ArgQueueType] = string(q.Type)
-		}
-		d.Queues = append(d.Queues, defQueue{Name: q.Name, VHost: vhost, Durable: q.Durable, Arguments: args})
+		d.Queues = append(d.Queues, defQueue{Name: q.Name, VHost: vhost, Durable: q.Durable, Arguments: q.DeclareArgs()})
 	}
 	for _, e := range m.Exchanges {
 		args := e.Args

@@ -40,6 +40,13 @@ const (
 	// without spending the DLQ's delivery attempts (see
 	// DeadLetterLogConfig).
 	RoleDeadLetterLog Role = "dead-letter-log"
+	// RoleDeadLetterStatus is a queue bound wherever a DLQ of messages with
+	// status records is bound, consumed by the consumers, which write the
+	// status of what the broker dead-lettered by itself (a queue's TTL,
+	// drop-head, a quorum queue's delivery limit), since no code of ours
+	// ran when it did: without it such a message kept a status of queued,
+	// sending or retrying for good.
+	RoleDeadLetterStatus Role = "dead-letter-status"
 )
 
 // FillWarning is the fill (depth / x-max-length) from which tools flag a
@@ -77,33 +84,46 @@ const (
 	ArgMaxLengthBytes     = "x-max-length-bytes"
 )
 
-// Level is a traffic level of a channel (seed 004's multi-level queues).
-// Every channel has the same three, each its own queue: a burst of bulk
-// mail never sits in front of a verification code.
+// Level is a traffic level of a channel (seed 004's multi-level queues):
+// each its own queue, so a burst of bulk mail never sits in front of a
+// verification code.
 type Level string
 
 // Levels, from the most to the least urgent.
 const (
-	// High is seed 002's queue exactly (queue.{ch}, its TTL, bound and
-	// drop-head): verification codes, for which a stale message is useless.
-	High Level = "high"
-	// Normal and Low have no queue TTL and a large bound that refuses
-	// publishes (reject-publish) instead of dropping: an accepted notice is
-	// never lost to a burst.
+	// Code is seed 002's queue exactly (queue.{ch}, its TTL, bound and
+	// drop-head), and holds verification codes only, for which a stale
+	// message is useless. No notice enters it, whatever its priority: its
+	// room (the bound, and the API's admission below it) is the codes'
+	// alone (issue 36: 2,000 notices at priority 9 had filled it and every
+	// code after them was refused).
+	Code Level = "code"
+	// High, Normal and Low are the notices' levels (a notice's "priority":
+	// "high" or 7-9, "normal" or 4-6, "low" or 0-3). Their queues have no
+	// queue TTL (a notice's own deadline still applies, in the consumer)
+	// and a large bound that refuses publishes (reject-publish) instead of
+	// dropping: an accepted notice is never lost to a burst.
+	High   Level = "high"
 	Normal Level = "normal"
 	Low    Level = "low"
 )
 
-// Levels lists every level, most urgent first.
-var Levels = []Level{High, Normal, Low}
+// Levels lists every level, most urgent first: the queues of a channel.
+var Levels = []Level{Code, High, Normal, Low}
 
-// DefaultLevelWeights are seed 004's shares of a channel's workers while
-// every level has work (PRIORITY_WEIGHTS 8:3:1).
+// NoticeLevels are the levels a notice's priority chooses from, most
+// urgent first.
+var NoticeLevels = []Level{High, Normal, Low}
+
+// DefaultLevelWeights are seed 004's shares of a channel's notice workers
+// while every notice level has work (PRIORITY_WEIGHTS 8:3:1). Codes have
+// workers of their own.
 var DefaultLevelWeights = map[Level]int{High: 8, Normal: 3, Low: 1}
 
-// ParseLevel returns the level named s.
+// ParseLevel returns the notice level named s (high, normal or low: what
+// a caller may ask for; the codes' level is never named).
 func ParseLevel(s string) (Level, error) {
-	for _, l := range Levels {
+	for _, l := range NoticeLevels {
 		if string(l) == s {
 			return l, nil
 		}
@@ -116,9 +136,9 @@ const DefaultLevelMaxLength = 1_000_000
 
 // ChannelConfig tunes one channel's queues.
 type ChannelConfig struct {
-	// LevelMaxLength bounds the normal and low queues (reject-publish when
-	// full); a level missing here gets DefaultLevelMaxLength. High is
-	// bounded by MaxLength.
+	// LevelMaxLength bounds the notices' queues (reject-publish when
+	// full); a level missing here gets DefaultLevelMaxLength. The codes'
+	// queue is bounded by MaxLength.
 	LevelMaxLength map[Level]int
 
 	// QueueTTL is how long a message may wait in the main queue before it is
@@ -150,7 +170,7 @@ func DefaultConfig() Config {
 	c := Config{QueueType: Classic, Channels: map[string]ChannelConfig{}, Delay: DefaultDelay(), DeadLetterLog: DefaultDeadLetterLog()}
 	for _, ch := range Channels {
 		cc := DefaultChannel
-		cc.LevelMaxLength = map[Level]int{Normal: DefaultLevelMaxLength, Low: DefaultLevelMaxLength}
+		cc.LevelMaxLength = map[Level]int{High: DefaultLevelMaxLength, Normal: DefaultLevelMaxLength, Low: DefaultLevelMaxLength}
 		c.Channels[ch] = cc
 	}
 	return c
@@ -176,8 +196,8 @@ func (c Config) Validate() error {
 			return fmt.Errorf("channel %s: max priority %d must be between 0 and 10", name, cc.MaxPriority)
 		}
 		for l, n := range cc.LevelMaxLength {
-			if l == High {
-				return fmt.Errorf("channel %s: the high level is bounded by MaxLength, not LevelMaxLength", name)
+			if l == Code {
+				return fmt.Errorf("channel %s: the code level is bounded by MaxLength, not LevelMaxLength", name)
 			}
 			if _, err := ParseLevel(string(l)); err != nil {
 				return fmt.Errorf("channel %s: %w", name, err)
@@ -227,12 +247,30 @@ type Queue struct {
 	Channel string // the delivery channel it belongs to, if any
 	Level   Level  // a main queue's traffic level
 	Args    map[string]any
-	// LogOf is, on a dead-letter log, the DLQ it copies.
+	// LogOf is, on a dead-letter log or status queue, the DLQ it copies.
 	LogOf string
 	// Sources maps an argument to the environment variable that sets it, so
 	// a conflict message can say which knob to turn. Fixed arguments (the
 	// dead-letter exchange, drop-head) have none.
 	Sources map[string]string
+}
+
+// DeclareArgs are the arguments a declare of q sends: Args and, always,
+// x-queue-type, classic included. A declare without it takes the vhost's
+// default queue type (RabbitMQ 3.10 and 4.x alike, and from 3.13 the
+// node's default_queue_type too), so a vhost created with quorum as its
+// default would turn every classic queue of the model (the dead-letter
+// logs, whose reads must spend no delivery attempt, among them) into a
+// quorum queue. An explicit "classic" is equivalent to no argument on an
+// existing classic queue, so adding it conflicts with nothing declared
+// before.
+func (q Queue) DeclareArgs() map[string]any {
+	out := make(map[string]any, len(q.Args)+1)
+	for k, v := range q.Args {
+		out[k] = v
+	}
+	out[ArgQueueType] = string(cmp.Or(q.Type, Classic))
+	return out
 }
 
 // Binding routes from an exchange to a queue or another exchange.
@@ -244,7 +282,7 @@ type Binding struct {
 }
 
 // ChannelTopology names the resources of one delivery channel. Queue and
-// RoutingKey are the high level's (seed 002's queue.{ch} and {ch}).
+// RoutingKey are the code level's (seed 002's queue.{ch} and {ch}).
 type ChannelTopology struct {
 	Name               string
 	Exchange           string
@@ -269,8 +307,9 @@ type LevelTopology struct {
 	EnvMaxLength string
 }
 
-// Level returns level l of the channel; an empty or unknown level is
-// High, where every message went before levels existed.
+// Level returns level l of the channel; an empty (or unknown) level is
+// Code: codes carry none, and neither did any message before levels
+// existed.
 func (c ChannelTopology) Level(l Level) LevelTopology {
 	for _, lt := range c.Levels {
 		if lt.Level == l {
@@ -306,7 +345,7 @@ func channelNames(ch string) ChannelTopology {
 	}
 	for _, l := range Levels {
 		lt := LevelTopology{Level: l, Queue: ct.Queue, RoutingKey: ct.RoutingKey, EnvMaxLength: LevelMaxLengthEnv(ch, l)}
-		if l != High {
+		if l != Code {
 			lt.Queue += "." + string(l)
 			lt.RoutingKey += "." + string(l)
 		}
@@ -334,7 +373,7 @@ func Build(cfg Config, brokerVersion string) (*Model, error) {
 		ct.QueueTTL = cc.QueueTTL
 		for i := range ct.Levels {
 			ct.Levels[i].MaxLength = cc.MaxLength
-			if ct.Levels[i].Level != High {
+			if ct.Levels[i].Level != Code {
 				ct.Levels[i].MaxLength = cmp.Or(cc.LevelMaxLength[ct.Levels[i].Level], DefaultLevelMaxLength)
 			}
 		}
@@ -350,7 +389,7 @@ func Build(cfg Config, brokerVersion string) (*Model, error) {
 
 		prefix := EnvPrefix(name)
 		main := Queue{
-			Name: ct.Queue, Type: cfg.QueueType, Durable: true, Role: RoleMain, Channel: name, Level: High,
+			Name: ct.Queue, Type: cfg.QueueType, Durable: true, Role: RoleMain, Channel: name, Level: Code,
 			Args:    map[string]any{ArgDeadLetterExchange: ct.DeadLetterExchange},
 			Sources: map[string]string{},
 		}
@@ -389,7 +428,7 @@ func Build(cfg Config, brokerVersion string) (*Model, error) {
 	return m, m.check()
 }
 
-// levelQueue is a normal or low queue: no queue TTL (a notice waits for its
+// levelQueue is a notice level's queue (high, normal, low): no queue TTL (a notice waits for its
 // turn; its own deadline still applies in the consumer) and a bound that
 // refuses publishes, so the API answers 503 instead of a 202 followed by a
 // drop. reject-publish also makes a quorum queue's dead-lettering
@@ -415,10 +454,11 @@ func levelQueue(qt QueueType, ct ChannelTopology, lt LevelTopology) Queue {
 func EnvPrefix(ch string) string { return strings.ToUpper(ch) }
 
 // LevelMaxLengthEnv is the variable bounding a level's queue:
-// MAIL_QUEUE_MAX_LENGTH for high (seed 002's), MAIL_NORMAL_QUEUE_MAX_LENGTH,
+// MAIL_QUEUE_MAX_LENGTH for the codes' (seed 002's),
+// MAIL_HIGH_QUEUE_MAX_LENGTH, MAIL_NORMAL_QUEUE_MAX_LENGTH,
 // MAIL_LOW_QUEUE_MAX_LENGTH.
 func LevelMaxLengthEnv(ch string, l Level) string {
-	if l == High {
+	if l == Code {
 		return EnvPrefix(ch) + "_QUEUE_MAX_LENGTH"
 	}
 	return EnvPrefix(ch) + "_" + strings.ToUpper(string(l)) + "_QUEUE_MAX_LENGTH"
@@ -430,12 +470,15 @@ func LevelMaxLengthEnv(ch string, l Level) string {
 func (m *Model) applyQuorum(v version, groupSize int) {
 	m.Notes = append(m.Notes,
 		"quorum queues: every queue is replicated with Raft across the cluster's nodes (use 3 or 5 nodes to survive node loss); on a single node they only add disk writes.",
-		"quorum queues: messages are always persisted; per-message priority is not supported before RabbitMQ 4.0, so x-max-priority is dropped.",
-		"quorum queues: the high queues (queue.{ch}) keep overflow drop-head, so their dead-lettering stays at-most-once (at-least-once dead-lettering needs reject-publish, which would refuse new messages instead of dropping the oldest); the normal and low queues refuse publishes when full and dead-letter at-least-once.",
+		"quorum queues: messages are always persisted; a quorum queue takes no x-max-priority (before 4.0 it ignores message priorities; from 4.0 it splits them into two sub-queues), so it is dropped. msgpulse sets no message priority anyway: levels are queues.",
+		"quorum queues: the codes' queues (queue.{ch}) keep overflow drop-head, so their dead-lettering stays at-most-once (at-least-once dead-lettering needs reject-publish, which would refuse new messages instead of dropping the oldest); the notices' queues (high, normal, low) refuse publishes when full and dead-letter at-least-once.",
 		"quorum queues: delay queues use at-least-once dead-lettering (x-dead-letter-strategy, with reject-publish), so no delay hop can lose a message.")
+	limit := "RabbitMQ 4.0 and later (this broker) give every quorum queue a default delivery limit of 20"
 	if v.less(4, 0) {
-		m.Notes = append(m.Notes, "quorum queues: RabbitMQ 4.0 and later give every quorum queue a default delivery limit of 20, after which a message is dropped or dead-lettered; before 4.0 (this broker) there is none. Either way the DLQ tool reads each DLQ's classic log queue, never the DLQ, so reading spends no attempt (see docs/cluster.md).")
+		limit = "RabbitMQ 4.0 and later give every quorum queue a default delivery limit of 20 (before 4.0, this broker, there is none)"
 	}
+	m.Notes = append(m.Notes, "quorum queues: "+limit+": a message handed back that often (every return before 4.3) is dead-lettered with reason delivery_limit. "+
+		"msgpulse hands nothing back to wait: a retry the broker refuses is held and published again; the DLQ tool reads each DLQ's classic log queue, never the DLQ (see docs/cluster.md).")
 	for i := range m.Queues {
 		q := &m.Queues[i]
 		if q.Role == RoleDeadLetterLog {

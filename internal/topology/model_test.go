@@ -214,7 +214,8 @@ func TestPasswordHashFormat(t *testing.T) {
 	require.NotEqual(t, h, PasswordHash("guest", "other"))
 }
 
-// Issue 12: every channel has the same three levels, derived from its name.
+// Issue 12: every channel has the same levels, derived from its name;
+// issue 36: the codes' own (seed 002's queue) and three for notices.
 func TestBuildLevelsPerChannel(t *testing.T) {
 	for _, qt := range []QueueType{Classic, Quorum} {
 		cfg := DefaultConfig()
@@ -225,15 +226,20 @@ func TestBuildLevelsPerChannel(t *testing.T) {
 			c, err := m.Channel(ch)
 			require.NoError(t, err)
 			require.Len(t, c.Levels, len(Levels))
-			high := c.Level(High)
-			require.Equal(t, c.Queue, high.Queue, "high is seed 002's queue")
-			require.Equal(t, c.RoutingKey, high.RoutingKey)
-			require.Equal(t, high, c.Level(""), "no level means high")
+			code := c.Level(Code)
+			require.Equal(t, c.Queue, code.Queue, "codes have seed 002's queue")
+			require.Equal(t, "queue."+ch, code.Queue)
+			require.Equal(t, c.RoutingKey, code.RoutingKey)
+			require.Equal(t, code, c.Level(""), "no level means a code")
+			cq, ok := m.Queue(code.Queue)
+			require.True(t, ok)
+			require.Equal(t, Code, cq.Level)
 			for _, tc := range []struct {
 				level Level
 				queue string
 				env   string
 			}{
+				{High, "queue." + ch + ".high", EnvPrefix(ch) + "_HIGH_QUEUE_MAX_LENGTH"},
 				{Normal, "queue." + ch + ".normal", EnvPrefix(ch) + "_NORMAL_QUEUE_MAX_LENGTH"},
 				{Low, "queue." + ch + ".low", EnvPrefix(ch) + "_LOW_QUEUE_MAX_LENGTH"},
 			} {
@@ -268,7 +274,7 @@ func TestBuildLevelsPerChannel(t *testing.T) {
 
 func TestLevelConfigRejected(t *testing.T) {
 	for name, lm := range map[string]map[Level]int{
-		"high":    {High: 10},
+		"code":    {Code: 10},
 		"unknown": {"urgent": 10},
 		"zero":    {Low: 0},
 	} {
@@ -283,13 +289,15 @@ func TestLevelConfigRejected(t *testing.T) {
 }
 
 func TestParseLevel(t *testing.T) {
-	for _, l := range Levels {
+	for _, l := range NoticeLevels {
 		got, err := ParseLevel(string(l))
 		require.NoError(t, err)
 		require.Equal(t, l, got)
 	}
-	_, err := ParseLevel("HIGH")
-	require.Error(t, err)
+	for _, bad := range []string{"HIGH", string(Code), ""} {
+		_, err := ParseLevel(bad)
+		require.Error(t, err, "%q: the codes' level is never asked for", bad)
+	}
 }
 
 func TestQueueFill(t *testing.T) {

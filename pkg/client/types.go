@@ -179,8 +179,9 @@ type Batch struct {
 	TaskIDs []string       `json:"taskIds"`
 }
 
-// Level is a traffic level: each is its own queue, and consumers prefer
-// high, then normal, then low.
+// Level is a notice's traffic level: each is its own queue, and consumers
+// prefer high, then normal, then low. Verification codes have a queue of
+// their own, which no notice enters.
 type Level string
 
 // Levels.

@@ -80,6 +80,9 @@ type Options struct {
 	Logger     *zap.Logger
 	// Weights are the levels' shares of the workers; nil = topology.DefaultLevelWeights.
 	Weights map[topology.Level]int
+	// VHostDefaultType is the default queue type of the stack's vhost
+	// ("" = the broker's): what a declare without x-queue-type gets.
+	VHostDefaultType string
 }
 
 // Stack is one isolated msgpulse deployment.
@@ -117,7 +120,7 @@ func New(t testing.TB, opts Options) *Stack {
 	if opts.Logger == nil {
 		opts.Logger = zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	}
-	s := &Stack{T: t, opts: opts, Broker: testenv.NewBroker(t), Redis: testenv.NewRedis(t)}
+	s := &Stack{T: t, opts: opts, Broker: testenv.NewBrokerDefaultType(t, opts.VHostDefaultType), Redis: testenv.NewRedis(t)}
 	cfg := testenv.Topology()
 	if opts.Model != nil {
 		opts.Model(&cfg)
@@ -253,8 +256,16 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 		ct, err := s.Model.Channel(ch)
 		require.NoError(t, err)
 		maxW := max(s.opts.MaxWorkers, concurrency)
-		bc, err := broker.NewConsumer(broker.ConsumerConfig{Session: session, Queues: d.LevelQueues(ct, s.opts.Weights, maxW), OnPanic: d.OnPanic(ch),
-			Concurrency: concurrency, MaxConcurrency: maxW, ScaleEvery: s.opts.ScaleEvery, OnWorkers: s.Metrics.WorkersOf(ch), Grace: 10 * time.Second, Tag: name, Logger: s.opts.Logger.Named(name)})
+		for _, pool := range d.Pools(ct, s.opts.Weights, maxW) {
+			bc, err := broker.NewConsumer(broker.ConsumerConfig{Session: session, Queues: pool.Queues, OnPanic: d.OnPanic(ch),
+				Concurrency: concurrency, MaxConcurrency: maxW, ScaleEvery: s.opts.ScaleEvery, OnWorkers: s.Metrics.WorkersOf(ch, pool.Name), Grace: 10 * time.Second, Tag: name, Logger: s.opts.Logger.Named(name)})
+			require.NoError(t, err)
+			workers.Add(1)
+			go func() { defer workers.Done(); _ = bc.Run(ctx) }()
+		}
+	}
+	if dl := d.DeadLetterQueues(topology.Channels, s.Model.Delay.RelayQueue != ""); len(dl) > 0 {
+		bc, err := broker.NewConsumer(broker.ConsumerConfig{Session: session, Queues: dl, Concurrency: 2, Grace: 10 * time.Second, Tag: name, Logger: s.opts.Logger.Named(name)})
 		require.NoError(t, err)
 		workers.Add(1)
 		go func() { defer workers.Done(); _ = bc.Run(ctx) }()

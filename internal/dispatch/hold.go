@@ -1,0 +1,119 @@
+package dispatch
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/msgpulse/msgpulse/internal/broker"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
+)
+
+// Backoff of a held delivery's publish: from holdFirst, doubling, at most
+// holdMax between two tries (with jitter, so many held deliveries do not
+// try together). Each try is one publish, refused or blocked at once.
+const (
+	holdFirst = 100 * time.Millisecond
+	holdMax   = 5 * time.Second
+)
+
+// holdLater keeps a delivery whose next step (a retry, a snooze, a wait
+// for a breaker or an account) could not be published, and publishes it in
+// the background until the broker takes it; then the delivery is acked.
+//
+// Handing it back instead (nack with requeue, after a pause) was a loop
+// that cost a quorum queue's delivery limit on RabbitMQ 4.x: 20 by
+// default, every return counted before 4.3. A delay queue that refused
+// publishes for 40 s had the broker dead-letter 3 of 5 notices whose fault
+// had healed, their status still "retrying" (issue 36). Held, the delivery
+// spends nothing: its status ("retrying", written before) stays true, and
+// the copy is due when it was meant to be, or at once if that has passed.
+//
+// A held delivery keeps its place in its queue's prefetch window, but not a
+// worker: the broker.Consumer moves on at once (broker.Held). Each queue
+// has its own channel and window, so held notices never stop codes; a
+// window full of held deliveries pauses that queue on this consumer, which
+// is the back-pressure wanted while the broker refuses the retries.
+//
+// On stop, the delivery is held through the grace period; when it is over
+// (ctx ends), the copy goes to the delivery's own queue without its delay
+// (handBack), and only if that fails too is the delivery handed back,
+// spending one attempt, as a channel closing with it unacked would.
+func (d *Dispatcher) holdLater(ctx context.Context, j *job, out broker.Outgoing, due time.Time, cause error) broker.Action {
+	taskID := j.msg.TaskID
+	h := j.hold // a job handed on holds its delivery already, past its handler
+	if h == nil {
+		h = broker.HoldDelivery(ctx)
+	}
+	if h == nil {
+		// Not under a broker.Consumer (a handler called directly): the one
+		// way left is the old one.
+		d.log.Error("could not schedule the message for later; handing it back", zap.String("task_id", taskID), telemetry.LogField(ctx), zap.Error(cause))
+		sleep(ctx, time.Second)
+		return broker.Requeue
+	}
+	d.log.Warn("could not schedule the message for later; holding it and trying again", zap.String("task_id", taskID), zap.String("queue", h.Queue()), telemetry.LogField(ctx), zap.Error(cause))
+	d.cfg.Metrics.Held.Inc()
+	go func() {
+		defer d.cfg.Metrics.Held.Dec()
+		h.Settle(d.publishHeld(ctx, h, taskID, out, due))
+	}()
+	return broker.Held
+}
+
+// publishHeld tries the publish until it works, the delivery's channel is
+// lost, or ctx ends (the consumer's grace period is over), and says how to
+// settle the delivery.
+func (d *Dispatcher) publishHeld(ctx context.Context, h *broker.Hold, taskID string, out broker.Outgoing, due time.Time) broker.Action {
+	wait, tries, since := holdFirst, 1, d.now()
+	for {
+		select {
+		case <-h.Lost():
+			return broker.Requeue // a no-op: the broker has it back
+		case <-ctx.Done():
+			return d.handBack(ctx, h, taskID, out)
+		case <-time.After(wait/2 + rand.N(wait/2+1)): //nolint:gosec // spreading retries, not a secret
+		}
+		tries++
+		err := d.publishLater(ctx, out, due)
+		if err == nil {
+			d.log.Info("scheduled the held message for later", zap.String("task_id", taskID), zap.Int("tries", tries), zap.Duration("held", d.now().Sub(since)))
+			return broker.Ack
+		}
+		if tries%20 == 0 {
+			d.log.Warn("still holding a message the broker will not take", zap.String("task_id", taskID), zap.Int("tries", tries), zap.Duration("held", d.now().Sub(since)), zap.Error(err))
+		}
+		wait = min(2*wait, holdMax)
+	}
+}
+
+// handBack is a held delivery's way out when the consumer stops: its copy
+// goes straight to the queue it came from, without the wait (the delay
+// queues still refuse it), and the delivery is acked. A stopping consumer
+// would otherwise hand it back unacked, which counts toward a quorum
+// queue's delivery limit as a requeue does. The copy is the one the delay
+// queues were to carry (a retry counts its attempt), so it is one early
+// attempt, never one more.
+func (d *Dispatcher) handBack(ctx context.Context, h *broker.Hold, taskID string, out broker.Outgoing) broker.Action {
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	err := d.cfg.Delayed.PublishNow(pctx, out)
+	if err == nil {
+		d.log.Info("stopping: put the held message back in its queue without its wait", zap.String("task_id", taskID), zap.String("queue", h.Queue()))
+		return broker.Ack
+	}
+	d.log.Warn("stopping: could not put the held message back in its queue; handing the delivery back", zap.String("task_id", taskID), zap.String("queue", h.Queue()), zap.Error(err))
+	return broker.Requeue
+}
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

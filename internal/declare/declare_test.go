@@ -79,7 +79,6 @@ func TestDeclareCreatesModelWithArgumentsReadBack(t *testing.T) {
 		for k, v := range got.Arguments {
 			gotArgs[k] = topology.FormatValue(v)
 		}
-		delete(gotArgs, topology.ArgQueueType) // the type is compared above
 		wantArgs := map[string]string{}
 		for k, v := range want.DeclareArgs() { // x-queue-type: classic included
 			wantArgs[k] = topology.FormatValue(v)

@@ -16,6 +16,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider/wecom/wecomtest"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/testenv"
+	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
 // Two teams, two WeCom applications: shop's in corp-a, blog's in corp-b.
@@ -153,9 +154,13 @@ func TestOneWeComJobResolvesItsAccountOnce(t *testing.T) {
 		return srv.Users() == 9 && len(srv.RobotPosts()) == 1
 	})
 	testenv.WaitFor(t, 5*time.Second, "every job settled", func() bool {
-		return testutil.ToFloat64(s.Metrics.Sent.WithLabelValues("wecom", "high", "wecom"))+
-			testutil.ToFloat64(s.Metrics.Sent.WithLabelValues("wecom", "normal", "wecom"))+
-			testutil.ToFloat64(s.Metrics.Sent.WithLabelValues("wecom", "high", "wecom-robot")) == 10
+		sent := 0.0
+		for _, l := range topology.Levels {
+			for _, p := range []string{"wecom", "wecom-robot"} {
+				sent += testutil.ToFloat64(s.Metrics.Sent.WithLabelValues("wecom", string(l), p))
+			}
+		}
+		return sent == 10
 	})
 	require.EqualValues(t, jobs, c.Dispatcher.AccountResolutions(), "one resolution per job")
 }

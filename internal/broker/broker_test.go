@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/msgpulse/msgpulse/internal/testenv"
+	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
 type env struct {
@@ -699,9 +700,18 @@ func TestLanesOpenAsADestinationNeedsThem(t *testing.T) {
 // none is settled. They are settled later, from elsewhere, each once; on
 // stop the consumer waits for the ones still handed on before its last
 // acks.
+//
+// Its queues are classic whatever the run's type: the test sees the stop's
+// cancel in the queue's consumer count, and a quorum queue keeps a
+// cancelled consumer listed while it still holds deliveries.
 func TestConsumerHandsDeliveriesOn(t *testing.T) {
 	e := setup(t)
-	e.workWithDLQ(t)
+	classic := amqp.Table{topology.ArgQueueType: string(topology.Classic)}
+	require.NoError(t, e.ch.ExchangeDeclare("dlx", "fanout", false, false, false, false, nil))
+	_, err := e.ch.QueueDeclare("dlq", true, false, false, false, testenv.QueueArgs(classic))
+	require.NoError(t, err)
+	require.NoError(t, e.ch.QueueBind("dlq", "", "dlx", false, nil))
+	e.queue(t, "work", amqp.Table{"x-dead-letter-exchange": "dlx", topology.ArgQueueType: string(topology.Classic)})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const n = 6

@@ -48,11 +48,7 @@ func TestBrowserShowsWeComAccountLimits(t *testing.T) {
 	_, srv := h.serve(t, keys, nil)
 
 	b := newBrowser(t)
-	b.open(srv.URL + "/console")
-	b.waitVisible("#login")
-	b.typeInto("#name", testName)
-	b.typeInto("#key", testKey)
-	b.click("#login-submit")
+	b.login(srv.URL)
 	b.waitVisible("#wecom-accounts")
 	cell := func(account string) string {
 		return b.text(`#wecom-accounts tr[data-account="` + account + `"] td.limits`)

@@ -78,6 +78,17 @@ func (b *browser) text(sel string) string {
 }
 
 // screenshot saves the whole page as PNG (quality 100 is PNG; less is JPEG).
+// login opens the console at base and signs in with the test key, as a
+// person would: the key's name and the key in the form.
+func (b *browser) login(base string) {
+	b.t.Helper()
+	b.open(base + "/console")
+	b.waitVisible("#login")
+	b.typeInto("#name", testName)
+	b.typeInto("#key", testKey)
+	b.click("#login-submit")
+}
+
 func (b *browser) screenshot(path string) {
 	b.t.Helper()
 	png := do(b, "screenshot", chromedp.FullScreenshot(100))

@@ -483,11 +483,7 @@ func TestBrowserReplaysADeadLetter(t *testing.T) {
 		shots = dir
 	}
 	b := newBrowser(t)
-	b.open(h.http.URL + "/console")
-	b.waitVisible("#login")
-	b.typeInto("#name", testName)
-	b.typeInto("#key", testKey)
-	b.click("#login-submit")
+	b.login(h.http.URL)
 	b.waitVisible("#queues")
 	require.Equal(t, "1", b.text(`#queues tr[data-queue="`+h.mail.DeadLetterQueue+`"] td.depth`))
 	b.screenshot(filepath.Join(shots, "1-queues.png"))

@@ -35,11 +35,7 @@ func TestBrowserLiftsAFraudBlock(t *testing.T) {
 		shots = dir
 	}
 	b := newBrowser(t)
-	b.open(srv.URL + "/console")
-	b.waitVisible("#login")
-	b.typeInto("#name", testName)
-	b.typeInto("#key", testKey)
-	b.click("#login-submit")
+	b.login(srv.URL)
 	b.waitVisible("#queues")
 	b.click(`nav a[href="/console/fraud"]`)
 	b.waitVisible("#blocks")

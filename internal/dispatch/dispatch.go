@@ -219,7 +219,7 @@ func New(cfg Config) (*Dispatcher, error) {
 // Drain makes the work handed on (merge buffer, media pool) finish as soon
 // as it can: merged sends go at once, and media not yet downloading come
 // back later (a snooze). Call it when the consumers start to stop; they
-// wait for what is handed on (broker.Later), within their grace.
+// wait for the deliveries it holds (broker.Hold), within their grace.
 func (d *Dispatcher) Drain() {
 	if d.merge != nil {
 		d.merge.drain()
@@ -890,7 +890,8 @@ func (d *Dispatcher) later(ctx context.Context, j *job, wait time.Duration, isRe
 }
 
 // laterMessage is the copy later publishes: back to the level it left (an
-// empty level is high), with the attempt counted for a retry.
+// empty level is the channel's first, codes'), with the attempt counted for
+// a retry.
 func (d *Dispatcher) laterMessage(j *job, isRetry bool) (broker.Outgoing, error) {
 	m := *j.msg
 	if isRetry {

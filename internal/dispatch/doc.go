@@ -17,7 +17,7 @@
 // file's download) is handed on, with its claim and unsettled delivery,
 // to the merge buffer or the media pool, and its worker takes the next
 // delivery: whoever holds the job finishes it (finish) and settles the
-// delivery then (broker.Later), never before. Each WeCom job resolves its
+// delivery then (through its broker.Hold), never before. Each WeCom job resolves its
 // account once (accounts.go) and hands that object down.
 //
 // The one window no design closes: a crash after the provider accepted a

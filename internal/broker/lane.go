@@ -275,7 +275,7 @@ func (p *Publisher) publishShared(ctx context.Context, conn *amqp.Connection, ex
 			// broker closed it), not by retire, which waits for this
 			// publish: see lostConfirm for what was kept.
 			p.retire(l)
-			return l.lostConfirm()
+			return l.lostConfirm(len(msg.Body))
 		}
 		// This message's own nack. The lane takes no new publish (see
 		// Publish: RabbitMQ 3.10 keeps nacking on a channel after a quorum

@@ -136,7 +136,14 @@ type pubChannel struct {
 // unconfirmed, is the one exception this does not tell apart). Any other
 // close (the connection was lost, a node went down) may have come after
 // the broker queued the message: ErrConfirmLost.
-func (pc *pubChannel) lostConfirm() error {
+//
+// size is the body's length of the publish asking: a 406 for a message
+// over the broker's max size names that size, and only the publish whose
+// message it names was refused whole. The others in flight on the channel
+// (a lane carries up to 256) may have been kept before it: theirs is
+// ErrConfirmLost, never ErrTooLarge, which callers answer "nothing was
+// kept".
+func (pc *pubChannel) lostConfirm(size int) error {
 	pc.reasonMu.Lock()
 	select {
 	case e, ok := <-pc.closes:
@@ -153,7 +160,8 @@ func (pc *pubChannel) lostConfirm() error {
 	// RabbitMQ checks a message's size before routing it, and closes the
 	// channel with 406 ("message size N is larger than configured max size
 	// M"): that message was not kept.
-	if e != nil && e.Code == amqp.PreconditionFailed && strings.Contains(e.Reason, "max size") && !pc.conn.IsClosed() {
+	if e != nil && e.Code == amqp.PreconditionFailed && strings.Contains(e.Reason, "max size") &&
+		strings.Contains(e.Reason, fmt.Sprintf("message size %d ", size)) && !pc.conn.IsClosed() {
 		return fmt.Errorf("%w: %w", ErrTooLarge, e)
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, ErrConfirmLost)
@@ -376,7 +384,7 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 	if !dc.Acked() {
 		if pc.ch.IsClosed() {
 			p.discard(pc)
-			return pc.lostConfirm()
+			return pc.lostConfirm(len(msg.Body))
 		}
 		// Never publish on a channel that got a nack again: after a quorum
 		// queue's leader dies, RabbitMQ 3.10 keeps nacking on that channel
@@ -476,7 +484,7 @@ func (p *Publisher) awaitBatch(ctx context.Context, pc *pubChannel, msgs []Outgo
 			errs[i] = &ReturnError{Exchange: m.Exchange, RoutingKey: m.RoutingKey, Code: r.ReplyCode, Text: r.ReplyText}
 		}
 		if errs[i] != nil && errors.Is(errs[i], ErrNacked) && pc.ch.IsClosed() {
-			errs[i] = pc.lostConfirm()
+			errs[i] = pc.lostConfirm(len(m.Msg.Body))
 		}
 	}
 	nacked := false

@@ -496,9 +496,10 @@ func (c *Consumer) handle(ctx context.Context, in *inbox, d *amqp.Delivery, h Ha
 		a = Requeue
 	case slot.hold != nil:
 		// Held, then settled by the handler's own action after all (a
-		// panic, say): the Hold must not settle it a second time.
-		c.settle(in.acks, d, a)
-		slot.hold.once.Do(slot.hold.done)
+		// panic, say): through the Hold, whose once keeps a delivery its
+		// owner settled already from being settled twice (a second ack of
+		// a tag closes the channel with every unacked delivery on it).
+		slot.hold.Settle(a)
 		return
 	}
 	c.settle(in.acks, d, a)

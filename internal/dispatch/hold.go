@@ -73,6 +73,13 @@ func (d *Dispatcher) publishHeld(ctx context.Context, h *broker.Hold, taskID str
 		case <-h.Lost():
 			return broker.Requeue // a no-op: the broker has it back
 		case <-ctx.Done():
+			// A lost session ends ctx too, and select picks at random: a
+			// delivery the broker has back gets no copy of its own.
+			select {
+			case <-h.Lost():
+				return broker.Requeue
+			default:
+			}
 			return d.handBack(ctx, h, taskID, out)
 		case <-time.After(wait/2 + rand.N(wait/2+1)): //nolint:gosec // spreading retries, not a secret
 		}

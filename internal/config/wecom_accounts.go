@@ -54,7 +54,7 @@ func loadWeComAccounts(l *envconf.Loader) WeComAccounts {
 	w.MediaCacheTTL = l.Duration("WECOM_MEDIA_CACHE_TTL", 60*time.Hour, time.Second, media.MaxCacheTTL,
 		"how long the media_id of an uploaded WeCom media file is reused for the same bytes and file name in the same corp (WeCom keeps media 3 days)")
 	w.MediaWorkers = l.Int("WECOM_MEDIA_CONCURRENCY", 16, 1, 1000,
-		"WeCom media files downloaded and uploaded at once, in a pool of their own, never in a send worker; 4 per worker may wait (the WeCom queues' prefetch grows by that), more come back later")
+		"WeCom media files downloaded and uploaded at once, in a pool of their own, never in a send worker; 8 per worker may wait (the WeCom queues' prefetch grows by that), more come back later")
 	w.MediaTenantWorkers = l.Int("WECOM_MEDIA_TENANT_CONCURRENCY", 4, 1, 1000,
 		"WeCom media downloads one tenant may have at once (at most WECOM_MEDIA_CONCURRENCY): a tenant's slow files slow its own media alone")
 	if w.MediaTenantWorkers > w.MediaWorkers {

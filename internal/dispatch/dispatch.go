@@ -110,7 +110,7 @@ type Config struct {
 	// MergeMax is how many messages the merge buffer holds at most
 	// (WECOM_MERGE_MAX); default wecom.MaxUsers. They wait there, not in
 	// workers: each normal and low WeCom queue may hold that many more
-	// deliveries (LevelQueues).
+	// deliveries (Pools).
 	MergeMax int
 	// Media fetches the files of WeCom media messages and caches their
 	// media ids; nil = media messages fail permanently.
@@ -306,7 +306,7 @@ func (d *Dispatcher) LevelHandler(channel string, level topology.Level) broker.H
 			d.cfg.DelayMetrics.Accuracy.Observe(d.now().Sub(due).Seconds())
 		}
 		j := &job{channel: channel, level: level, del: del, provider: d.providerName(channel), queue: queue, span: span}
-		if d.handsOnQueue(channel) {
+		if d.handsOnQueue(channel, level) {
 			j.hold = broker.HoldDelivery(ctx)
 		}
 		handedOn := false
@@ -506,11 +506,13 @@ func (d *Dispatcher) finish(ctx context.Context, j *job, rcpt provider.Receipt, 
 // worker.
 func (d *Dispatcher) handsOn(j *job) bool { return j.hold != nil && !j.noHandOff }
 
-// handsOnQueue says whether the queues of channel have room for what their
-// handlers hand on (broker.QueueShare.Hold, given in Pools): WeCom's, with
-// a WeCom provider, for the merge buffer and the media pool.
-func (d *Dispatcher) handsOnQueue(channel string) bool {
-	return channel == topology.WeCom && d.cfg.WeCom != nil
+// handsOnQueue says whether a queue of channel and level has room for what
+// its handler hands on (broker.QueueShare.Hold, given in Pools): WeCom's
+// notices' queues, with a WeCom provider, for the merge buffer and the
+// media pool. Never the codes' queue: a code has no media and is never
+// merged, so its queue keeps the plain prefetch and its deliveries no Hold.
+func (d *Dispatcher) handsOnQueue(channel string, l topology.Level) bool {
+	return channel == topology.WeCom && d.cfg.WeCom != nil && l != topology.Code
 }
 
 // claim acquires the message's idempotency claim. With withSending, the

@@ -31,11 +31,11 @@ import (
 // pool's jobs, and, for the notices' levels, the merge buffer's members)
 // keeps its place in the window until it is finished, so each queue's
 // prefetch grows by what may be handed on (broker.QueueShare.Hold): the
-// media pool's capacity (4 per media worker, 64 by default), and the merge
-// buffer's (WECOM_MERGE_MAX, 1,000 by default). Memory: each such delivery
-// is its body, which the API bounds (BODY_LIMIT, 64 KiB; a WeCom notice is
-// about 1 KB), so 1,064 held cost about 1 MB typically and 68 MB at worst
-// per queue, next to the workers' own.
+// media pool's capacity (mediaHeld, 8, per media worker: 128 by default),
+// and the merge buffer's (WECOM_MERGE_MAX, 1,000 by default). Memory: each
+// such delivery is its body, which the API bounds (BODY_LIMIT, 64 KiB; a
+// WeCom notice is about 1 KB), so 1,128 held cost about 1 MB typically
+// and 71 MB at worst per queue, next to the workers' own.
 func (d *Dispatcher) Pools(ct topology.ChannelTopology, weights map[topology.Level]int, concurrency int) []Pool {
 	if weights == nil {
 		weights = topology.DefaultLevelWeights
@@ -50,13 +50,13 @@ func (d *Dispatcher) Pools(ct topology.ChannelTopology, weights map[topology.Lev
 	return []Pool{{Name: "codes", Queues: codes}, {Name: "notices", Queues: notices}}
 }
 
-// withHold gives a WeCom queue room for what its handler hands on: the
-// media pool's jobs, and the merge buffer's members where the level is
-// merged (see mergeable).
+// withHold gives a WeCom notices' queue room for what its handler hands
+// on: the media pool's jobs, and the merge buffer's members where the level
+// is merged (see mergeable).
 func (d *Dispatcher) withHold(channel string, l topology.Level, q broker.QueueShare) broker.QueueShare {
-	if d.handsOnQueue(channel) {
+	if d.handsOnQueue(channel, l) {
 		q.Hold = d.media.capacity()
-		if d.merge != nil && !urgent(l) { // codes and urgent notices are never merged
+		if d.merge != nil && !urgent(l) { // urgent notices are never merged
 			q.Hold += d.merge.max
 		}
 	}

@@ -31,7 +31,7 @@ import (
 // back after mediaBusyWait (a snooze, before its claim: nothing attempted,
 // nothing recorded). So a tenant's slow files slow its own media alone:
 // they never take a send worker, another tenant's download slot, or more
-// than half the room the WeCom queues keep for the pool (LevelQueues).
+// than half the room the WeCom queues keep for the pool (Pools).
 type mediaPool struct {
 	d                  *Dispatcher
 	workers, perTenant int

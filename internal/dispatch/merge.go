@@ -32,7 +32,7 @@ const mergeHold = 10
 // finishes each. So a merge gathers as many messages as arrive in its
 // window, up to max in the buffer at once, whatever the worker count; the
 // normal and low WeCom queues may hold that many deliveries more than
-// their workers' (LevelQueues). A member costs the buffer its delivery
+// their workers' (Pools). A member costs the buffer its delivery
 // (the body, up to the API's BODY_LIMIT; a WeCom notice is about 1 KB)
 // and a few hundred bytes of state.
 type merger struct {

@@ -301,7 +301,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	// The consumers and the relay run on ctx: cancelling it starts the
 	// graceful stop. They are the last to start and the first to stop.
 	var wg sync.WaitGroup
-	errs := make(chan error, 2*len(cfg.Channels)+2) // a channel's pools (see Pools), the dead letters', the relay
+	errs := make(chan error, len(cfg.Channels)*len(topology.Levels)+2) // a channel's pools (see Pools: at most one a level), the dead letters', the relay
 	for _, ch := range cfg.Channels {
 		ct, err := model.Channel(ch)
 		if err != nil {

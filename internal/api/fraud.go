@@ -12,6 +12,7 @@ import (
 
 	"github.com/labstack/echo/v5"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/fraud"
@@ -43,6 +44,9 @@ func (s *Server) pumping(ctx context.Context, tenant string, n phone.Number, ge 
 	cfg := s.d.Fraud.Config()
 	prefix := cfg.Prefix(n)
 	s.fraud.Refused.WithLabelValues(fraud.RefusedPumping).Inc()
+	if lb := ge.LeftBehind; lb != nil {
+		s.logLeftBehind(ctx, lb)
+	}
 	if ge.Started {
 		s.log.Warn("fraud guard: prefix blocked for suspected SMS pumping", zap.String("tenant", tenant), zap.String("prefix", prefix),
 			zap.String("country", n.Region), zap.Stringer("reason", ge.Reason), zap.Int("sent", ge.Sent), zap.Int("verified", ge.Verified),
@@ -52,7 +56,12 @@ func (s *Server) pumping(ctx context.Context, tenant string, n phone.Number, ge 
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	if err := s.d.Fraud.Refused(lctx, tenant, prefix, ge); err != nil {
-		s.log.Warn("fraud guard: could not list a block (the next refusal lists it)", zap.Error(err))
+		// Every refused code tries again, so under a flood this would be a
+		// line per request: held back as the refusals' own lines are.
+		const msg = "fraud guard: could not list a block (the next refusal lists it)"
+		if s.quiet.Allow(msg, zapcore.WarnLevel, zap.String("of", msg)) {
+			s.log.Warn(msg, zap.Error(err))
+		}
 	}
 	why := fmt.Sprintf("%d codes sent to it in the last %s, %d verified", ge.Sent, windowWords(cfg.Window), ge.Verified)
 	if ge.Reason == ratelimit.GuardSpike {

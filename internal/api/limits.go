@@ -28,12 +28,17 @@ func window(d time.Duration, limit int) []ratelimit.Window {
 // and the enabled global rate-limit configs (sharedRules). They all go to
 // the limiter's one script: one round trip whatever the number of rules.
 func (s *Server) commonRules(key apikey.Key, channel string) []ratelimit.Rule {
+	return append(s.ownRules(key), s.sharedRules(channel)...)
+}
+
+// ownRules are a tenant's own limits: per API key and per tenant (across
+// its keys).
+func (s *Server) ownRules(key apikey.Key) []ratelimit.Rule {
 	L := s.opts.Limits
-	rules := []ratelimit.Rule{
+	return []ratelimit.Rule{
 		{Name: "per API key", Key: "apikey:" + key.Name, Windows: window(time.Minute, L.PerAPIKeyMinute)},
 		{Name: "per tenant", Key: "tenant:" + key.Tenant, Windows: window(time.Minute, L.PerTenantMinute)},
 	}
-	return append(rules, s.sharedRules(channel)...)
 }
 
 // sharedRules are the limits every tenant's messages count against
@@ -67,10 +72,7 @@ const codeReserve = 0.2
 // cannot take the room of the others'.
 func (s *Server) noticeRules(key apikey.Key, req *Message) []ratelimit.Rule {
 	L := s.opts.Limits
-	rules := []ratelimit.Rule{
-		{Name: "per API key", Key: "apikey:" + key.Name, Windows: window(time.Minute, L.PerAPIKeyMinute)},
-		{Name: "per tenant", Key: "tenant:" + key.Tenant, Windows: window(time.Minute, L.PerTenantMinute)},
-	}
+	rules := s.ownRules(key)
 	if req.level == topology.High {
 		rules = append(rules, ratelimit.Rule{Name: "urgent notices per tenant", Key: "tenant-high:" + key.Tenant,
 			Windows: window(time.Minute, L.HighPerTenantMinute)})

@@ -201,10 +201,14 @@ var ErrNoBlock = errors.New("fraud: no such block")
 // liftScript ends a block and forgets the prefix's counts, so that the
 // guard judges it afresh: with them it would block again at the next code.
 // KEYS: the block, sent and verified hashes. Returns 1 when a block was in
-// force (ARGV[1]: now in the limiter's clock).
+// force. Now is Redis's clock plus ARGV[1] (the limiter's offset, 0 outside
+// tests), as in the script that wrote the block's until: the API host's
+// clock, skewed, could call a block in force over.
 var liftScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
 local untl = tonumber(redis.call('HGET', KEYS[1], 'until'))
-if not untl or untl <= tonumber(ARGV[1]) then return 0 end
+if not untl or untl <= now then return 0 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 return 1
 `)
@@ -213,8 +217,7 @@ return 1
 // code's script finds no block), and takes it off the list; ErrNoBlock
 // when none is in force.
 func (g *Guard) Lift(ctx context.Context, tenant, prefix string) error {
-	now := time.Now().Add(g.clock()).UnixMilli()
-	n, err := liftScript.Run(ctx, g.rdb, []string{g.key(tenant, prefix, "block"), g.key(tenant, prefix, "sent"), g.key(tenant, prefix, "verified")}, now).Int()
+	n, err := liftScript.Run(ctx, g.rdb, []string{g.key(tenant, prefix, "block"), g.key(tenant, prefix, "sent"), g.key(tenant, prefix, "verified")}, g.clock().Milliseconds()).Int()
 	if err != nil {
 		return fmt.Errorf("fraud: lift %s %s: %w", tenant, prefix, err)
 	}

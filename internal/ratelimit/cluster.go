@@ -274,14 +274,27 @@ func timedOut(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// withLeftBehind attaches to the LimitError err what the failed undo of
-// its request (undoErr) may have left: the answer is still the refusal,
-// which is true, and the caller logs the rest.
+// withLeftBehind attaches to the refusal err (a LimitError, or the fraud
+// guard's GuardError) what the failed undo of its request (undoErr) may
+// have left: the answer is still the refusal, which is true, and the
+// caller logs the rest.
 func withLeftBehind(err error, req Request, res *Reservation, undoErr error) error {
-	var le *LimitError
-	if undoErr == nil || !errors.As(err, &le) {
+	if undoErr == nil {
 		return err
 	}
+	var le *LimitError
+	var ge *GuardError
+	switch {
+	case errors.As(err, &le):
+		le.LeftBehind = leftBehind(req, res, undoErr)
+	case errors.As(err, &ge):
+		ge.LeftBehind = leftBehind(req, res, undoErr)
+	}
+	return err
+}
+
+// leftBehind is what the failed undo of req's reservation may have left.
+func leftBehind(req Request, res *Reservation, undoErr error) *LeftBehind {
 	lb := &LeftBehind{Reservation: res.ID, Err: undoErr}
 	for _, r := range req.Rules {
 		longest := time.Duration(0)
@@ -302,8 +315,7 @@ func withLeftBehind(err error, req Request, res *Reservation, undoErr error) err
 	if req.Once != nil {
 		lb.Rules = append(lb.Rules, "idempotency entry")
 	}
-	le.LeftBehind = lb
-	return err
+	return lb
 }
 
 // thenBySlot runs cmds (each "NAME key ...") grouped by their key's hash

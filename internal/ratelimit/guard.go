@@ -79,6 +79,9 @@ type GuardError struct {
 	Sent, Verified int
 	// Started is true for the request whose check began the block.
 	Started bool
+	// LeftBehind is set on a Redis Cluster when the refused request's
+	// reservations in other slots could not be undone (see LimitError).
+	LeftBehind *LeftBehind
 }
 
 func (e *GuardError) Error() string {

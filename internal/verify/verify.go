@@ -339,16 +339,27 @@ func (t *Tally) args() []any {
 
 // tallyLua adds one to KEYS[k]'s fields for ARGV[j+1..] (window lengths)
 // at Redis time plus ARGV[j] (the offset), and keeps the hash for two of
-// its longest window.
+// its longest window. As ratelimit's counter does (the guard reads this
+// hash with it), a tally that starts a window drops the fields older than
+// the previous one: a prefix verified at least once every two windows
+// would otherwise keep the hash alive and growing by a field a window.
 const tallyLua = `
 local function tally(k, j)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[j])
-  local keep = 0
+  local keep, started = 0, false
   for i = j + 1, #ARGV do
     local len = tonumber(ARGV[i])
-    redis.call('HINCRBY', KEYS[k], string.format('%d:%d', len, math.floor(now / len)), 1)
+    if redis.call('HINCRBY', KEYS[k], string.format('%d:%d', len, math.floor(now / len)), 1) == 1 then started = true end
     if 2 * len > keep then keep = 2 * len end
+  end
+  if started and redis.call('HLEN', KEYS[k]) > 2 * (#ARGV - j) then
+    for _, f in ipairs(redis.call('HKEYS', KEYS[k])) do
+      local len, idx = string.match(f, '^(%d+):(%d+)$')
+      if len == nil or tonumber(idx) < math.floor(now / tonumber(len)) - 1 then
+        redis.call('HDEL', KEYS[k], f)
+      end
+    end
   end
   redis.call('PEXPIRE', KEYS[k], string.format('%d', keep))
 end

@@ -403,11 +403,15 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 		if err := d.accountUp(ctx, j.acct); err != nil {
 			return err
 		}
-		more, err := d.accountRules(ctx, j.acct)
-		if err != nil {
-			return fmt.Errorf("%w: adaptive rate: %w", errRedis, err)
+		if !d.mergeable(j) {
+			// A merged send reads its account's rate once, for the
+			// group, when it goes out (merger.send): not once a member.
+			more, err := d.accountRules(ctx, j.acct)
+			if err != nil {
+				return fmt.Errorf("%w: adaptive rate: %w", errRedis, err)
+			}
+			rules = append(rules, more...)
 		}
-		rules = append(rules, more...)
 		if msg.Media != nil && d.cfg.Media != nil && d.handsOn(j) && !d.media.reserve(j) {
 			// Before the claim: nothing attempted, nothing recorded.
 			return d.media.busy(j)
@@ -418,7 +422,7 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 	}
 	if d.mergeable(j) {
 		// A merged send is one call: its limits are taken once, for the
-		// group, when it goes out.
+		// group, when it goes out, with its account's rate added then.
 		j.groupRules, rules = rules, nil
 	}
 	// The sending mark rides with the claim only for a message of one task:

@@ -88,7 +88,8 @@ func (d *Dispatcher) mergeable(j *job) bool {
 
 // add puts j's one user (m) in the group of its account, type and content;
 // done gets the group's outcome, in a goroutine of its own, once it is
-// sent. The group's limits are j's (groupRules), taken once.
+// sent. The group's limits are j's (groupRules) and its account's rate,
+// taken once.
 func (mg *merger) add(ctx context.Context, j *job, m provider.WeCom, done func(mergeOutcome)) {
 	key := sha256.Sum256([]byte(j.acct.name + "\x00" + m.Format + "\x00" + m.Content + "\x00" + m.MediaID + "\x00" + m.Title + "\x00" + m.Description + "\x00" + m.URL))
 	now := time.Now()
@@ -176,7 +177,10 @@ func (mg *merger) run(g *group) {
 	}
 }
 
-// send takes the group's provider limits once and makes the one call.
+// send takes the group's provider limits once, its account's rate
+// included (read now, once for the group), and makes the one call. A
+// Redis that cannot answer gives every member errRedis, as it would have
+// before its claim: the claim is given back and the message runs again.
 func (mg *merger) send(g *group, members []*member) mergeOutcome {
 	d := mg.d
 	m := g.m
@@ -187,8 +191,15 @@ func (mg *merger) send(g *group, members []*member) mergeOutcome {
 			m.ToUsers = append(m.ToUsers, me.user)
 		}
 	}
-	if len(g.rules) > 0 {
-		if _, err := d.cfg.Limiter.Take(g.ctx, ratelimit.Request{Rules: g.rules}); err != nil {
+	acctRules, err := d.accountRules(g.ctx, g.acct)
+	if err != nil {
+		return mergeOutcome{err: fmt.Errorf("%w: adaptive rate: %w", errRedis, err)}
+	}
+	// Merged members are never codes: the account's rate keeps its last
+	// tokens for them, as every other provider limit of theirs does.
+	rules := append(slices.Clip(g.rules), reserveForCodes(acctRules)...)
+	if len(rules) > 0 {
+		if _, err := d.cfg.Limiter.Take(g.ctx, ratelimit.Request{Rules: rules}); err != nil {
 			var le *ratelimit.LimitError
 			if errors.As(err, &le) {
 				return mergeOutcome{err: Snooze(le.RetryAfter, "provider "+wecom.Name+" "+le.Error()+" (merged send)")}

@@ -2,15 +2,19 @@ package dispatch_test
 
 import (
 	"context"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/msgpulse/msgpulse/internal/dispatch/dispatchtest"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/testenv"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
@@ -78,4 +82,33 @@ func TestFullMergeBufferSendsItsGroups(t *testing.T) {
 	for _, c := range calls {
 		require.LessOrEqual(t, len(c), 40, "never more than the buffer holds")
 	}
+}
+
+// A merged send reads its account's adaptive rate once, for the group,
+// not once a member: 200 singles merged into a few calls cost a few reads
+// of the rate, where each member used to read it (a Redis GET each).
+func TestMergedSendReadsItsAccountsRateOnce(t *testing.T) {
+	s, srv := setupWeCom(t, dispatchtest.Options{MergeWindow: time.Second})
+	var reads atomic.Int64
+	s.Redis.Client.AddHook(testenv.CommandHook(func(cmd redis.Cmder) error {
+		if args := cmd.Args(); cmd.Name() == "get" && len(args) == 2 {
+			if k, _ := args[1].(string); strings.Contains(k, "{adaptive:") && strings.HasSuffix(k, "}:rate") {
+				reads.Add(1)
+			}
+		}
+		return nil
+	}))
+	var ids []string
+	for _, u := range users("rate", 200) {
+		ids = append(ids, s.WeCom("Rate", []string{u}, func(m *envelope.Message) { m.Level = string(topology.Normal) })...)
+	}
+	s.StartConsumer("c1", 64)
+	for _, id := range ids {
+		waitStatus(t, s, id, status.Sent)
+	}
+	merged := int64(testutil.ToFloat64(s.Metrics.MergedSends))
+	t.Logf("200 singles: %d merged calls (%d calls in all), %d reads of the account's rate", merged, srv.SendCalls(), reads.Load())
+	require.Positive(t, merged)
+	require.Positive(t, reads.Load(), "the rate is still read: a merged send keeps to it")
+	require.LessOrEqual(t, reads.Load(), merged, "one read a merged send")
 }

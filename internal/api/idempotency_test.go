@@ -187,15 +187,19 @@ func TestIdempotentRetryAfterAmbiguous503PublishesTheSameTask(t *testing.T) {
 	fail.Store(true)
 	r = h.do("POST", "/api/messages/batch", batch, idemHeader, "amb-batch")
 	require.Equal(t, http.StatusServiceUnavailable, r.Status, r.Msg)
+	// A batch starts no more publishes once one has failed: the second
+	// went out only if it started before the first's failure came back.
 	first := h.taskIDs("queue.mail.normal")
-	require.Len(t, first, 2)
+	require.NotEmpty(t, first)
+	require.LessOrEqual(t, len(first), 2)
 	fail.Store(false)
 	r = h.do("POST", "/api/messages/batch", batch, idemHeader, "amb-batch")
 	require.Equal(t, http.StatusAccepted, r.Status, r.Msg)
 	var br BatchResult
 	r.data(t, &br)
-	require.ElementsMatch(t, first, []string{br.Accepted[0].TaskID, br.Accepted[1].TaskID})
-	require.ElementsMatch(t, first, h.taskIDs("queue.mail.normal"))
+	retried := []string{br.Accepted[0].TaskID, br.Accepted[1].TaskID}
+	require.Subset(t, retried, first, "the retry publishes under the ids the failed attempt may have queued")
+	require.ElementsMatch(t, retried, h.taskIDs("queue.mail.normal"))
 	// A code: the same taskId and the same code (verify.Store.For), so
 	// the two copies are one claim.
 	fail.Store(true)

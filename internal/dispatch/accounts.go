@@ -28,12 +28,13 @@ import (
 const ClassAccountDown = "account_down"
 
 // WeComClient is what the dispatcher sends WeCom messages with
-// (wecom.Client): robots' posts by name (SendWeCom), and applications'
-// messages and media from an account it resolved once.
+// (wecom.Client): robots' posts and applications' messages and media, each
+// from an account it resolved once.
 type WeComClient interface {
-	provider.WeComSender
+	Name() string
 	Apps() []*wecom.App
-	Robots() []wecom.Robot
+	Robots() []*wecom.Robot
+	SendRobot(ctx context.Context, r *wecom.Robot, m provider.WeCom) (provider.WeComReceipt, error)
 	SendApp(ctx context.Context, a *wecom.App, m provider.WeCom) (provider.WeComReceipt, error)
 	UploadMedia(ctx context.Context, a *wecom.App, kind, filename string, data []byte) (string, error)
 }
@@ -50,9 +51,10 @@ type WeComClient interface {
 // name.
 type account struct {
 	name     string
-	provider string     // wecom.Name, or wecom.RobotName for a robot
-	app      *wecom.App // the application; nil for a robot
-	tenants  []string   // who may send from it; none = every tenant
+	provider string       // wecom.Name, or wecom.RobotName for a robot
+	app      *wecom.App   // the application; nil for a robot
+	robot    *wecom.Robot // the group robot; nil for an application
+	tenants  []string     // who may send from it; none = every tenant
 	// limits: an application's WECOM_ACCOUNT_LIMITS, or a robot's
 	// documented 20 posts a minute, as one Limiter rule (nil: none).
 	limits *ratelimit.Rule
@@ -108,7 +110,7 @@ func newAccounts(cfg *Config) *accounts {
 		as.apps[app.Name] = a
 	}
 	for _, r := range cfg.WeCom.Robots() {
-		a := &account{name: r.Name, provider: wecom.RobotName, tenants: r.Tenants, rateName: "adaptive rate of wecom-robot:" + r.Name, rateKey: "wecom-robot:" + r.Name,
+		a := &account{name: r.Name, provider: wecom.RobotName, robot: r, tenants: r.Tenants, rateName: "adaptive rate of wecom-robot:" + r.Name, rateKey: "wecom-robot:" + r.Name,
 			limits: &ratelimit.Rule{Name: "robot " + r.Name + " (WeCom's 20 a minute)", Key: "provider:" + wecom.RobotName + ":" + r.Name,
 				Windows: []ratelimit.Window{{Length: time.Minute, Limit: wecom.RobotPerMinute}}}}
 		if cfg.Adaptive != nil {
@@ -154,8 +156,7 @@ func (as *accounts) resolve(msg *envelope.Message) (*account, error) {
 		case !ok:
 			return nil, &provider.Error{Provider: wecom.RobotName, Class: provider.Permanent, Code: "unknown_robot", Message: "no robot " + strconv.Quote(msg.Recipient) + " in WECOM_ROBOTS"}
 		case !a.allows(tenant):
-			return nil, &provider.Error{Provider: wecom.RobotName, Class: provider.Permanent, Code: "robot_not_allowed",
-				Message: "robot " + strconv.Quote(a.name) + " does not belong to tenant " + strconv.Quote(tenant) + " (WECOM_ROBOTS)"}
+			return nil, wecom.RobotNotAllowed(a.name, tenant)
 		}
 		return a, nil
 	}

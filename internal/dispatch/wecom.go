@@ -105,7 +105,7 @@ func (d *Dispatcher) callWeCom(ctx, sctx context.Context, a *account, m provider
 		rcpt, err = d.cfg.WeCom.SendApp(sctx, a.app, m)
 		err = d.noteAccountSend(ctx, a, err)
 	} else {
-		rcpt, err = d.cfg.WeCom.SendWeCom(sctx, m) // a robot's post
+		rcpt, err = d.cfg.WeCom.SendRobot(sctx, a.robot, m)
 	}
 	if a.rate != nil {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)

@@ -181,14 +181,15 @@ type App struct {
 // configuration).
 func (c *Client) Apps() []*App { return append([]*App(nil), c.apps...) }
 
-// Robots returns the configured group robots with their tenants, by name,
-// without their keys: those stay in the client, which posts.
-func (c *Client) Robots() []Robot {
-	out := make([]Robot, 0, len(c.cfg.Robots))
-	for name := range c.cfg.Robots {
-		out = append(out, Robot{Name: name, Tenants: c.cfg.RobotTenants[name]})
+// Robots returns the configured group robots, sorted by name, each with
+// its tenants and key (the consumer's own configuration, as Apps): a
+// caller resolves a message's robot once and posts with SendRobot.
+func (c *Client) Robots() []*Robot {
+	out := make([]*Robot, 0, len(c.robots))
+	for _, r := range c.robots {
+		out = append(out, r)
 	}
-	slices.SortFunc(out, func(a, b Robot) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b *Robot) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 

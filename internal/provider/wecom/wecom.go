@@ -183,6 +183,8 @@ type Client struct {
 	// (WECOM_MEDIA_UPLOAD_TIMEOUT), not by a send's.
 	upload *http.Client
 	apps   []*App // as configured: default first, then WECOM_ACCOUNTS
+	// robots are WECOM_ROBOTS, each with its key and tenants, by name.
+	robots map[string]*Robot
 }
 
 // New validates cfg and returns a Client whose default account (the
@@ -221,6 +223,10 @@ func NewAccounts(cfg Config, tokensFor TokensFor) (*Client, error) {
 			return nil, err
 		}
 		c.apps = append(c.apps, &App{Account: a, tokens: tokens})
+	}
+	c.robots = make(map[string]*Robot, len(cfg.Robots))
+	for name, key := range cfg.Robots {
+		c.robots[name] = &Robot{Name: name, Key: key, Tenants: cfg.RobotTenants[name]}
 	}
 	return c, nil
 }
@@ -276,10 +282,17 @@ func (c *Client) fetchToken(ctx context.Context, corpID, secret string) (string,
 // caller that has the account already uses).
 func (c *Client) SendWeCom(ctx context.Context, m provider.WeCom) (provider.WeComReceipt, error) {
 	if m.Robot != "" {
-		if m.Format != "text" && m.Format != "markdown" {
-			return provider.WeComReceipt{}, badFormat(m.Format)
+		r, ok := c.robots[m.Robot]
+		if !ok {
+			return provider.WeComReceipt{}, &provider.Error{Provider: RobotName, Class: provider.Permanent, Code: "unknown_robot", Message: "no robot " + strconv.Quote(m.Robot) + " in WECOM_ROBOTS"}
 		}
-		return c.sendRobot(ctx, m)
+		// The API refuses another tenant's robot (404); this holds even
+		// for a message that got past it (an older API, a hand-made
+		// publish).
+		if !r.Allows(m.Tenant) {
+			return provider.WeComReceipt{}, RobotNotAllowed(r.Name, m.Tenant)
+		}
+		return c.SendRobot(ctx, r, m)
 	}
 	a, err := c.App(AccountName(m))
 	if err != nil {
@@ -377,16 +390,19 @@ func appReceipt(m provider.WeCom, a answer) (provider.WeComReceipt, error) {
 	return provider.WeComReceipt{Receipt: provider.Receipt{Provider: Name, MessageID: a.MsgID}, Rejected: rejected}, nil
 }
 
-func (c *Client) sendRobot(ctx context.Context, m provider.WeCom) (provider.WeComReceipt, error) {
-	key, ok := c.cfg.Robots[m.Robot]
-	if !ok {
-		return provider.WeComReceipt{}, &provider.Error{Provider: RobotName, Class: provider.Permanent, Code: "unknown_robot", Message: "no robot " + strconv.Quote(m.Robot) + " in WECOM_ROBOTS"}
-	}
-	// The API refuses another tenant's robot (404); this holds even for a
-	// message that got past it (an older API, a hand-made publish).
-	if ts := c.cfg.RobotTenants[m.Robot]; len(ts) > 0 && !slices.Contains(ts, m.Tenant) {
-		return provider.WeComReceipt{}, &provider.Error{Provider: RobotName, Class: provider.Permanent, Code: "robot_not_allowed",
-			Message: "robot " + strconv.Quote(m.Robot) + " does not belong to tenant " + strconv.Quote(m.Tenant) + " (WECOM_ROBOTS)"}
+// RobotNotAllowed is the permanent error of a message to a robot that
+// does not belong to its tenant.
+func RobotNotAllowed(robot, tenant string) error {
+	return &provider.Error{Provider: RobotName, Class: provider.Permanent, Code: "robot_not_allowed",
+		Message: "robot " + strconv.Quote(robot) + " does not belong to tenant " + strconv.Quote(tenant) + " (WECOM_ROBOTS)"}
+}
+
+// SendRobot posts m to r, a robot of Robots() that its caller resolved
+// once and checked m's tenant against (Robot.Allows): nothing is looked
+// up by name here.
+func (c *Client) SendRobot(ctx context.Context, r *Robot, m provider.WeCom) (provider.WeComReceipt, error) {
+	if m.Format != "text" && m.Format != "markdown" {
+		return provider.WeComReceipt{}, badFormat(m.Format)
 	}
 	content := map[string]any{"content": m.Content}
 	if len(m.Mentions) > 0 {
@@ -410,7 +426,7 @@ func (c *Client) sendRobot(ctx context.Context, m provider.WeCom) (provider.WeCo
 	if err != nil {
 		return provider.WeComReceipt{}, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.APIBase+"/cgi-bin/webhook/send?key="+url.QueryEscape(key), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.APIBase+"/cgi-bin/webhook/send?key="+url.QueryEscape(r.Key), bytes.NewReader(body))
 	if err != nil {
 		return provider.WeComReceipt{}, err
 	}

@@ -76,3 +76,46 @@ func TestRefusedTakeWhoseUndoFailsIsRetriedOrReported(t *testing.T) {
 		})
 	}
 }
+
+// The fraud guard's refusal says what its failed undo left behind, as a
+// limit's does: a blocked prefix's slot refuses, the recipient's slot had
+// admitted and set its cooldown, and the undo of that cooldown fails
+// twice. The GuardError then names the cooldown and how long it stays
+// (the API logs it); before, the undo's error was dropped.
+func TestGuardRefusalWhoseUndoFailsSaysWhatItLeft(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	if _, ok := rdb.AsCluster(e.r.Client); !ok {
+		t.Skip("needs a Redis Cluster (TEST_REDIS_MODE=cluster, make test-cluster): on one Redis a request is one script")
+	}
+	g := guardOf(e, "t:+44740099", func(g *ratelimit.Guard) { g.MinSends = 1 })
+	n, err := takeN(t, e, g, 5)
+	require.Equal(t, 1, n, "MinSends admitted, then the prefix is blocked")
+	guardErr(t, err)
+
+	var failures, rollbacks atomic.Int64
+	failures.Store(2)
+	addHook(e.r.Client, testenv.CommandHook(func(cmd redis.Cmder) error {
+		if cmd.Name() != "evalsha" || cmd.Args()[1] != ratelimit.RollbackScriptHash {
+			return nil
+		}
+		rollbacks.Add(1)
+		if failures.Add(-1) >= 0 {
+			return errors.New("injected: connection reset by peer")
+		}
+		return nil
+	}))
+	cd := &ratelimit.Cooldown{Name: "resend cooldown", Key: "sms:+447400990001", Tag: "sms:+447400990001", For: time.Minute}
+	_, err = e.lim.Take(e.ctx, ratelimit.Request{Cooldown: cd, Guard: g})
+	ge := guardErr(t, err)
+	require.Equal(t, int64(2), rollbacks.Load(), "the undo was tried twice")
+	cooldowns, err := rdb.Keys(e.ctx, e.r.Client, e.r.Prefix+"ratelimit:{sms:+447400990001}:cooldown:*")
+	require.NoError(t, err)
+	require.Len(t, cooldowns, 1, "the cooldown the undo could not remove")
+	lb := ge.LeftBehind
+	require.NotNil(t, lb, "the guard's refusal says what its undo left")
+	require.Equal(t, []string{"resend cooldown"}, lb.Rules)
+	require.Equal(t, time.Minute, lb.For)
+	require.NotEmpty(t, lb.Reservation)
+	require.ErrorContains(t, lb.Err, "connection reset by peer")
+}

@@ -197,35 +197,6 @@ func (a *Account) NoteRate(ctx context.Context, perSecond float64) error {
 	return a.s.rdb.Set(ctx, a.rate, strconv.FormatFloat(perSecond, 'f', 4, 64), time.Minute).Err()
 }
 
-// MarkDown, Down, Record, Health and NoteRate by name are for tools and
-// tests, which touch an account once: a consumer resolves each account's
-// Account once and keeps it.
-
-// MarkDown is Account(account).MarkDown.
-func (s *Store) MarkDown(ctx context.Context, account, why string) error {
-	return s.Account(account).MarkDown(ctx, why)
-}
-
-// Down is Account(account).Down, uncached.
-func (s *Store) Down(ctx context.Context, account string) (string, error) {
-	return s.Account(account).Down(ctx)
-}
-
-// Record is Account(account).Record.
-func (s *Store) Record(ctx context.Context, account string, ok bool) error {
-	return s.Account(account).Record(ctx, ok)
-}
-
-// Health is Account(account).Health, uncached.
-func (s *Store) Health(ctx context.Context, account string) (float64, error) {
-	return s.Account(account).Health(ctx)
-}
-
-// NoteRate is Account(account).NoteRate.
-func (s *Store) NoteRate(ctx context.Context, account string, perSecond float64) error {
-	return s.Account(account).NoteRate(ctx, perSecond)
-}
-
 // counts sums the window's sends and successes.
 func (s *Store) counts(ctx context.Context, account string) (all, ok int64, err error) {
 	b := s.bucketLen().Milliseconds()

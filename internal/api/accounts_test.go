@@ -70,9 +70,9 @@ func TestWeComAccountIsChosenForTheTenant(t *testing.T) {
 func TestQueueStatsShowWeComAccounts(t *testing.T) {
 	h := setup(t, accountsFromEnv(t))
 	ctx := context.Background()
-	require.NoError(t, h.srv.d.Accounts.MarkDown(ctx, "team-b", "wecom 40001: invalid credential"))
-	require.NoError(t, h.srv.d.Accounts.Record(ctx, "team-a", true))
-	require.NoError(t, h.srv.d.Accounts.Record(ctx, "team-a", false))
+	require.NoError(t, h.srv.d.Accounts.Account("team-b").MarkDown(ctx, "wecom 40001: invalid credential"))
+	require.NoError(t, h.srv.d.Accounts.Account("team-a").Record(ctx, true))
+	require.NoError(t, h.srv.d.Accounts.Account("team-a").Record(ctx, false))
 	r := h.do("GET", "/api/queues/stats", nil, "X-API-Key", adminKey)
 	require.Equal(t, 200, r.Status, r.Msg)
 	var data struct {
@@ -107,7 +107,7 @@ func TestWeComAccountStatesForTheConsole(t *testing.T) {
 	ctx := context.Background()
 	t.Run("listed", func(t *testing.T) {
 		h := setup(t, accountsFromEnv(t))
-		require.NoError(t, h.srv.d.Accounts.MarkDown(ctx, "team-b", "wecom 40001: invalid credential"))
+		require.NoError(t, h.srv.d.Accounts.Account("team-b").MarkDown(ctx, "wecom 40001: invalid credential"))
 		states, err := h.srv.WeComAccountStates(ctx)
 		require.NoError(t, err)
 		require.Len(t, states, 4) // default, team-a, team-b, shared: as the stats
@@ -120,7 +120,7 @@ func TestWeComAccountStatesForTheConsole(t *testing.T) {
 		states, err := h.srv.WeComAccountStates(ctx)
 		require.NoError(t, err)
 		require.Nil(t, states, "no WECOM_ACCOUNTS and an unused default: nothing configured")
-		require.NoError(t, h.srv.d.Accounts.Record(ctx, "default", true))
+		require.NoError(t, h.srv.d.Accounts.Account("default").Record(ctx, true))
 		states, err = h.srv.WeComAccountStates(ctx)
 		require.NoError(t, err)
 		require.Len(t, states, 1, "the default account sends: it is configured")

@@ -27,7 +27,7 @@ func TestBrowserShowsWeComAccountLimits(t *testing.T) {
 	rdb := h.stack.Redis
 	store, err := accountstate.New(rdb.Client, accountstate.Config{Prefix: rdb.Prefix, DownFor: time.Hour})
 	require.NoError(t, err)
-	require.NoError(t, store.MarkDown(context.Background(), "team-b", "wecom 40001: invalid credential"))
+	require.NoError(t, store.Account("team-b").MarkDown(context.Background(), "wecom 40001: invalid credential"))
 	// As api.Server.WeComAccountStates builds them: the state from Redis,
 	// tenants and limits from the API's configuration.
 	h.accounts = func(ctx context.Context) ([]accountstate.State, error) {

@@ -365,9 +365,9 @@ func TestQueuePageShowsWeComAccounts(t *testing.T) {
 	store, err := accountstate.New(rdb.Client, accountstate.Config{Prefix: rdb.Prefix, DownFor: time.Hour})
 	require.NoError(t, err)
 	ctx := context.Background()
-	require.NoError(t, store.MarkDown(ctx, "team-b", "wecom 40001: invalid credential"))
-	require.NoError(t, store.Record(ctx, "team-a", true))
-	require.NoError(t, store.NoteRate(ctx, "team-a", 12.5))
+	require.NoError(t, store.Account("team-b").MarkDown(ctx, "wecom 40001: invalid credential"))
+	require.NoError(t, store.Account("team-a").Record(ctx, true))
+	require.NoError(t, store.Account("team-a").NoteRate(ctx, 12.5))
 	// As api.Server.WeComAccountStates reads them (Store.Get per account).
 	h.accounts = func(ctx context.Context) ([]accountstate.State, error) {
 		var out []accountstate.State
@@ -415,7 +415,7 @@ func TestQueuePageShowsWeComAccounts(t *testing.T) {
 	require.WithinDuration(t, *before[1].DownUntil, *after[1].DownUntil, 50*time.Millisecond, "the down mark's expiry is untouched")
 	before[1].DownUntil, after[1].DownUntil = nil, nil
 	require.Equal(t, before, after, "reading the accounts changes nothing")
-	why, err := store.Down(ctx, "team-b")
+	why, err := store.Account("team-b").Down(ctx)
 	require.NoError(t, err)
 	require.Contains(t, why, "40001", "still down after the page was read")
 }

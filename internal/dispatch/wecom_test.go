@@ -191,7 +191,7 @@ func TestWeComThrottlingDelaysButDoesNotFail(t *testing.T) {
 	require.Len(t, srv.ReceivedBy("bob"), 1)
 	require.Equal(t, 3.0, testutil.ToFloat64(s.Metrics.Retried.WithLabelValues("wecom", "code", "wecom", "throttled")))
 	// The application's adaptive rate went down three times and up once.
-	rate, err := s.Adaptive.Rate(context.Background(), "wecom-app:"+wecomtest.CorpID+":1000002", dispatch.DefaultAppRate)
+	rate, err := s.Adaptive.For("wecom-app:"+wecomtest.CorpID+":1000002", dispatch.DefaultAppRate).Rate(context.Background())
 	require.NoError(t, err)
 	require.InDelta(t, dispatch.DefaultAppRate.Start/8+dispatch.DefaultAppRate.Increase, rate, 1e-9)
 }

@@ -261,11 +261,6 @@ func (s *Store) Key(corp, kind, sha, filename string) string {
 	return s.cfg.Prefix + "wecom:media:{" + corp + ":" + sha + "}:" + kind + ":" + hex.EncodeToString(name[:8])
 }
 
-// Cached returns the media_id cached for the file in corp, or "".
-func (s *Store) Cached(ctx context.Context, corp, kind, sha, filename string) (string, error) {
-	return s.cached(ctx, s.Key(corp, kind, sha, filename))
-}
-
 func (s *Store) cached(ctx context.Context, key string) (string, error) {
 	id, err := s.rdb.Get(ctx, key).Result()
 	if errors.Is(err, redis.Nil) {

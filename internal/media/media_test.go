@@ -140,7 +140,7 @@ func TestUploadIsOncePerFileAcrossConsumers(t *testing.T) {
 	id, err := b.Upload(ctx, "corp", "file", "sha", "other-name.pdf", upload)
 	require.NoError(t, err)
 	require.Equal(t, "media-2", id, "another name, another upload")
-	id, err = a.Cached(ctx, "corp", "file", "sha", "report.pdf")
+	id, err = rdb.Client.Get(ctx, a.Key("corp", "file", "sha", "report.pdf")).Result()
 	require.NoError(t, err)
 	require.Equal(t, "media-1", id)
 }

@@ -99,33 +99,6 @@ func (r *AdaptiveRate) Throttled(ctx context.Context) (float64, error) { return 
 // Succeeded raises the account's rate a step, up to its bounds' Max.
 func (r *AdaptiveRate) Succeeded(ctx context.Context) (float64, error) { return r.adapt(ctx, "up") }
 
-// Rate, Rule, Throttled and Succeeded by account are For(account, b)'s,
-// for tools and tests that touch an account once.
-
-// Rate is For(account, b).Rate.
-func (a *Adaptive) Rate(ctx context.Context, account string, b Bounds) (float64, error) {
-	return a.For(account, b).Rate(ctx)
-}
-
-// Rule is the Limiter rule that holds sends of account to its current rate.
-func (a *Adaptive) Rule(ctx context.Context, account string, b Bounds) (Rule, error) {
-	r, err := a.Rate(ctx, account, b)
-	if err != nil {
-		return Rule{}, err
-	}
-	return RateRule("adaptive rate of "+account, "adaptive:"+account, r), nil
-}
-
-// Throttled is For(account, b).Throttled.
-func (a *Adaptive) Throttled(ctx context.Context, account string, b Bounds) (float64, error) {
-	return a.For(account, b).Throttled(ctx)
-}
-
-// Succeeded is For(account, b).Succeeded.
-func (a *Adaptive) Succeeded(ctx context.Context, account string, b Bounds) (float64, error) {
-	return a.For(account, b).Succeeded(ctx)
-}
-
 // ARGV: start, min, max, factor, step, direction (down|up), ttl ms.
 var adaptScript = redis.NewScript(`
 local r = tonumber(redis.call('GET', KEYS[1]) or ARGV[1]) or tonumber(ARGV[1])
@@ -147,9 +120,6 @@ func (r *AdaptiveRate) adapt(ctx context.Context, dir string) (float64, error) {
 	r.gauge.Set(rate)
 	return rate, nil
 }
-
-// Gauge is msgpulse_adaptive_send_rate.
-func (a *Adaptive) Gauge() *prometheus.GaugeVec { return a.gauge }
 
 // RateRule holds sends under key to perSecond (below one a second: one
 // send per 1/perSecond seconds). A caller that scales an adaptive rate

@@ -8,6 +8,15 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 )
 
+// The defaults and bounds of the WeCom merge buffer and media pool, which
+// dispatch.Config applies to a Config built without this package too.
+const (
+	DefaultMediaWorkers       = 16
+	DefaultMediaTenantWorkers = 4
+	MaxMediaWorkers           = 1000
+	MaxMergeHeld              = 60_000
+)
+
 // WeComAccounts are the consumer's per-account WeCom settings besides the
 // accounts themselves (which are in wecom.Config).
 type WeComAccounts struct {
@@ -49,13 +58,13 @@ func loadWeComAccounts(l *envconf.Loader) WeComAccounts {
 		"how far back a WeCom account's health (success rate of its sends) looks; its send rate is its adaptive rate times its health")
 	w.MergeWindow = l.Duration("WECOM_MERGE_WINDOW", 100*time.Millisecond, 0, 10*time.Second,
 		"single WeCom application messages (not high) with the same account, type and content queued within this of each other go out as one message/send of up to 1000 users (0 = off); a merged send waits at most 10 windows; its messages wait in the merge buffer (WECOM_MERGE_MAX), not in workers")
-	w.MergeMax = l.Int("WECOM_MERGE_MAX", wecom.MaxUsers, 1, 60_000,
+	w.MergeMax = l.Int("WECOM_MERGE_MAX", wecom.MaxUsers, 1, MaxMergeHeld,
 		"messages the WeCom merge buffer holds at most (a full buffer sends its groups at once); the normal and low WeCom queues' prefetch grows by it, each held delivery costing its body (about 1 KB for a notice, at most the API's BODY_LIMIT)")
 	w.MediaCacheTTL = l.Duration("WECOM_MEDIA_CACHE_TTL", 60*time.Hour, time.Second, media.MaxCacheTTL,
 		"how long the media_id of an uploaded WeCom media file is reused for the same bytes and file name in the same corp (WeCom keeps media 3 days)")
-	w.MediaWorkers = l.Int("WECOM_MEDIA_CONCURRENCY", 16, 1, 1000,
+	w.MediaWorkers = l.Int("WECOM_MEDIA_CONCURRENCY", DefaultMediaWorkers, 1, MaxMediaWorkers,
 		"WeCom media files downloaded and uploaded at once, in a pool of their own, never in a send worker; 8 per worker may wait (the WeCom queues' prefetch grows by that), more come back later")
-	w.MediaTenantWorkers = l.Int("WECOM_MEDIA_TENANT_CONCURRENCY", 4, 1, 1000,
+	w.MediaTenantWorkers = l.Int("WECOM_MEDIA_TENANT_CONCURRENCY", DefaultMediaTenantWorkers, 1, MaxMediaWorkers,
 		"WeCom media downloads one tenant may have at once (at most WECOM_MEDIA_CONCURRENCY): a tenant's slow files slow its own media alone")
 	if w.MediaTenantWorkers > w.MediaWorkers {
 		l.Fail("WECOM_MEDIA_TENANT_CONCURRENCY", "", "must not exceed WECOM_MEDIA_CONCURRENCY (%d)", w.MediaWorkers)

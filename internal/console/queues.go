@@ -142,13 +142,8 @@ func accountRows(states []accountstate.State) []accountRow {
 		}
 		if l := st.Limits; l != nil {
 			var parts []string
-			for _, w := range []struct {
-				n    int
-				unit string
-			}{{l.PerSecond, "s"}, {l.PerMinute, "min"}, {l.PerHour, "h"}, {l.PerDay, "day"}} {
-				if w.n > 0 {
-					parts = append(parts, fmt.Sprintf("%d/%s", w.n, w.unit))
-				}
+			for _, w := range l.Windows() {
+				parts = append(parts, fmt.Sprintf("%d/%s", w.N, map[time.Duration]string{time.Second: "s", time.Minute: "min", time.Hour: "h", 24 * time.Hour: "day"}[w.Per]))
 			}
 			if len(parts) > 0 {
 				row.Limits = strings.Join(parts, " · ")

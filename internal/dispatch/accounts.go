@@ -125,13 +125,8 @@ func newAccounts(cfg *Config) *accounts {
 // nil when every window is 0.
 func limitsRule(name string, l wecom.Limits) *ratelimit.Rule {
 	var ws []ratelimit.Window
-	for _, w := range []struct {
-		n int
-		d time.Duration
-	}{{l.PerSecond, time.Second}, {l.PerMinute, time.Minute}, {l.PerHour, time.Hour}, {l.PerDay, 24 * time.Hour}} {
-		if w.n > 0 {
-			ws = append(ws, ratelimit.Window{Length: w.d, Limit: w.n})
-		}
+	for _, w := range l.Windows() {
+		ws = append(ws, ratelimit.Window{Length: w.Per, Limit: w.N})
 	}
 	if len(ws) == 0 {
 		return nil

@@ -16,6 +16,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/breaker"
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/claim"
+	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/delay"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/logging"
@@ -155,12 +156,13 @@ func (c *Config) Validate() error {
 		c.MergeMax = wecom.MaxUsers
 	}
 	if c.MediaWorkers == 0 {
-		c.MediaWorkers = 16
+		c.MediaWorkers = config.DefaultMediaWorkers
 	}
 	if c.MediaTenantWorkers == 0 {
-		c.MediaTenantWorkers = 4
+		c.MediaTenantWorkers = config.DefaultMediaTenantWorkers
 	}
-	if c.MergeMax < 1 || c.MergeMax > 60_000 || c.MediaWorkers < 1 || c.MediaWorkers > 1000 || c.MediaTenantWorkers < 1 || c.MediaTenantWorkers > c.MediaWorkers {
+	if c.MergeMax < 1 || c.MergeMax > config.MaxMergeHeld || c.MediaWorkers < 1 || c.MediaWorkers > config.MaxMediaWorkers ||
+		c.MediaTenantWorkers < 1 || c.MediaTenantWorkers > c.MediaWorkers {
 		return fmt.Errorf("dispatch: MergeMax %d, MediaWorkers %d or MediaTenantWorkers %d out of range", c.MergeMax, c.MediaWorkers, c.MediaTenantWorkers)
 	}
 	if c.MaxMessageBytes > envelope.MaxBrokerBytes {

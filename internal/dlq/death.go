@@ -6,11 +6,8 @@ import (
 	"sort"
 	"strings"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/status"
-	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
 // Reasons the broker writes into x-death.
@@ -34,17 +31,6 @@ var Reasons = []string{
 
 // Death is one x-death entry (envelope.Death).
 type Death = envelope.Death
-
-// deaths reads the x-death header, most recent first.
-func deaths(h amqp.Table) []Death { return envelope.Deaths(h) }
-
-// feeders returns the queues whose dead letters reach dlq (see
-// topology.Model.Feeders).
-func feeders(m *topology.Model, dlq string) map[string]bool { return m.Feeders(dlq) }
-
-// deathHere picks the death that put the message into this DLQ (see
-// envelope.DeathFrom).
-func deathHere(h amqp.Table, from map[string]bool) (Death, bool) { return envelope.DeathFrom(h, from) }
 
 // refine turns the broker's reason into the one on-call acts on: a body
 // that does not decode is malformed whatever the broker says; a consumer

@@ -104,7 +104,7 @@ func newInspector(m *topology.Model, st *status.Store, timeout time.Duration, wa
 func (x *inspector) from(dlq string) map[string]bool {
 	f, ok := x.feeders[dlq]
 	if !ok {
-		f = feeders(x.model, dlq)
+		f = x.model.Feeders(dlq)
 		x.feeders[dlq] = f
 	}
 	return f
@@ -167,9 +167,9 @@ func (x *inspector) inspect(ctx context.Context, dlq string, d *amqp.Delivery) i
 		t := d.Timestamp.UTC()
 		e.CreatedAt = &t
 	}
-	death, _ := deathHere(d.Headers, x.from(dlq))
+	death, _ := envelope.DeathFrom(d.Headers, x.from(dlq))
 	e.BrokerReason, e.DeathQueue, e.DeathTime = death.Reason, death.Queue, death.Time
-	for _, dd := range deaths(d.Headers) {
+	for _, dd := range envelope.Deaths(d.Headers) {
 		e.Deaths += dd.Count
 	}
 	e.Replays, _ = envelope.HeaderInt(d.Headers, envelope.HeaderReplays)

@@ -175,7 +175,7 @@ func (t *Tool) Show(ctx context.Context, queue, id string, reveal bool) ([]Shown
 			return nil
 		}
 		h, _ := jsonValue(del.Headers).(map[string]any)
-		s := Shown{Entry: in.Entry, Properties: propertiesOf(del), Headers: h, Deaths: deaths(del.Headers)}
+		s := Shown{Entry: in.Entry, Properties: propertiesOf(del), Headers: h, Deaths: envelope.Deaths(del.Headers)}
 		s.Body, s.BodyBase64 = maskedBody(del.Body)
 		found = append(found, s)
 		msgs = append(msgs, in.msg)

@@ -33,7 +33,7 @@ func Fingerprint(d *amqp.Delivery) string {
 	field(d.Body)
 	replays, _ := envelope.HeaderInt(d.Headers, envelope.HeaderReplays)
 	num(replays)
-	for _, dd := range deaths(d.Headers) {
+	for _, dd := range envelope.Deaths(d.Headers) {
 		field([]byte(dd.Reason))
 		field([]byte(dd.Queue))
 		num(dd.Count)

@@ -103,18 +103,17 @@ func (m *Model) addDeadLetterLogs(c DeadLetterLogConfig) {
 
 // StatusQueueOf returns the status queue of the DLQ named dlq.
 func (m *Model) StatusQueueOf(dlq string) (Queue, bool) {
-	for _, q := range m.Queues {
-		if q.Role == RoleDeadLetterStatus && q.LogOf == dlq {
-			return q, true
-		}
-	}
-	return Queue{}, false
+	return m.companionOf(dlq, RoleDeadLetterStatus)
 }
 
 // LogOf returns the dead-letter log of the DLQ named dlq.
-func (m *Model) LogOf(dlq string) (Queue, bool) {
+func (m *Model) LogOf(dlq string) (Queue, bool) { return m.companionOf(dlq, RoleDeadLetterLog) }
+
+// companionOf returns the queue of role that gets copies of the DLQ named
+// dlq.
+func (m *Model) companionOf(dlq string, role Role) (Queue, bool) {
 	for _, q := range m.Queues {
-		if q.Role == RoleDeadLetterLog && q.LogOf == dlq {
+		if q.Role == role && q.LogOf == dlq {
 			return q, true
 		}
 	}

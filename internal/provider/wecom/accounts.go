@@ -238,6 +238,24 @@ type Limits struct {
 	PerDay    int `json:"perDay"`
 }
 
+// A LimitWindow is one window of Limits that is set: N sends per Per.
+type LimitWindow struct {
+	N   int
+	Per time.Duration
+}
+
+// Windows are l's windows that are set (not 0), shortest first: the one
+// walk of Limits, for the consumer's limiter rule and the console's view.
+func (l Limits) Windows() []LimitWindow {
+	var out []LimitWindow
+	for _, w := range []LimitWindow{{l.PerSecond, time.Second}, {l.PerMinute, time.Minute}, {l.PerHour, time.Hour}, {l.PerDay, 24 * time.Hour}} {
+		if w.N > 0 {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
 // ParseLimits reads WECOM_ACCOUNT_LIMITS: name=s/m/h/d, comma-separated
 // (envconf.Pairs: no secret here, so an entry may be quoted in errors).
 func ParseLimits(s string) (map[string]Limits, error) {

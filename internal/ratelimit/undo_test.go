@@ -14,6 +14,24 @@ import (
 	"github.com/msgpulse/msgpulse/internal/testenv"
 )
 
+// failRollbacks makes the first n rollback scripts e's client sends fail,
+// as a connection a failover reset would, and counts every one sent.
+func failRollbacks(e env, n int64) *atomic.Int64 {
+	var failures, rollbacks atomic.Int64
+	failures.Store(n)
+	addHook(e.r.Client, testenv.CommandHook(func(cmd redis.Cmder) error {
+		if cmd.Name() != "evalsha" || cmd.Args()[1] != ratelimit.RollbackScriptHash {
+			return nil
+		}
+		rollbacks.Add(1)
+		if failures.Add(-1) >= 0 {
+			return errors.New("injected: connection reset by peer")
+		}
+		return nil
+	}))
+	return &rollbacks
+}
+
 // On a Redis Cluster a request's slots are checked by separate scripts:
 // the recipient's admits it and sets its cooldown, the API key's refuses,
 // and the refusal undoes the cooldown. An undo that fails (a connection a
@@ -41,18 +59,7 @@ func TestRefusedTakeWhoseUndoFailsIsRetriedOrReported(t *testing.T) {
 			_, err := e.lim.Take(e.ctx, ratelimit.Request{Rules: []ratelimit.Rule{apiKey}})
 			require.NoError(t, err, "the API key's one request")
 
-			var failures, rollbacks atomic.Int64
-			failures.Store(tc.failures)
-			addHook(e.r.Client, testenv.CommandHook(func(cmd redis.Cmder) error {
-				if cmd.Name() != "evalsha" || cmd.Args()[1] != ratelimit.RollbackScriptHash {
-					return nil
-				}
-				rollbacks.Add(1)
-				if failures.Add(-1) >= 0 {
-					return errors.New("injected: connection reset by peer")
-				}
-				return nil
-			}))
+			rollbacks := failRollbacks(e, tc.failures)
 			cd := &ratelimit.Cooldown{Name: "resend cooldown", Key: "email:u@x", Tag: "email:u@x", For: time.Minute}
 			_, err = e.lim.Take(e.ctx, ratelimit.Request{Rules: []ratelimit.Rule{apiKey}, Cooldown: cd})
 			le := limitErr(t, err)
@@ -93,18 +100,7 @@ func TestGuardRefusalWhoseUndoFailsSaysWhatItLeft(t *testing.T) {
 	require.Equal(t, 1, n, "MinSends admitted, then the prefix is blocked")
 	_ = guardErr(t, err) // blocked
 
-	var failures, rollbacks atomic.Int64
-	failures.Store(2)
-	addHook(e.r.Client, testenv.CommandHook(func(cmd redis.Cmder) error {
-		if cmd.Name() != "evalsha" || cmd.Args()[1] != ratelimit.RollbackScriptHash {
-			return nil
-		}
-		rollbacks.Add(1)
-		if failures.Add(-1) >= 0 {
-			return errors.New("injected: connection reset by peer")
-		}
-		return nil
-	}))
+	rollbacks := failRollbacks(e, 2)
 	cd := &ratelimit.Cooldown{Name: "resend cooldown", Key: "sms:+447400990001", Tag: "sms:+447400990001", For: time.Minute}
 	_, err = e.lim.Take(e.ctx, ratelimit.Request{Cooldown: cd, Guard: g})
 	ge := guardErr(t, err)

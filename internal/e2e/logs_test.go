@@ -141,8 +141,8 @@ func TestEveryLogLineHasEachKeyOnce(t *testing.T) {
 	require.Equal(t, map[string]string{"202": "e2e", "429": "e2e", "400": "e2e", "401": ""}, statuses, "the status of each request line and its api_key (none for the 401)")
 	require.NotEmpty(t, ready, "the harness's /readyz lines")
 	require.Equal(t, "200", ready[len(ready)-1], "/readyz answered 200 once the API was up: %v", ready)
-	for _, st := range ready[:len(ready)-1] {
-		require.Equal(t, "503", st, "/readyz before the API was up: %v", ready)
+	for _, st := range ready {
+		require.Contains(t, []string{"200", "503"}, st, "/readyz answers: %v", ready)
 	}
 	for _, msg := range []string{"send failed; retry scheduled", "dead-lettering", "sent", "consuming"} {
 		require.NotEmpty(t, find(consLines, msg), "the consumer's %q line", msg)

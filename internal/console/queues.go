@@ -126,6 +126,9 @@ type accountRow struct {
 	Limits                                 string // WECOM_ACCOUNT_LIMITS, e.g. 20/s · 600/min; none: –
 }
 
+// windowUnits name the windows of wecom.Limits on the queues page.
+var windowUnits = map[time.Duration]string{time.Second: "s", time.Minute: "min", time.Hour: "h", 24 * time.Hour: "day"}
+
 func accountRows(states []accountstate.State) []accountRow {
 	rows := make([]accountRow, 0, len(states))
 	for _, st := range states {
@@ -143,7 +146,7 @@ func accountRows(states []accountstate.State) []accountRow {
 		if l := st.Limits; l != nil {
 			var parts []string
 			for _, w := range l.Windows() {
-				parts = append(parts, fmt.Sprintf("%d/%s", w.N, map[time.Duration]string{time.Second: "s", time.Minute: "min", time.Hour: "h", 24 * time.Hour: "day"}[w.Per]))
+				parts = append(parts, fmt.Sprintf("%d/%s", w.N, windowUnits[w.Per]))
 			}
 			if len(parts) > 0 {
 				row.Limits = strings.Join(parts, " · ")

@@ -149,7 +149,7 @@ func (as *accounts) resolve(msg *envelope.Message) (*account, error) {
 		a, ok := as.robots[msg.Recipient]
 		switch {
 		case !ok:
-			return nil, &provider.Error{Provider: wecom.RobotName, Class: provider.Permanent, Code: "unknown_robot", Message: "no robot " + strconv.Quote(msg.Recipient) + " in WECOM_ROBOTS"}
+			return nil, wecom.UnknownRobot(msg.Recipient)
 		case !a.allows(tenant):
 			return nil, wecom.RobotNotAllowed(a.name, tenant)
 		}

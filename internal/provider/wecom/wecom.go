@@ -284,7 +284,7 @@ func (c *Client) SendWeCom(ctx context.Context, m provider.WeCom) (provider.WeCo
 	if m.Robot != "" {
 		r, ok := c.robots[m.Robot]
 		if !ok {
-			return provider.WeComReceipt{}, &provider.Error{Provider: RobotName, Class: provider.Permanent, Code: "unknown_robot", Message: "no robot " + strconv.Quote(m.Robot) + " in WECOM_ROBOTS"}
+			return provider.WeComReceipt{}, UnknownRobot(m.Robot)
 		}
 		// The API refuses another tenant's robot (404); this holds even
 		// for a message that got past it (an older API, a hand-made
@@ -388,6 +388,12 @@ func appReceipt(m provider.WeCom, a answer) (provider.WeComReceipt, error) {
 		return provider.WeComReceipt{}, &provider.Error{Provider: Name, Class: provider.Permanent, Code: strconv.Itoa(a.ErrCode), Message: why}
 	}
 	return provider.WeComReceipt{Receipt: provider.Receipt{Provider: Name, MessageID: a.MsgID}, Rejected: rejected}, nil
+}
+
+// UnknownRobot is the permanent error of a message to a robot that is not
+// in WECOM_ROBOTS.
+func UnknownRobot(robot string) error {
+	return &provider.Error{Provider: RobotName, Class: provider.Permanent, Code: "unknown_robot", Message: "no robot " + strconv.Quote(robot) + " in WECOM_ROBOTS"}
 }
 
 // RobotNotAllowed is the permanent error of a message to a robot that

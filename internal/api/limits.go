@@ -140,6 +140,9 @@ func (s *Server) limited(ctx context.Context, err error) *apiError {
 			s.logLeftBehind(ctx, lb)
 		}
 		label := le.Rule
+		if le.Label != "" {
+			label = le.Label
+		}
 		if !le.Cooldown {
 			label += " " + ratelimit.WindowName(le.Window)
 		}

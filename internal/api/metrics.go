@@ -1,6 +1,31 @@
 package api
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Every label drawn from a request belongs to a fixed set (issue 43): a
+// label value is a time series that lives as long as the process, so one
+// drawn from what a caller sends (Go's server takes any token up to 1 MiB
+// as a method) would let anyone, without a key, grow the heap and every
+// scrape without bound. The route is echo's template, or "unmatched"
+// (observe); the method is one of these, or "other"; the status is a
+// number of three digits.
+var servedMethods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true,
+	http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true,
+}
+
+// methodLabel is a request's method as metrics and the request log name
+// it: an HTTP method the API or its console serves, else "other".
+func methodLabel(m string) string {
+	if servedMethods[m] {
+		return m
+	}
+	return "other"
+}
 
 type metrics struct {
 	requests   *prometheus.CounterVec

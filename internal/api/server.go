@@ -350,7 +350,8 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 			route = "unmatched"
 		}
 		elapsed := time.Since(start)
-		s.metrics.requests.WithLabelValues(route, c.Request().Method, strconv.Itoa(code)).Inc()
+		method := methodLabel(c.Request().Method)
+		s.metrics.requests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
 		s.metrics.latency.WithLabelValues(route).Observe(elapsed.Seconds())
 		var ae *apiError
 		if errors.As(err, &ae) && ae.Limit != "" {
@@ -369,7 +370,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		// api_key, not caller: zap's own "caller" (the source line) is on
 		// every line, and a JSON line with a key twice is refused by
 		// Elasticsearch or loses one of the two elsewhere (issue 38).
-		fields := []zap.Field{zap.String("method", c.Request().Method), zap.String("route", route), zap.Int("status", code),
+		fields := []zap.Field{zap.String("method", method), zap.String("route", route), zap.Int("status", code),
 			zap.Duration("took", elapsed), zap.String("api_key", k.Name), zap.String("tenant", k.Tenant), zap.String("ip", c.RealIP()),
 			telemetry.LogField(c.Request().Context())}
 		if err != nil {

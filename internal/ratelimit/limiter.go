@@ -33,7 +33,11 @@ type Window struct {
 // limiter's prefix). Name is for humans and metrics: "per recipient",
 // "global email", "rate limit cfg-1 (provider aliyun)".
 type Rule struct {
-	Name    string
+	Name string
+	// Label names the rule in metrics when Name carries what an operator
+	// chose (a configured rule's id): a label drawn from a set that grows
+	// makes series that are never freed. "" means Name.
+	Label   string
 	Key     string
 	Windows []Window
 	// Tag is what the rule protects (a recipient, an IP); keys with the
@@ -93,6 +97,7 @@ type Reservation struct {
 // LimitError says which limit denied a request and when to retry.
 type LimitError struct {
 	Rule       string        // Rule.Name or Cooldown.Name
+	Label      string        // Rule.Label: the metric's name for the rule ("" means Rule)
 	Key        string        // Rule.Key or Cooldown.Key
 	Window     time.Duration // the violated window's length; the cooldown's For
 	Limit      int           // the violated window's limit; 1 for a cooldown
@@ -612,7 +617,7 @@ func limitError(req Request, out []int64, ruleIdx []int, winIdx [][]int) error {
 	}
 	r := req.Rules[ruleIdx[rule-1]]
 	w := r.Windows[winIdx[rule-1][window-1]]
-	return &LimitError{Rule: r.Name, Key: r.Key, Window: w.Length, Limit: w.Limit, RetryAfter: retry}
+	return &LimitError{Rule: r.Name, Label: r.Label, Key: r.Key, Window: w.Length, Limit: w.Limit, RetryAfter: retry}
 }
 
 // Rollback undoes a reservation whose request was not carried out (e.g. the

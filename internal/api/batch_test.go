@@ -68,14 +68,16 @@ func TestWeComBatchIsOneMessageWithEveryAcceptedRecipient(t *testing.T) {
 	for i := range 600 {
 		to = append(to, fmt.Sprintf("u%04d", i))
 	}
-	to = append(to, "bad|id", "u0001") // invalid, and listed twice
+	to = append(to, "bad|id", "@all", "@ALL", "u0001") // not one person (issue 43), and listed twice
 	r := h.do("POST", "/api/messages/batch", noticeBody("WECOM", func(m map[string]any) { m["recipients"] = to }))
 	require.Equal(t, http.StatusAccepted, r.Status, r.Msg)
 	var res BatchResult
 	r.data(t, &res)
 	require.Len(t, res.Accepted, 600)
 	require.Equal(t, []BatchRejected{
-		{Recipient: "bad|id", Code: 400, Msg: "recipient must be a WeCom userid: 1 to 64 letters, digits, _ . @ or -"},
+		{Recipient: "bad|id", Code: 400, Msg: "recipient must be a WeCom userid: a letter or digit, then up to 63 letters, digits, _ . @ or -; one person, never @all or a list"},
+		{Recipient: "@all", Code: 400, Msg: "recipient must be a WeCom userid: a letter or digit, then up to 63 letters, digits, _ . @ or -; one person, never @all or a list"},
+		{Recipient: "@ALL", Code: 400, Msg: "recipient must be a WeCom userid: a letter or digit, then up to 63 letters, digits, _ . @ or -; one person, never @all or a list"},
 		{Recipient: "u0001", Code: 400, Msg: "recipient u0001 is listed twice in this batch"},
 	}, res.Rejected)
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/phone"
+	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/topology"
@@ -54,7 +55,6 @@ var (
 	slug    = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 	varName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,63}$`)
 	codeRE  = regexp.MustCompile(`^[0-9]{4,10}$`)
-	userid  = regexp.MustCompile(`^[A-Za-z0-9_.@-]{1,64}$`) // WeCom userid
 	robot   = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 )
 
@@ -115,8 +115,8 @@ func recipientOf(channel, r string) (string, phone.Number, *apiError) {
 func otherRecipient(channel, r string) (string, *apiError) {
 	switch channel {
 	case chWeCom:
-		if !userid.MatchString(r) {
-			return "", badRequest("recipient must be a WeCom userid: 1 to 64 letters, digits, _ . @ or -")
+		if !wecom.ValidUserID(r) {
+			return "", badRequest("recipient must be " + wecom.UserIDRule)
 		}
 		return r, nil
 	case chWeComRobot:
@@ -345,7 +345,7 @@ func (r *Message) validateCommon(locales func(string) bool, allowHTTP bool, now 
 		return badRequest("at most %d mentions", maxMentions)
 	}
 	for _, m := range r.Mentions {
-		if m != "@all" && !userid.MatchString(m) {
+		if m != wecom.MentionAll && !wecom.ValidUserID(m) {
 			return badRequest("mention %q must be a WeCom userid or @all", truncate(m, 64))
 		}
 	}

@@ -39,6 +39,21 @@ func TestNormalizeRecipient(t *testing.T) {
 		{"sms", "+8612345678", "", false},                    // not a number China assigns
 		{"sms", "+449098790000", "+449098790000", true},      // valid: the type is a code's concern
 		{"sms", "+86 139 0000 1234 x12", "", false},
+		// WeCom: one person (issue 43). "@all" is everyone the application
+		// sees, "a|b" a list: neither is a userid.
+		{"wecom", "zhangsan", "zhangsan", true},
+		{"wecom", "Zhang.San@corp-1_x", "Zhang.San@corp-1_x", true},
+		{"wecom", "9lives", "9lives", true},
+		{"wecom", strings.Repeat("a", 64), strings.Repeat("a", 64), true},
+		{"wecom", "@all", "", false},
+		{"wecom", "@ALL", "", false},
+		{"wecom", "zhangsan|lisi", "", false},
+		{"wecom", "zhangsan,lisi", "", false},
+		{"wecom", "_x", "", false},
+		{"wecom", ".x", "", false},
+		{"wecom", "-x", "", false},
+		{"wecom", strings.Repeat("a", 65), "", false},
+		{"wecom", "", "", false},
 	} {
 		got, err := normalizeRecipient(tc.channel, tc.in)
 		if tc.ok {

@@ -625,6 +625,18 @@ func (d *Dispatcher) markSent(ctx context.Context, j *job) {
 	}
 }
 
+// reject adds recipients refused for good, with the reason, to those
+// already refused (the consumer's own refusals come before WeCom's).
+func (j *job) reject(why map[string]string) {
+	if len(why) == 0 {
+		return
+	}
+	if j.rejected == nil {
+		j.rejected = make(map[string]string, len(why))
+	}
+	maps.Copy(j.rejected, why)
+}
+
 // recipientAt is the i-th recipient of a job (see taskIDs).
 func (d *Dispatcher) recipientAt(j *job, i int) string {
 	if len(j.msg.Recipients) == 0 {

@@ -52,6 +52,9 @@ func (d *Dispatcher) sendWeCom(ctx, sctx context.Context, j *job, vars map[strin
 		return provider.Receipt{}, fmt.Errorf("%w: this consumer has no WeCom provider", ErrTemplate)
 	}
 	m := wecomMessage(j.msg)
+	if err := refuseNonUsers(j, &m); err != nil {
+		return provider.Receipt{}, err
+	}
 	if j.msg.Media != nil {
 		if j.media == mediaReserved {
 			return provider.Receipt{}, d.media.submit(ctx, j, m)
@@ -71,18 +74,43 @@ func (d *Dispatcher) sendWeCom(ctx, sctx context.Context, j *job, vars map[strin
 	return d.callOrMerge(ctx, sctx, j, m)
 }
 
+// refuseNonUsers is the consumer's second look at WeCom recipients
+// (issue 43), for messages queued before the API refused "@all" and "a|b"
+// lists, or published by anything but the API: WeCom never sees them. A
+// single message to one fails, permanently, before any merge (never a
+// merged call); a batch's are failed each, as recipients WeCom refused are,
+// and the rest go out.
+func refuseNonUsers(j *job, m *provider.WeCom) error {
+	if len(m.ToUsers) <= 1 {
+		return wecom.CheckUsers(m.ToUsers)
+	}
+	users := m.ToUsers[:0:0]
+	for _, u := range m.ToUsers {
+		if err := wecom.CheckUsers([]string{u}); err != nil {
+			j.reject(map[string]string{u: err.Error()})
+			continue
+		}
+		users = append(users, u)
+	}
+	if len(users) == 0 {
+		return wecom.CheckUsers(m.ToUsers)
+	}
+	m.ToUsers = users
+	return nil
+}
+
 // callOrMerge makes m's call, or, when j may wait for others to share it,
 // adds j to the merge buffer: handed on, or, where it cannot be, waiting
 // here for the merged send.
 func (d *Dispatcher) callOrMerge(ctx, sctx context.Context, j *job, m provider.WeCom) (provider.Receipt, error) {
 	if !d.mergeable(j) {
 		rcpt, err := d.callWeCom(ctx, sctx, j.acct, m)
-		j.rejected = rcpt.Rejected
+		j.reject(rcpt.Rejected)
 		return rcpt.Receipt, err
 	}
 	if d.handsOn(j) {
 		d.merge.add(ctx, j, m, func(o mergeOutcome) {
-			j.rejected = o.rejected
+			j.reject(o.rejected)
 			d.finish(ctx, j, o.rcpt, o.err)
 		})
 		return provider.Receipt{}, errHandedOn
@@ -92,7 +120,7 @@ func (d *Dispatcher) callOrMerge(ctx, sctx context.Context, j *job, m provider.W
 	// Wait whatever ctx says: once gathered the send may happen, and its
 	// outcome must be recorded for this member.
 	o := <-out
-	j.rejected = o.rejected
+	j.reject(o.rejected)
 	return o.rcpt, o.err
 }
 

@@ -206,6 +206,33 @@ func TestWeComUnknownUserFailsWithTheReason(t *testing.T) {
 	require.Equal(t, status.ReasonPermanent, rec.Reason)
 }
 
+// "@all" (everyone the application sees) and "a|b" lists queued before
+// the API refused them (issue 43) never reach WeCom: a single one fails
+// for good, a batch's fail each and its userids go out.
+func TestQueuedNonUsersNeverReachWeCom(t *testing.T) {
+	s, srv := setupWeCom(t, dispatchtest.Options{})
+	s.StartConsumer("c1", 2)
+	for _, to := range []string{"@all", "@ALL", "zhangsan|lisi", "_x"} {
+		id := s.WeCom("Broadcast", []string{to}, nil)[0]
+		rec := waitStatus(t, s, id, status.Failed)
+		require.Equal(t, status.ReasonPermanent, rec.Reason, to)
+		require.Contains(t, rec.LastError, "one person", to)
+	}
+	ids := s.WeCom("Batch", []string{"alice", "@all", "_bob", "dave"}, nil) // the envelope itself refuses a|b in a batch
+	for i, want := range []status.State{status.Sent, status.Failed, status.Failed, status.Sent} {
+		rec := waitStatus(t, s, ids[i], want)
+		if want == status.Failed {
+			require.Contains(t, rec.LastError, "one person")
+		}
+	}
+	require.Equal(t, 1, srv.SendCalls(), "one call, for the batch's userids")
+	require.Len(t, srv.ReceivedBy("alice"), 1)
+	require.Len(t, srv.ReceivedBy("dave"), 1)
+	for _, u := range []string{"@all", "@ALL", "zhangsan", "lisi", "_bob", "_x"} {
+		require.Empty(t, srv.ReceivedBy(u), u)
+	}
+}
+
 // A robot that belongs to other tenants refuses a message that got past
 // the API: dead-lettered as permanent, nothing posted; its own tenant's
 // message goes out.

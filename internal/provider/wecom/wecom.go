@@ -324,6 +324,9 @@ func (c *Client) SendApp(ctx context.Context, acct *App, m provider.WeCom) (prov
 	if n := len(m.ToUsers); n == 0 || n > MaxUsers {
 		return provider.WeComReceipt{}, &provider.Error{Provider: Name, Class: provider.Permanent, Code: "touser", Message: fmt.Sprintf("%d users: one call takes 1 to %d", n, MaxUsers)}
 	}
+	if err := CheckUsers(m.ToUsers); err != nil {
+		return provider.WeComReceipt{}, err
+	}
 	body, err := json.Marshal(map[string]any{
 		"touser":                   strings.Join(m.ToUsers, "|"),
 		"msgtype":                  m.Format,

@@ -79,3 +79,21 @@ func TestSMSCodeCountriesThroughTheAPI(t *testing.T) {
 	_, err = c.RequestVerificationCode(ctx, client.VerificationCodeRequest{Channel: client.ChannelSMS, Recipient: "+6591234567", Purpose: "login"})
 	require.NoError(t, err)
 }
+
+// With every setting at its default, numbers of no country (satellite,
+// international networks: classic pumping destinations) get no code, and
+// a Chinese mobile number still does (issue 43).
+func TestNoCountryNoCodeThroughTheAPI(t *testing.T) {
+	s := newSystem(t)
+	_, c := s.api()
+	ctx := testenv.Context(t, 30*time.Second)
+	for _, n := range []string{"+881612345678", "+870301234567", "+8823421234"} {
+		_, err := c.RequestVerificationCode(ctx, client.VerificationCodeRequest{Channel: client.ChannelSMS, Recipient: n, Purpose: "login"})
+		var ae *client.APIError
+		require.True(t, errors.As(err, &ae), "%s: %v", n, err)
+		require.Equal(t, http.StatusForbidden, ae.StatusCode, n)
+		require.Contains(t, ae.Msg, "numbers of no country", n)
+	}
+	_, err := c.RequestVerificationCode(ctx, client.VerificationCodeRequest{Channel: client.ChannelSMS, Recipient: "+8613900001234", Purpose: "login"})
+	require.NoError(t, err)
+}

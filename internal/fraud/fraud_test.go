@@ -86,6 +86,40 @@ func TestPolicy(t *testing.T) {
 	}
 }
 
+// Numbers of no country (satellite, international networks) get no code
+// by default, every country's do; naming 001 lets them through (issue 43).
+func TestNoCountryNoCode(t *testing.T) {
+	t.Parallel()
+	with001, err := phone.ParseCountries("CN+001")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		countries phone.Countries
+		number    string
+		allowed   bool
+	}{
+		{nil, "+8613812345678", true},
+		{nil, "+14155552671", true},
+		{nil, "+881612345678", false}, // Iridium
+		{nil, "+870301234567", false}, // Inmarsat
+		{nil, "+8823421234", false},   // an international network
+		{with001, "+881612345678", true},
+		{with001, "+8823421234", true},
+		{with001, "+8613812345678", true},
+		{with001, "+14155552671", false},
+	} {
+		err := fraud.Policy{Types: fraud.DefaultTypes, Countries: tc.countries}.Check("shop", num(t, tc.number))
+		if tc.allowed {
+			require.NoError(t, err, tc.number)
+			continue
+		}
+		var ce *fraud.CountryError
+		require.True(t, errors.As(err, &ce), "%s: %v", tc.number, err)
+		if len(tc.countries) == 0 {
+			require.EqualError(t, err, "verification codes to numbers of no country (region 001: satellite phones, international networks) are not allowed for tenant shop: name 001 in VERIFY_SMS_COUNTRIES to allow them")
+		}
+	}
+}
+
 // Blocks are listed per tenant (or all), lifted by tenant and prefix at
 // once, and counted; another tenant's block of the same prefix is its own.
 func TestBlocksListLiftAndCount(t *testing.T) {

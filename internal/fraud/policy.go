@@ -55,6 +55,10 @@ type CountryError struct {
 }
 
 func (e *CountryError) Error() string {
+	if !e.Allowed.Allows(e.Region) && (e.Region == phone.NonGeographic || e.Region == "") {
+		return fmt.Sprintf("verification codes to numbers of no country (region 001: satellite phones, international networks) are not allowed for tenant %s: name 001 in %s to allow them",
+			e.Tenant, e.Setting)
+	}
 	return fmt.Sprintf("verification codes to %s are not allowed for tenant %s: it may send them to %s only (%s)",
 		e.Region, e.Tenant, e.Allowed, e.Setting)
 }

@@ -194,8 +194,15 @@ func Parse(s string) (Number, error) {
 	return n, nil
 }
 
-// Countries is a set of ISO 3166-1 alpha-2 codes; empty means every
-// country.
+// NonGeographic is the region of numbers of no country: satellite phones
+// (+881 Iridium and Globalstar, +870 Inmarsat), international networks
+// (+882, +883) and the like. They are classic high-cost destinations of SMS
+// pumping, so a set of countries admits them only when it names "001"
+// (issue 43): "every country" is every country, not these.
+const NonGeographic = "001"
+
+// Countries is a set of ISO 3166-1 alpha-2 codes, and NonGeographic;
+// empty means every country (and not NonGeographic).
 type Countries []string
 
 // ParseCountries reads codes joined by "+" (CN+HK+SG), as the settings
@@ -209,8 +216,8 @@ func ParseCountries(s string) (Countries, error) {
 	var out Countries
 	for part := range strings.SplitSeq(s, "+") {
 		c := strings.ToUpper(strings.TrimSpace(part))
-		if !known[c] {
-			return nil, fmt.Errorf("%q is not an ISO 3166-1 alpha-2 country code with a numbering plan", part)
+		if !known[c] && c != NonGeographic {
+			return nil, fmt.Errorf("%q is not an ISO 3166-1 alpha-2 country code with a numbering plan, nor 001 (numbers of no country)", part)
 		}
 		if !slices.Contains(out, c) {
 			out = append(out, c)
@@ -220,8 +227,13 @@ func ParseCountries(s string) (Countries, error) {
 	return out, nil
 }
 
-// Allows reports whether region is in the set (always, when it is empty).
+// Allows reports whether region is in the set (every country, when it is
+// empty). A number of no country (NonGeographic, or no region at all) is
+// allowed only by a set that names NonGeographic.
 func (c Countries) Allows(region string) bool {
+	if region == NonGeographic || region == "" || region == "ZZ" {
+		return slices.Contains(c, NonGeographic)
+	}
 	return len(c) == 0 || slices.Contains(c, region)
 }
 

@@ -193,7 +193,7 @@ func (c *Callbacks) deliver(j callbackJob) {
 	if errors.Is(last, egress.ErrBlocked) {
 		c.cfg.Metrics.Callbacks.WithLabelValues("refused").Inc()
 		c.cfg.Logger.Warn("callback refused: its host is not a public address", zap.String("task_id", j.task), telemetry.ParentField(j.parent),
-			zap.String("url", redact.Text(j.url)), zap.String("error", redact.Text(last.Error())))
+			zap.String("url", redact.URL(j.url)), zap.String("error", redact.Text(last.Error())))
 		return
 	}
 	c.cfg.Metrics.Callbacks.WithLabelValues("failed").Inc()

@@ -34,6 +34,9 @@ const (
 	wrongKey      = "robot-key-wrong-0f6d4b93"
 	aliyunSecret  = "aliyun-secret-b27e9c4d1f"
 	callbackToken = "cb-token-6e1a9d3f7c"
+	// pathToken rides in a callback URL's path, as Slack-style hooks carry
+	// theirs (issue 43).
+	pathToken = "cb-path-token-2b7f4e0c9a"
 )
 
 // aliyunFake is Dysmsapi: it checks each request's signature as Aliyun
@@ -99,7 +102,7 @@ type callbackSink struct {
 }
 
 func (c *callbackSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == "/broken" {
+	if r.URL.Path == "/broken" || strings.HasPrefix(r.URL.Path, "/hooks/") {
 		neverAnswer(r)
 		return
 	}
@@ -186,7 +189,11 @@ func TestNoSecretLeavesAProcess(t *testing.T) {
 	res, err := c.SendMessage(ctx, client.SendRequest{MessageType: client.MessageWeCom, TemplateCode: "notice", Recipient: "dan", Variables: vars,
 		CallbackURL: hooks.URL + "/broken?token=" + callbackToken})
 	require.NoError(t, err)
-	waitSent(t, c, []string{res.TaskID})
+	// And one whose token is in its path, not its query.
+	res2, err := c.SendMessage(ctx, client.SendRequest{MessageType: client.MessageWeCom, TemplateCode: "notice", Recipient: "eve", Variables: vars,
+		CallbackURL: hooks.URL + "/hooks/T0AB/" + pathToken})
+	require.NoError(t, err)
+	waitSent(t, c, []string{res.TaskID, res2.TaskID})
 
 	var leaks []string // where the secrets are looked for
 	raws := make([]string, len(cases))
@@ -204,12 +211,12 @@ func TestNoSecretLeavesAProcess(t *testing.T) {
 		raws[i] = string(raw)
 		leaks = append(leaks, tc.name+" status: "+string(raw), tc.name+" callback: "+string(cb.body(ids[i])))
 	}
-	testenv.WaitFor(t, 20*time.Second, "the failed callback logged", func() bool { return consumer.Count(`"callback failed"`) > 0 })
+	testenv.WaitFor(t, 20*time.Second, "both failed callbacks logged", func() bool { return consumer.Count(`"callback failed"`) > 1 })
 	stats := string(s.getRaw(t, "/api/queues/stats"))
 	require.Contains(t, stats, "40001", "the refused account is down, with WeCom's reason")
 	leaks = append(leaks, "stats: "+stats, "consumer log: "+consumer.Output(), "api log: "+api.Output())
 
-	secrets := []string{goodSecret, stallSecret, refusedSecret, stuckKey, wrongKey, aliyunSecret, callbackToken}
+	secrets := []string{goodSecret, stallSecret, refusedSecret, stuckKey, wrongKey, aliyunSecret, callbackToken, pathToken}
 	secrets = append(secrets, srv.Tokens()...)
 	secrets = append(secrets, sms.signatures()...)
 	cb.mu.Lock()
@@ -226,7 +233,8 @@ func TestNoSecretLeavesAProcess(t *testing.T) {
 			}
 		}
 	}
-	require.Contains(t, consumer.Output(), "?[redacted]", "the callback's URL is in its failure, without its query")
+	require.Contains(t, consumer.Output(), "/broken?[redacted]", "the callback's URL is in its failure, without its query")
+	require.Contains(t, consumer.Output(), "/hooks/[redacted]", "the callback's URL is in its failure: scheme, host, first segment")
 	for i, tc := range cases {
 		require.Contains(t, raws[i], tc.want, "%s: the failure forced is the one meant", tc.name)
 	}

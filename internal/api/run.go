@@ -209,6 +209,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		Fraud:        guard,                  // the blocks GET /api/fraud/blocks lists
 		Authenticate: srv.KeyOf,
 		Lookup:       srv.KeyNamed,
+		ClientIP:     srv.ClientIP,
 	})
 	if err != nil {
 		return err

@@ -292,6 +292,11 @@ func (s *Server) Routes() [][2]string {
 	return out
 }
 
+// ClientIP is a request's client address as the API takes it: the
+// connection's, or X-Forwarded-For's from TRUSTED_PROXIES. The console
+// counts its logins by it, through ratelimit.Source, as wrong keys are.
+func (s *Server) ClientIP(r *http.Request) string { return s.e.IPExtractor(r) }
+
 // KeyOf finds the key an operator pasted into the console's login form,
 // as Authenticate finds an X-API-Key (every key is Anonymous with
 // API_AUTH=disabled). The console keeps only the name.

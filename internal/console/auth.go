@@ -189,7 +189,12 @@ func (g loginGuard) refund(ctx context.Context, ip, name string) error {
 	return refundScript.Run(ctx, g.rdb, g.keys(ip, name)).Err()
 }
 
-func clientIP(r *http.Request) string {
+// clientIP is the caller's address: as the API takes it, or the
+// connection's.
+func (c *Console) clientIP(r *http.Request) string {
+	if c.d.ClientIP != nil {
+		return c.d.ClientIP(r)
+	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		return r.RemoteAddr

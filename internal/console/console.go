@@ -21,6 +21,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/dlq"
+	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
@@ -50,6 +51,10 @@ type Deps struct {
 	// loses the admin scope.
 	Authenticate func(key string) (apikey.Key, bool)
 	Lookup       func(name string) (apikey.Key, bool)
+	// ClientIP is the caller's address as the API takes it (its
+	// TRUSTED_PROXIES included: api.Server.ClientIP); nil means the
+	// connection's own address.
+	ClientIP func(r *http.Request) string
 	// Timeline gives the chart's points; nil hides the chart.
 	Timeline Timeline
 	// Rates gives the broker's message rates by queue name (from the
@@ -267,7 +272,10 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the login form expired: reload it", http.StatusForbidden)
 		return
 	}
-	ip, name := clientIP(r), strings.TrimSpace(r.PostForm.Get("name"))
+	// Counted per source as the API counts wrong keys (ratelimit.Source):
+	// an IPv6 subscriber holds a whole /64, and would otherwise have 2^64
+	// addresses to guess from (issue 43).
+	ip, name := ratelimit.Source(c.clientIP(r)), strings.TrimSpace(r.PostForm.Get("name"))
 	// Counted first, checked after: parallel guesses each see the others'
 	// counts, so no more than the limit reach the key check.
 	within, err := c.logins.count(r.Context(), ip, name)

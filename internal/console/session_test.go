@@ -235,6 +235,10 @@ func TestParallelWrongLoginsAreCountedFirst(t *testing.T) {
 	}{
 		{"one address, ten key names", func(int) string { return "192.0.2.1:40000" }, func(i int) string { return "guess-" + strconv.Itoa(i) }},
 		{"ten addresses, one key name", func(i int) string { return "198.51.100." + strconv.Itoa(10+i) + ":40000" }, func(int) string { return testName }},
+		// One IPv6 subscriber holds a whole /64: its addresses count as
+		// one, as the API's wrong keys do (issue 43).
+		{"one /64, ten addresses, ten key names", func(i int) string { return "[2001:db8:1:2:" + strconv.Itoa(100+i) + "::1]:40000" },
+			func(i int) string { return "v6-guess-" + strconv.Itoa(i) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h.checks.Store(0)

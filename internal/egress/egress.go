@@ -24,7 +24,12 @@ var blockedPrefixes = []netip.Prefix{
 	netip.MustParsePrefix("198.51.100.0/24"), // TEST-NET-2
 	netip.MustParsePrefix("203.0.113.0/24"),  // TEST-NET-3
 	netip.MustParsePrefix("240.0.0.0/4"),     // reserved, and broadcast
+	netip.MustParsePrefix("192.88.99.0/24"),  // 6to4 relay anycast (deprecated): a relay into IPv6
 	netip.MustParsePrefix("::/96"),           // IPv4-compatible (deprecated): embeds an IPv4 address
+	netip.MustParsePrefix("::ffff:0:0:0/96"), // IPv4-translated (SIIT): embeds an IPv4 address, which Unmap does not see
+	netip.MustParsePrefix("fec0::/10"),       // site-local (deprecated, RFC 3879): still routed inside some sites
+	netip.MustParsePrefix("2001:10::/28"),    // ORCHID: not routable
+	netip.MustParsePrefix("2001:20::/28"),    // ORCHIDv2: not routable
 	netip.MustParsePrefix("100::/64"),        // discard-only
 	netip.MustParsePrefix("64:ff9b::/96"),    // NAT64: embeds an IPv4 address
 	netip.MustParsePrefix("64:ff9b:1::/48"),  // local-use NAT64

@@ -25,7 +25,12 @@ func TestPublic(t *testing.T) {
 		{"0.0.0.0", false}, {"::", false}, {"0.1.2.3", false},
 		{"100.64.0.1", false}, {"224.0.0.1", false}, {"ff02::1", false}, {"255.255.255.255", false},
 		{"::ffff:127.0.0.1", false}, {"::7f00:1", false}, {"::ffff:10.0.0.1", false}, {"64:ff9b::a00:1", false},
+		// Internal-looking ranges the guard once called public (issue 43).
+		{"fec0::1", false}, {"feff::1", false}, {"::ffff:0:a00:1", false}, {"::ffff:0:7f00:1", false},
+		{"64:ff9b::7f00:1", false}, {"64:ff9b::808:808", false}, {"64:ff9b:1::a00:1", false}, {"64:ff9b:1:ffff::1", false},
+		{"192.88.99.1", false}, {"2001:10::1", false}, {"2001:20::1", false},
 		{"93.184.216.34", true}, {"8.8.8.8", true}, {"2606:4700:4700::1111", true}, {"::ffff:8.8.8.8", true},
+		{"2001:4860:4860::8888", true}, {"2a00:1450::1", true},
 	} {
 		require.Equal(t, tc.public, Public(netip.MustParseAddr(tc.ip)), tc.ip)
 	}

@@ -117,6 +117,11 @@ func (s *Server) liftFraudBlock(c *echo.Context) error {
 	if !prefixRE.MatchString(prefix) {
 		return badRequest("prefix must be a prefix as GET /api/fraud/blocks lists it, such as +44740012")
 	}
+	// Before anything is looked up: a 403 says the same whether the block
+	// exists or not, so it tells a tenant nothing of its neighbours'.
+	if s.d.Fraud != nil && s.d.Fraud.Lifter() == fraud.LiftAdmin && !Caller(c).Scopes.Allows(apikey.Admin) {
+		return &apiError{Status: http.StatusForbidden, Msg: "only an admin key may lift a fraud guard block here (FRAUD_GUARD_LIFT=admin)"}
+	}
 	none := notFound("tenant %s has no fraud guard block of %s", tenant, prefix)
 	if !Visible(c, tenant) || s.d.Fraud == nil {
 		return none

@@ -274,6 +274,29 @@ func TestFraudGuardBlocksAPumpedPrefix(t *testing.T) {
 	}
 }
 
+// FRAUD_GUARD_LIFT=admin: a tenant can no longer lift its own blocks
+// again and again (issue 43); its DELETE is 403, whether the block exists
+// or not, and an admin key lifts it.
+func TestFraudGuardLiftAdminOnly(t *testing.T) {
+	keys := tenantKeys(t, "ops/lift:"+"opslift-key-0123456789"+":send+admin")
+	h := setup(t, options{keys: keys, fraud: fraud.Config{Lift: fraud.LiftAdmin}})
+	for i := range 60 {
+		h.do("POST", "/api/verification-codes", smsCode(ukNumber(i), "login"), "X-API-Key", shopKey)
+	}
+	lift := "/api/fraud/blocks/shop/" + url.PathEscape("+44740012")
+	for _, path := range []string{lift, "/api/fraud/blocks/shop/+44740099", "/api/fraud/blocks/blog/+44740012"} {
+		r := h.do("DELETE", path, nil, "X-API-Key", shopKey)
+		require.Equal(t, http.StatusForbidden, r.Status, "%s: %s", path, r.Msg)
+		require.Contains(t, r.Msg, "FRAUD_GUARD_LIFT=admin")
+	}
+	r := h.do("POST", "/api/verification-codes", smsCode(ukNumber(100), "login"), "X-API-Key", shopKey)
+	require.Equal(t, http.StatusTooManyRequests, r.Status, "still blocked: %s", r.Msg)
+	r = h.do("DELETE", lift, nil, "X-API-Key", "opslift-key-0123456789")
+	require.Equal(t, http.StatusOK, r.Status, r.Msg)
+	r = h.do("POST", "/api/verification-codes", smsCode(ukNumber(101), "login"), "X-API-Key", shopKey)
+	require.Equal(t, http.StatusAccepted, r.Status, "lifted by the admin: %s", r.Msg)
+}
+
 // Verified codes keep a prefix open: the verify endpoint tallies them for
 // the guard, whichever replica checks them.
 func TestVerifiedCodesKeepAPrefixOpen(t *testing.T) {

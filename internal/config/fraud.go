@@ -54,6 +54,8 @@ func loadFraudGuard(l *envconf.Loader) fraud.Config {
 	c.Window = l.Duration("FRAUD_GUARD_WINDOW", t.Window, time.Minute, 7*24*time.Hour, "the sliding window codes sent and verified are counted over")
 	c.Baseline = l.Duration("FRAUD_GUARD_BASELINE", t.Baseline, 2*time.Minute, 30*24*time.Hour, "the sliding span a prefix's baseline (its average per window) is taken over; at least twice FRAUD_GUARD_WINDOW")
 	c.BlockFor = l.Duration("FRAUD_GUARD_BLOCK_FOR", t.BlockFor, time.Second, 30*24*time.Hour, "how long a blocked prefix refuses codes, unless lifted (DELETE /api/fraud/blocks/{tenant}/{prefix}) (default: FRAUD_GUARD's level)")
+	c.Lift = fraud.Lifter(l.Enum("FRAUD_GUARD_LIFT", string(fraud.LiftTenant), []string{string(fraud.LiftTenant), string(fraud.LiftAdmin)},
+		"who may lift a block before it ends (DELETE /api/fraud/blocks/{tenant}/{prefix}): tenant, the blocked tenant's send keys and admin keys; admin, admin keys only (a tenant's DELETE is 403)"))
 	digits := l.List("FRAUD_GUARD_PREFIX_DIGITS", "", "per country, how many digits of the national number a guarded prefix keeps: GB=5,US=6; elsewhere all but the last 4 (a block of 10,000 numbers)")
 	var err error
 	if c.PrefixDigits, err = fraud.ParsePrefixDigits(digits); err != nil {

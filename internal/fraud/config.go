@@ -56,17 +56,40 @@ var Levels = map[Level]Thresholds{
 type Config struct {
 	Level Level
 	Thresholds
+	// Lift says who may lift a block (FRAUD_GUARD_LIFT): "" is LiftTenant.
+	Lift Lifter
 	// PrefixDigits overrides, per country (ISO code), how many digits of
 	// the national number a prefix keeps (FRAUD_GUARD_PREFIX_DIGITS);
 	// elsewhere it is all but the last four (Prefix).
 	PrefixDigits map[string]int
 }
 
+// Lifter is who may lift a block before it ends.
+type Lifter string
+
+const (
+	// LiftTenant: the blocked tenant's own send keys, and admin keys. A
+	// tenant that knows its traffic is real is not kept waiting on an
+	// operator; its lifts are logged.
+	LiftTenant Lifter = "tenant"
+	// LiftAdmin: admin keys only. A tenant that lifts its own blocks again
+	// and again (a compromised key, or a careless one) defeats the guard;
+	// an operator who must decide takes that from it (issue 43).
+	LiftAdmin Lifter = "admin"
+)
+
 // Validate checks the settings; a level other than off needs every
 // threshold (LoadAPI fills them from Levels).
 func (c *Config) Validate() error {
 	if c.Level == "" {
 		c.Level = Standard
+	}
+	switch c.Lift {
+	case "":
+		c.Lift = LiftTenant
+	case LiftTenant, LiftAdmin:
+	default:
+		return fmt.Errorf("fraud: lift %q: want tenant or admin", c.Lift)
 	}
 	if c.Level == Off {
 		return nil

@@ -1,6 +1,7 @@
 package fraud
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -126,6 +127,9 @@ func abs(n int64) int64 {
 	}
 	return n
 }
+
+// Lifter is who may lift this guard's blocks (FRAUD_GUARD_LIFT).
+func (g *Guard) Lifter() Lifter { return cmp.Or(g.cfg.Lift, LiftTenant) }
 
 // Block is one blocked prefix, as GET /api/fraud/blocks lists it.
 type Block struct {

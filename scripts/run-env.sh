@@ -8,7 +8,7 @@ export AMQP_URL="${AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}"
 export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379/0}"
 export RABBITMQ_MANAGEMENT_URL="${RABBITMQ_MANAGEMENT_URL:-http://guest:guest@127.0.0.1:15672}"
 DEV_KEY_NAME="${DEV_API_KEY_NAME:-dev}"
-DEV_KEY="${DEV_API_KEY:-dev-key-change-me}"
+DEV_KEY="${DEV_API_KEY:-dev-key-change-me-0123456789}"
 # admin must be written (a key without scopes is send+read): the dev key
 # also opens the queue stats and the console.
 export API_KEYS="${API_KEYS:-$DEV_KEY_NAME:$DEV_KEY:send+read+admin}"

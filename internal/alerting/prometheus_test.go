@@ -26,7 +26,7 @@ import (
 	"github.com/msgpulse/msgpulse/pkg/client"
 )
 
-const promAPIKey = "prom-key-0123456789"
+const promAPIKey = "prom-key-0123456789abcdefgh"
 
 // dashboardExprs are the PromQL expressions of the Grafana dashboard.
 func dashboardExprs(t *testing.T) map[string]string {

@@ -19,7 +19,7 @@ import (
 func TestPrintCallbackKey(t *testing.T) {
 	t.Parallel()
 	const master = "master-callback-secret-0123"
-	cfg, l := config.LoadAPI(envconf.FromMap(map[string]string{"API_KEYS": "shopA/backend:k-0123456789",
+	cfg, l := config.LoadAPI(envconf.FromMap(map[string]string{"API_KEYS": "shopA/backend:k-0123456789abcdefgh",
 		"CALLBACK_SECRET": master, "CALLBACK_SECRETS": "shopB=shopB-callback-secret-01"}))
 	require.NoError(t, l.Err())
 	for _, tc := range []struct {
@@ -37,7 +37,7 @@ func TestPrintCallbackKey(t *testing.T) {
 	require.Equal(t, cli.ExitUsage, PrintCallbackKey(&out, &errw, cfg.CallbackKeys, nil))
 	require.Contains(t, errw.String(), "-tenant")
 
-	none, l := config.LoadAPI(envconf.FromMap(map[string]string{"API_KEYS": "shopA/backend:k-0123456789"}))
+	none, l := config.LoadAPI(envconf.FromMap(map[string]string{"API_KEYS": "shopA/backend:k-0123456789abcdefgh"}))
 	require.NoError(t, l.Err())
 	out.Reset()
 	errw.Reset()

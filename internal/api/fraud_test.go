@@ -155,7 +155,7 @@ func TestWrongKeysFromOneIPv6Subnet(t *testing.T) {
 	h := setup(t, options{authFailures: 30, trustedProxies: []*net.IPNet{loopback}})
 	var statuses []int
 	for i := range 40 {
-		r := h.do("GET", "/api/rate-limits", nil, "X-API-Key", "wrong-key-0123456789", "X-Forwarded-For", fmt.Sprintf("2001:db8:1:2:%x::1", i+1))
+		r := h.do("GET", "/api/rate-limits", nil, "X-API-Key", "wrong-key-0123456789abcdefgh", "X-Forwarded-For", fmt.Sprintf("2001:db8:1:2:%x::1", i+1))
 		statuses = append(statuses, r.Status)
 	}
 	require.Equal(t, http.StatusUnauthorized, statuses[29], "the 30th is counted and answered")
@@ -179,7 +179,7 @@ func TestWrongKeyThatCannotBeCountedIsRefused(t *testing.T) {
 	t.Cleanup(func() { _ = dead.Close() })
 	h.srv.authFailures = ratelimit.NewFailures(dead, h.redis.Prefix, 30, time.Minute)
 
-	r := h.do("GET", "/api/rate-limits", nil, "X-API-Key", "wrong-key-0123456789", "X-Forwarded-For", "203.0.113.50")
+	r := h.do("GET", "/api/rate-limits", nil, "X-API-Key", "wrong-key-0123456789abcdefgh", "X-Forwarded-For", "203.0.113.50")
 	require.Equal(t, http.StatusServiceUnavailable, r.Status, r.Msg)
 	require.Contains(t, r.Msg, "cannot be counted")
 	require.Equal(t, "2", r.Header.Get("Retry-After"))
@@ -198,7 +198,7 @@ func ukNumber(i int) string { return fmt.Sprintf("+4474001%05d", 20000+i) }
 // the admin, not to a neighbour, who can neither lift it; its tenant
 // lifts it, and the next code goes through at once on another replica.
 func TestFraudGuardBlocksAPumpedPrefix(t *testing.T) {
-	keys := tenantKeys(t, "ops/lift:"+"opslift-key-0123456789"+":send+admin")
+	keys := tenantKeys(t, "ops/lift:"+"opslift-key-0123456789abcdefgh"+":send+admin")
 	a := setup(t, options{keys: keys})
 	b := setup(t, options{keys: keys, share: a})
 	var refused response
@@ -266,7 +266,7 @@ func TestFraudGuardBlocksAPumpedPrefix(t *testing.T) {
 		a.do("POST", "/api/verification-codes", smsCode(ukNumber(300+i), "login"), "X-API-Key", blogKey)
 	}
 	require.Len(t, blocks(a, blogKey), 1)
-	r = a.do("DELETE", "/api/fraud/blocks/blog/44740012", nil, "X-API-Key", "opslift-key-0123456789")
+	r = a.do("DELETE", "/api/fraud/blocks/blog/44740012", nil, "X-API-Key", "opslift-key-0123456789abcdefgh")
 	require.Equal(t, http.StatusOK, r.Status, r.Msg)
 	for _, bad := range []string{"/api/fraud/blocks/shop/+44x", "/api/fraud/blocks/sh{op}/+4474"} {
 		r = a.do("DELETE", bad, nil, "X-API-Key", shopKey)
@@ -278,7 +278,7 @@ func TestFraudGuardBlocksAPumpedPrefix(t *testing.T) {
 // again and again (issue 43); its DELETE is 403, whether the block exists
 // or not, and an admin key lifts it.
 func TestFraudGuardLiftAdminOnly(t *testing.T) {
-	keys := tenantKeys(t, "ops/lift:"+"opslift-key-0123456789"+":send+admin")
+	keys := tenantKeys(t, "ops/lift:"+"opslift-key-0123456789abcdefgh"+":send+admin")
 	h := setup(t, options{keys: keys, fraud: fraud.Config{Lift: fraud.LiftAdmin}})
 	for i := range 60 {
 		h.do("POST", "/api/verification-codes", smsCode(ukNumber(i), "login"), "X-API-Key", shopKey)
@@ -291,7 +291,7 @@ func TestFraudGuardLiftAdminOnly(t *testing.T) {
 	}
 	r := h.do("POST", "/api/verification-codes", smsCode(ukNumber(100), "login"), "X-API-Key", shopKey)
 	require.Equal(t, http.StatusTooManyRequests, r.Status, "still blocked: %s", r.Msg)
-	r = h.do("DELETE", lift, nil, "X-API-Key", "opslift-key-0123456789")
+	r = h.do("DELETE", lift, nil, "X-API-Key", "opslift-key-0123456789abcdefgh")
 	require.Equal(t, http.StatusOK, r.Status, r.Msg)
 	r = h.do("POST", "/api/verification-codes", smsCode(ukNumber(101), "login"), "X-API-Key", shopKey)
 	require.Equal(t, http.StatusAccepted, r.Status, "lifted by the admin: %s", r.Msg)

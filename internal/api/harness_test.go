@@ -43,7 +43,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/verify"
 )
 
-const testKey = "test-key-0123456789"
+const testKey = "test-key-0123456789abcdefgh"
 
 // harness is one API instance on a vhost and Redis prefix of its own.
 type harness struct {

@@ -20,9 +20,9 @@ import (
 // (API_KEYS=shopA:k1,shopB:k2, with keys long enough to be accepted), and
 // one operator with admin written.
 const (
-	shopAKey = "k1-0123456789abcdef"
-	shopBKey = "k2-0123456789abcdef"
-	opsKey   = "ops-0123456789abcdef"
+	shopAKey = "k1-0123456789abcdefghabcdef"
+	shopBKey = "k2-0123456789abcdefghabcdef"
+	opsKey   = "ops-0123456789abcdefghabcdef"
 )
 
 func isolationKeys(t *testing.T, extra ...string) []apikey.Key {
@@ -53,7 +53,7 @@ func TestKeyWithoutScopesIsNotAdmin(t *testing.T) {
 // key authenticates, the text "SHA256=<hex>" does not; a malformed digest
 // stops the API at start.
 func TestUpperCaseDigestIsADigest(t *testing.T) {
-	const plain = "upper-digest-key-0123456789"
+	const plain = "upper-digest-key-0123456789abcdefgh"
 	hexDigest := strings.ToUpper(apikey.Digest(plain))
 	h := setup(t, options{keys: isolationKeys(t, "shopA/ci:SHA256="+hexDigest)})
 	r := h.send(plain, notice("d@example.com"))
@@ -92,9 +92,9 @@ func TestCallbackURLNeedsACallbackKey(t *testing.T) {
 
 	onlyA, err := callbackkey.New(map[string]string{"shopA": "shopA-tenant-secret-0001"}, "")
 	require.NoError(t, err)
-	some := setup(t, options{share: h, keys: isolationKeys(t, "shopB/backend:shopB-backend-0123456789"), callbackKeys: &onlyA})
+	some := setup(t, options{share: h, keys: isolationKeys(t, "shopB/backend:shopB-backend-0123456789abcdefgh"), callbackKeys: &onlyA})
 	require.Equal(t, http.StatusAccepted, some.send(shopAKey, withCallback(notice("c@example.com"))).Status, "tenant shopA has a key")
-	r = some.send("shopB-backend-0123456789", withCallback(notice("c@example.com")))
+	r = some.send("shopB-backend-0123456789abcdefgh", withCallback(notice("c@example.com")))
 	require.Equal(t, http.StatusBadRequest, r.Status, "tenant shopB has none: %s", r.Msg)
 	require.Contains(t, r.Msg, "tenant shopB")
 }
@@ -139,7 +139,7 @@ func TestParallelGuessesCannotRacePastTheLimit(t *testing.T) {
 			if err != nil {
 				return
 			}
-			req.Header.Set("X-API-Key", "guess-"+strconv.Itoa(i)+"-0123456789")
+			req.Header.Set("X-API-Key", "guess-"+strconv.Itoa(i)+"-0123456789abcdefgh")
 			req.Header.Set("Content-Type", "application/json")
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {

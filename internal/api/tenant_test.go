@@ -25,11 +25,11 @@ import (
 // (send+read of the default tenant: admin must be written), read from
 // API_KEYS as cmd/api does.
 const (
-	shopKey  = "shop-key-0123456789"
-	blogKey  = "blog-key-0123456789"
-	adminKey = "admin-key-0123456789"
-	allKey   = "all-key-0123456789"
-	readKey  = "read-key-0123456789"
+	shopKey  = "shop-key-0123456789abcdefgh"
+	blogKey  = "blog-key-0123456789abcdefgh"
+	adminKey = "admin-key-0123456789abcdefgh"
+	allKey   = "all-key-0123456789abcdefgh"
+	readKey  = "read-key-0123456789abcdefgh"
 )
 
 func tenantKeys(t *testing.T, extra ...string) []apikey.Key {
@@ -140,8 +140,8 @@ func TestScopesGuardEveryRoute(t *testing.T) {
 		{"no scopes: rate-limit delete", "DELETE", "/api/rate-limits/a", nil, allKey, 403, "admin"},
 		{"no scopes: rate-limit read", "GET", "/api/rate-limits", nil, allKey, 200, ""},
 		{"missing key", "GET", "/api/queues/stats", nil, "", 401, "missing X-API-Key"},
-		{"unknown key", "GET", "/api/queues/stats", nil, "nope-0123456789", 401, "unknown API key"},
-		{"unknown key, send", "POST", "/api/messages/send", notice("c@example.com"), "nope-0123456789", 401, "unknown API key"},
+		{"unknown key", "GET", "/api/queues/stats", nil, "nope-0123456789abcdefgh", 401, "unknown API key"},
+		{"unknown key, send", "POST", "/api/messages/send", notice("c@example.com"), "nope-0123456789abcdefgh", 401, "unknown API key"},
 	} {
 		r := h.do(tc.method, tc.path, tc.body, "X-API-Key", tc.key)
 		require.Equal(t, tc.want, r.Status, "%s: %s", tc.name, r.Msg)
@@ -194,14 +194,14 @@ func TestDigestKeyAuthenticatesAndIsNeverLogged(t *testing.T) {
 func TestTenantLimitSpansItsKeys(t *testing.T) {
 	limits := defaultLimits()
 	limits.PerTenantMinute = 2
-	h := setup(t, options{limits: limits, keys: tenantKeys(t, "shop/batch:batch-key-0123456789:send")})
+	h := setup(t, options{limits: limits, keys: tenantKeys(t, "shop/batch:batch-key-0123456789abcdefgh:send")})
 	require.Equal(t, 202, h.send(shopKey, notice("f1@example.com")).Status)
-	require.Equal(t, 202, h.send("batch-key-0123456789", notice("f2@example.com")).Status)
+	require.Equal(t, 202, h.send("batch-key-0123456789abcdefgh", notice("f2@example.com")).Status)
 	r := h.send(shopKey, notice("f3@example.com"))
 	require.Equal(t, http.StatusTooManyRequests, r.Status, r.Msg)
 	require.Contains(t, r.Msg, "per tenant")
 	require.NotEmpty(t, r.Header.Get("Retry-After"))
-	r = h.do("POST", "/api/verification-codes", codeRequest("f4@example.com", "login"), "X-API-Key", "batch-key-0123456789")
+	r = h.do("POST", "/api/verification-codes", codeRequest("f4@example.com", "login"), "X-API-Key", "batch-key-0123456789abcdefgh")
 	require.Equal(t, http.StatusTooManyRequests, r.Status, "codes count too: %s", r.Msg)
 	require.Equal(t, 202, h.send(blogKey, notice("f5@example.com")).Status, "another tenant is not limited")
 }
@@ -294,7 +294,7 @@ func TestTenantLimitKeepsOneRoundTrip(t *testing.T) {
 // tenant: a bare name is a tenant of its own, so neither reads the other's
 // messages (issue 21: least privilege by default).
 func TestBareKeyNamesAreTenantsOfTheirOwn(t *testing.T) {
-	const a, b = "shopA-key-0123456789", "shopB-key-0123456789"
+	const a, b = "shopA-key-0123456789abcdefgh", "shopB-key-0123456789abcdefgh"
 	var keys []apikey.Key
 	for i, e := range []string{"shopA:" + a, "shopB:" + b} {
 		k, err := apikey.Parse(e, i+1)

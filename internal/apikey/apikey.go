@@ -123,8 +123,10 @@ func New(name, key string, scopes Scopes) Key {
 // the default tenant.
 var Anonymous = Key{Name: "anonymous", Tenant: DefaultTenant, Scopes: All}
 
-// MinKeyLen is the shortest plaintext key accepted.
-const MinKeyLen = 8
+// MinKeyLen is the shortest plaintext key accepted: 20 characters. A key
+// is a bearer secret that travels with every request; 8 could be a word.
+// `openssl rand -hex 24` makes a good one (48 hex digits, 192 bits).
+const MinKeyLen = 20
 
 const digestPrefix = "sha256="
 
@@ -165,7 +167,7 @@ func Parse(entry string, i int) (Key, error) {
 		return k, nil
 	}
 	if len(rest) < MinKeyLen {
-		return fail("key is shorter than %d characters", MinKeyLen)
+		return fail("key is shorter than %d characters (make one with `openssl rand -hex 24`)", MinKeyLen)
 	}
 	k.digest = sha256.Sum256([]byte(rest))
 	return k, nil

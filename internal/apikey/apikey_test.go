@@ -19,13 +19,13 @@ func TestParse(t *testing.T) {
 		key        string // plaintext that must authenticate
 		wantErr    string
 	}{
-		{entry: "k-0123456789", name: "key-1", tenant: "key-1", scopes: Default, key: "k-0123456789"},
-		{entry: "backend:k-0123456789", name: "backend", tenant: "backend", scopes: Default, key: "k-0123456789"},
-		{entry: "shop/backend:k-0123456789", name: "shop/backend", tenant: "shop", scopes: Default, key: "k-0123456789"},
-		{entry: "shop/backend:k-0123456789:send+read", name: "shop/backend", tenant: "shop", scopes: Scopes(Send | Read), key: "k-0123456789"},
-		{entry: "ops:k-0123456789:admin", name: "ops", tenant: "ops", scopes: Scopes(Admin), key: "k-0123456789"},
-		{entry: "a/b/c:k-0123456789:read+send", name: "a/b/c", tenant: "a", scopes: Scopes(Send | Read), key: "k-0123456789"},
-		{entry: "colon:k-01:23456789", name: "colon", tenant: "colon", scopes: Default, key: "k-01:23456789"},
+		{entry: "k-0123456789abcdefgh", name: "key-1", tenant: "key-1", scopes: Default, key: "k-0123456789abcdefgh"},
+		{entry: "backend:k-0123456789abcdefgh", name: "backend", tenant: "backend", scopes: Default, key: "k-0123456789abcdefgh"},
+		{entry: "shop/backend:k-0123456789abcdefgh", name: "shop/backend", tenant: "shop", scopes: Default, key: "k-0123456789abcdefgh"},
+		{entry: "shop/backend:k-0123456789abcdefgh:send+read", name: "shop/backend", tenant: "shop", scopes: Scopes(Send | Read), key: "k-0123456789abcdefgh"},
+		{entry: "ops:k-0123456789abcdefgh:admin", name: "ops", tenant: "ops", scopes: Scopes(Admin), key: "k-0123456789abcdefgh"},
+		{entry: "a/b/c:k-0123456789abcdefgh:read+send", name: "a/b/c", tenant: "a", scopes: Scopes(Send | Read), key: "k-0123456789abcdefgh"},
+		{entry: "colon:k-01:23456789abcdefgh", name: "colon", tenant: "colon", scopes: Default, key: "k-01:23456789abcdefgh"},
 		{entry: "dig:sha256=" + hexOf, name: "dig", tenant: "dig", scopes: Default, fromDigest: true, key: "test"},
 		{entry: "t/dig:sha256=" + strings.ToUpper(hexOf) + ":read", name: "t/dig", tenant: "t", scopes: Scopes(Read), fromDigest: true, key: "test"},
 		// Any case of sha256= is a digest: the key is what it digests, never
@@ -33,14 +33,15 @@ func TestParse(t *testing.T) {
 		{entry: "up:SHA256=" + hexOf, name: "up", tenant: "up", scopes: Default, fromDigest: true, key: "test"},
 		{entry: "mixed:Sha256=" + hexOf + ":admin", name: "mixed", tenant: "mixed", scopes: Scopes(Admin), fromDigest: true, key: "test"},
 		{entry: "bad:SHA256=" + hexOf[:62], wantErr: "sha256= needs 64 hex digits"},
-		{entry: "bad:Sha256=not-hex-0123456789", wantErr: "sha256= needs 64 hex digits"},
-		{entry: "short:abc", wantErr: "key 1 (short): key is shorter than 8"},
-		{entry: "bad:k-0123456789:send+wrte", wantErr: `unknown scope "wrte"`},
-		{entry: "bad:k-0123456789:", wantErr: ""}, // empty suffix: part of the key
+		{entry: "bad:Sha256=not-hex-0123456789abcdefgh", wantErr: "sha256= needs 64 hex digits"},
+		{entry: "short:abc", wantErr: "key 1 (short): key is shorter than 20"},
+		{entry: "nineteen:k-0123456789abcdefg", wantErr: "key 1 (nineteen): key is shorter than 20 characters (make one with `openssl rand -hex 24`)"},
+		{entry: "bad:k-0123456789abcdefgh:send+wrte", wantErr: `unknown scope "wrte"`},
+		{entry: "bad:k-0123456789abcdefgh:", wantErr: ""}, // empty suffix: part of the key
 		{entry: "bad:sha256=abcd", wantErr: "sha256= needs 64 hex digits"},
 		{entry: "bad:sha256=" + hexOf[:63] + "x", wantErr: "sha256= needs 64 hex digits"},
-		{entry: "/x:k-0123456789", wantErr: "needs text on both sides"},
-		{entry: "x/:k-0123456789", wantErr: "needs text on both sides"},
+		{entry: "/x:k-0123456789abcdefgh", wantErr: "needs text on both sides"},
+		{entry: "x/:k-0123456789abcdefgh", wantErr: "needs text on both sides"},
 	} {
 		t.Run(tc.entry, func(t *testing.T) {
 			k, err := Parse(tc.entry, 1)
@@ -72,7 +73,7 @@ func TestParse(t *testing.T) {
 // with the text "SHA256=<hex>".
 func TestDigestPrefixInAnyCase(t *testing.T) {
 	t.Parallel()
-	const key = "k-digest-0123456789"
+	const key = "k-digest-0123456789abcdefgh"
 	for _, prefix := range []string{"sha256=", "SHA256=", "Sha256=", "sHa256="} {
 		entry := prefix + strings.ToUpper(Digest(key))
 		k, err := Parse("shopA/backend:"+entry, 1)
@@ -91,12 +92,12 @@ func TestDigestPrefixInAnyCase(t *testing.T) {
 // platform operator: admin must be written.
 func TestNoScopesIsSendReadNotAdmin(t *testing.T) {
 	t.Parallel()
-	k, err := Parse("shopA:k1-0123456789", 1)
+	k, err := Parse("shopA:k1-0123456789abcdefgh", 1)
 	require.NoError(t, err)
 	require.Equal(t, "send+read", k.Scopes.String())
 	require.False(t, k.Scopes.Has(Admin))
 	require.False(t, k.Scopes.Allows(Admin))
-	op, err := Parse("ops:k2-0123456789:admin", 2)
+	op, err := Parse("ops:k2-0123456789abcdefgh:admin", 2)
 	require.NoError(t, err)
 	require.Equal(t, []string{"ops"}, Admins([]Key{k, op}))
 }
@@ -121,9 +122,9 @@ func TestScopes(t *testing.T) {
 
 func TestNewSetRefusesDuplicates(t *testing.T) {
 	t.Parallel()
-	_, err := NewSet([]Key{New("a", "k-0123456789", All), New("a", "k-9876543210", All)})
+	_, err := NewSet([]Key{New("a", "k-0123456789abcdefgh", All), New("a", "k-9876543210abcdefgh", All)})
 	require.ErrorIs(t, err, ErrDuplicate)
-	_, err = NewSet([]Key{New("a", "k-0123456789", All), New("b", "k-0123456789", Scopes(Read))})
+	_, err = NewSet([]Key{New("a", "k-0123456789abcdefgh", All), New("b", "k-0123456789abcdefgh", Scopes(Read))})
 	require.ErrorIs(t, err, ErrDuplicate)
 	require.NotContains(t, err.Error(), "0123456789")
 }
@@ -134,8 +135,8 @@ func TestNewSetRefusesDuplicates(t *testing.T) {
 func TestLookupIsExact(t *testing.T) {
 	t.Parallel()
 	plain := map[string]string{
-		"billing":     "k-0123456789abcdef",
-		"auth":        "k-0123456789abcdef0", // the first one plus a character
+		"billing":     "k-0123456789abcdefghabcdef",
+		"auth":        "k-0123456789abcdefghabcdef0", // the first one plus a character
 		"short":       "abcdefgh",
 		"same-length": "k-0123456789abcdeg",
 	}
@@ -151,8 +152,8 @@ func TestLookupIsExact(t *testing.T) {
 		require.Equal(t, name, got.Name)
 	}
 	for _, bad := range []string{
-		"", "k", "k-0123456789abcde", "k-0123456789abcdef01", "K-0123456789ABCDEF", "k-0123456789abcdeh",
-		"abcdefg", "abcdefghi", "billing", "billing:k-0123456789abcdef", " k-0123456789abcdef", "k-0123456789abcdef\x00",
+		"", "k", "k-0123456789abcde", "k-0123456789abcdefghabcdef01", "K-0123456789ABCDEF", "k-0123456789abcdeh",
+		"abcdefg", "abcdefghi", "billing", "billing:k-0123456789abcdefghabcdef", " k-0123456789abcdefghabcdef", "k-0123456789abcdefghabcdef\x00",
 		strings.Repeat("a", 4096),
 	} {
 		_, ok := s.Lookup(bad)

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-const codeSecret = "code-secret-0123456789abcdef0123456789"
+const codeSecret = "code-secret-0123456789abcdefghabcdef0123456789"
 
 // Derived keys are per tenant, independent of each other and of
 // CODE_SECRET, and an explicit entry wins over the derived one.
@@ -56,7 +56,7 @@ func TestNewRefusesSecretsThatOpenMore(t *testing.T) {
 		{"master too short", nil, "short", "CALLBACK_SECRET", "at least 16"},
 		{"entry is CODE_SECRET", map[string]string{"a": codeSecret}, "", "CALLBACK_SECRETS", "CODE_SECRET"},
 		{"entry is the master", map[string]string{"a": "master-callback-secret-01"}, "master-callback-secret-01", "CALLBACK_SECRETS", "equals CALLBACK_SECRET"},
-		{"two tenants share one", map[string]string{"a": "same-secret-0123456789", "b": "same-secret-0123456789"}, "", "CALLBACK_SECRETS", "same secret"},
+		{"two tenants share one", map[string]string{"a": "same-secret-0123456789abcdefgh", "b": "same-secret-0123456789abcdefgh"}, "", "CALLBACK_SECRETS", "same secret"},
 		{"entry too short", map[string]string{"a": "short"}, "", "CALLBACK_SECRETS", "at least 16"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -73,14 +73,14 @@ func TestNewRefusesSecretsThatOpenMore(t *testing.T) {
 
 func TestParseList(t *testing.T) {
 	t.Parallel()
-	m, err := ParseList(" shopA = a-secret-0123456789 ,shopB=b=secret-0123456789,")
+	m, err := ParseList(" shopA = a-secret-0123456789abcdefgh ,shopB=b=secret-0123456789abcdefgh,")
 	require.NoError(t, err)
-	require.Equal(t, map[string]string{"shopA": "a-secret-0123456789", "shopB": "b=secret-0123456789"}, m)
-	_, err = ParseList("shopA=x-secret-0123456789,shopA=y-secret-0123456789")
+	require.Equal(t, map[string]string{"shopA": "a-secret-0123456789abcdefgh", "shopB": "b=secret-0123456789abcdefgh"}, m)
+	_, err = ParseList("shopA=x-secret-0123456789abcdefgh,shopA=y-secret-0123456789abcdefgh")
 	require.ErrorContains(t, err, "twice")
-	_, err = ParseList("no-equals-secret-0123456789")
+	_, err = ParseList("no-equals-secret-0123456789abcdefgh")
 	require.ErrorContains(t, err, "entry 1")
-	require.NotContains(t, err.Error(), "secret-0123456789")
+	require.NotContains(t, err.Error(), "secret-0123456789abcdefgh")
 }
 
 // The signature covers the timestamp, the tenant, the URL and the body;

@@ -141,7 +141,7 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	}
 	c.AuthDisabled = l.Enum("API_AUTH", "enabled", []string{"enabled", "disabled"}, "`disabled` turns off X-API-Key checks (local development only)") == "disabled"
 	if len(c.APIKeys) == 0 && !c.AuthDisabled {
-		l.Fail("API_KEYS", "", "no API keys: set API_KEYS (e.g. backend:$(openssl rand -hex 16)), or API_AUTH=disabled to run without authentication")
+		l.Fail("API_KEYS", "", "no API keys: set API_KEYS (e.g. backend:$(openssl rand -hex 24)), or API_AUTH=disabled to run without authentication")
 	}
 	for _, p := range l.List("TRUSTED_PROXIES", "", "CIDRs whose X-Forwarded-For is believed for the caller's address (logs and AUTH_FAILURES_PER_MINUTE; the end user's IP comes from clientIp)") {
 		if !strings.Contains(p, "/") {

@@ -72,7 +72,7 @@ func TestComposeFile(t *testing.T) {
 
 	// Each app service runs a program whose config reads what it is given.
 	loaders := map[string]*envconf.Loader{}
-	_, loaders["api"] = LoadAPI(envconf.FromMap(map[string]string{"API_KEYS": "k:0123456789"}))
+	_, loaders["api"] = LoadAPI(envconf.FromMap(map[string]string{"API_KEYS": "k:0123456789abcdefghij"}))
 	_, loaders["consumer"] = LoadConsumer(envconf.FromMap(nil))
 	_, loaders["topology"] = LoadTopology(envconf.FromMap(nil))
 	// The cluster profile runs the same programs under other names.

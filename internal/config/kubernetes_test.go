@@ -119,7 +119,7 @@ func TestKubernetesManifests(t *testing.T) {
 			switch prog {
 			case "api":
 				var c API
-				c, l = LoadAPI(envconf.FromMap(mergeEnv(literal, map[string]string{"API_KEYS": "k:0123456789"})))
+				c, l = LoadAPI(envconf.FromMap(mergeEnv(literal, map[string]string{"API_KEYS": "k:0123456789abcdefghij"})))
 				drain = c.ShutdownTimeout
 			case "consumer":
 				var c Consumer

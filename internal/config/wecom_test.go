@@ -49,7 +49,7 @@ func TestLoadWeCom(t *testing.T) {
 // left out), and the issue-21 limits.
 func TestLoadAPIRobotsAndTenantLimits(t *testing.T) {
 	t.Parallel()
-	base := map[string]string{"API_KEYS": "shop/backend:k0123456789"}
+	base := map[string]string{"API_KEYS": "shop/backend:k0123456789abcdefghij"}
 	c, l := LoadAPI(envconf.FromMap(base))
 	require.NoError(t, l.Err())
 	require.Empty(t, c.WeComRobots, "none set: every robot is 404")
@@ -80,7 +80,7 @@ func TestMessageSizesStopAtTheBrokersDefault(t *testing.T) {
 		{"BATCH_MAX_BYTES", func(env map[string]string) error { _, l := LoadAPI(envconf.FromMap(env)); return l.Err() }},
 		{"MAX_MESSAGE_BYTES", func(env map[string]string) error { _, l := LoadConsumer(envconf.FromMap(env)); return l.Err() }},
 	} {
-		require.NoError(t, tc.load(map[string]string{tc.name: "16777216", "API_KEYS": "shop/backend:k0123456789"}), tc.name)
-		require.ErrorContains(t, tc.load(map[string]string{tc.name: "16777217", "API_KEYS": "shop/backend:k0123456789"}), tc.name)
+		require.NoError(t, tc.load(map[string]string{tc.name: "16777216", "API_KEYS": "shop/backend:k0123456789abcdefghij"}), tc.name)
+		require.ErrorContains(t, tc.load(map[string]string{tc.name: "16777217", "API_KEYS": "shop/backend:k0123456789abcdefghij"}), tc.name)
 	}
 }

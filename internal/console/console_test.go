@@ -34,8 +34,8 @@ import (
 
 const (
 	testName = "oncall"
-	testKey  = "oncall-key-0123456789" // admin: may use the console
-	sendKey  = "backend-key-0123456789"
+	testKey  = "oncall-key-0123456789abcdefgh" // admin: may use the console
+	sendKey  = "backend-key-0123456789abcdefgh"
 )
 
 // keys are the API_KEYS of the tests: an on-call key with the admin scope,

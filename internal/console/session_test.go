@@ -24,7 +24,7 @@ import (
 
 // tenantCallbackKey stands for a secret a tenant holds: the key its
 // callbacks are signed with.
-const tenantCallbackKey = "shopA-callback-key-0123456789abcdef"
+const tenantCallbackKey = "shopA-callback-key-0123456789abcdefghabcdef"
 
 // oldSignedCookie is a session cookie as the console made them before
 // sessions moved to Redis: the key name and expiry, signed under a key
@@ -177,18 +177,18 @@ func TestSessionEndsWithItsKey(t *testing.T) {
 // `name:key` entry are refused, and get no session.
 func TestLoginNeedsAdmin(t *testing.T) {
 	h := setup(t)
-	plain, err := apikey.Parse("shopA:k1-0123456789", 1)
+	plain, err := apikey.Parse("shopA:k1-0123456789abcdefgh", 1)
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		name string
 		key  apikey.Key
 		kv   string
 	}{
-		{"send", apikey.New("shopA/send", "send-0123456789", apikey.Scopes(apikey.Send)), "send-0123456789"},
-		{"send+read", apikey.New("shopA/sendread", "sendread-0123456789", apikey.Scopes(apikey.Send|apikey.Read)), "sendread-0123456789"},
-		{"read", apikey.New("shopA/read", "read-0123456789", apikey.Scopes(apikey.Read)), "read-0123456789"},
-		{"no scope", apikey.New("shopA/none", "none-0123456789", 0), "none-0123456789"},
-		{"an API_KEYS entry without scopes", plain, "k1-0123456789"},
+		{"send", apikey.New("shopA/send", "send-0123456789abcdefgh", apikey.Scopes(apikey.Send)), "send-0123456789abcdefgh"},
+		{"send+read", apikey.New("shopA/sendread", "sendread-0123456789abcdefgh", apikey.Scopes(apikey.Send|apikey.Read)), "sendread-0123456789abcdefgh"},
+		{"read", apikey.New("shopA/read", "read-0123456789abcdefgh", apikey.Scopes(apikey.Read)), "read-0123456789abcdefgh"},
+		{"no scope", apikey.New("shopA/none", "none-0123456789abcdefgh", 0), "none-0123456789abcdefgh"},
+		{"an API_KEYS entry without scopes", plain, "k1-0123456789abcdefgh"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.key.Scopes.Has(apikey.Admin) {

@@ -190,7 +190,7 @@ func TestCommandsExitCodesAndHelp(t *testing.T) {
 		{"api bad value", []string{"CODE_TTL=soon"}, nil, 2, `CODE_TTL="soon": not a duration`},
 		{"api no keys", []string{"API_KEYS="}, nil, 2, "API_KEYS"},
 		{"api malformed digest", []string{"API_KEYS=shopA:SHA256=abcd"}, nil, 2, "sha256= needs 64 hex digits"},
-		{"api callback secret equal to CODE_SECRET", []string{"CODE_SECRET=e2e-code-secret-0123456789abcdef0123", "CALLBACK_SECRET=e2e-code-secret-0123456789abcdef0123"}, nil, 2, "CALLBACK_SECRET: must differ from CODE_SECRET"},
+		{"api callback secret equal to CODE_SECRET", []string{"CODE_SECRET=e2e-code-secret-0123456789abcdefghabcdef0123", "CALLBACK_SECRET=e2e-code-secret-0123456789abcdefghabcdef0123"}, nil, 2, "CALLBACK_SECRET: must differ from CODE_SECRET"},
 		{"api callback-key derived", []string{"CALLBACK_SECRET=e2e-callback-secret-0123"}, []string{"callback-key", "-tenant", "shopA"}, 0, callbackkey.Derive("e2e-callback-secret-0123", "shopA")},
 		{"api callback-key explicit", []string{"CALLBACK_SECRETS=shopA=e2e-shopA-callback-0123"}, []string{"callback-key", "-tenant", "shopA"}, 0, "e2e-shopA-callback-0123"},
 		{"api callback-key without a secret", nil, []string{"callback-key", "-tenant", "shopA"}, 1, "CALLBACK_SECRETS"},

@@ -16,8 +16,8 @@ import (
 
 // Tenants shop and blog, each with its own key.
 const (
-	shopKey = "shop-key-0123456789"
-	blogKey = "blog-key-0123456789"
+	shopKey = "shop-key-0123456789abcdefgh"
+	blogKey = "blog-key-0123456789abcdefgh"
 )
 
 func tenantKeys() string {

@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-const apiKey = "e2e-key-0123456789"
+const apiKey = "e2e-key-0123456789abcdefgh"
 
 type system struct {
 	t      *testing.T

@@ -60,7 +60,7 @@ func requireFaults(t *testing.T) {
 	}
 }
 
-const apiKey = "fault-key-0123456789"
+const apiKey = "fault-key-0123456789abcdefgh"
 
 // system is one scenario's msgpulse: its own vhost and Redis prefix, an SMTP
 // sink, and the processes the scenario starts.

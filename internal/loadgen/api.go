@@ -93,7 +93,7 @@ type APIMedian struct {
 	APIRSSMB             float64 `json:"apiPeakRssMb"`
 }
 
-const benchKey = "loadgen-key-0123456789"
+const benchKey = "loadgen-key-0123456789abcdefgh"
 
 // raisedLimits are the API settings the load needs: recipients and client
 // IPs are spread so per-recipient and per-IP limits never trigger, but one

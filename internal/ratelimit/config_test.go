@@ -64,12 +64,12 @@ func TestConfigRules(t *testing.T) {
 		{
 			name: "global, unlimited windows left out",
 			cfg:  ratelimit.Config{ID: "cfg-1", RequestsPerSecond: 5, RequestsPerDay: 100, IsEnabled: true},
-			want: []ratelimit.Rule{{Name: "rate limit cfg-1", Key: "config:cfg-1", Windows: []ratelimit.Window{{Length: time.Second, Limit: 5}, {Length: 24 * time.Hour, Limit: 100}}}},
+			want: []ratelimit.Rule{{Name: "rate limit cfg-1", Label: "rate limit (configured)", Key: "config:cfg-1", Windows: []ratelimit.Window{{Length: time.Second, Limit: 5}, {Length: 24 * time.Hour, Limit: 100}}}},
 		},
 		{
 			name: "provider",
 			cfg:  ratelimit.Config{ID: "cfg-2", Provider: ptr("aliyun"), RequestsPerMinute: 60, RequestsPerHour: 600, IsEnabled: true},
-			want: []ratelimit.Rule{{Name: "rate limit cfg-2 (provider aliyun)", Key: "config:cfg-2", Windows: []ratelimit.Window{{Length: time.Minute, Limit: 60}, {Length: time.Hour, Limit: 600}}}},
+			want: []ratelimit.Rule{{Name: "rate limit cfg-2 (provider aliyun)", Label: "rate limit (configured)", Key: "config:cfg-2", Windows: []ratelimit.Window{{Length: time.Minute, Limit: 60}, {Length: time.Hour, Limit: 600}}}},
 		},
 		{name: "disabled", cfg: ratelimit.Config{ID: "cfg-3", RequestsPerSecond: 5}},
 		{name: "all unlimited", cfg: ratelimit.Config{ID: "cfg-4", IsEnabled: true}},

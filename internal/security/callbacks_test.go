@@ -68,8 +68,8 @@ func (rc *receiver) got() []received {
 func TestCallbacksAreSignedPerTenantAndRedirectsAreNotFollowed(t *testing.T) {
 	t.Parallel()
 	const (
-		keyA, keyB, keyOps = "shopA-key-0123456789", "shopB-key-0123456789", "ops-key-0123456789"
-		keyC               = "shopC-key-0123456789"
+		keyA, keyB, keyOps = "shopA-key-0123456789abcdefgh", "shopB-key-0123456789abcdefgh", "ops-key-0123456789abcdefgh"
+		keyC               = "shopC-key-0123456789abcdefgh"
 		secretA, secretB   = "shopA-callback-secret-4f3e2d1c", "shopB-callback-secret-9a8b7c6d"
 		attempts           = 2
 	)

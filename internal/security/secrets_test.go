@@ -197,7 +197,7 @@ func TestNoSecretIsACommandLineFlag(t *testing.T) {
 // all (cli refuses any; see internal/cli).
 func TestSecretsAreDeclaredSecretAndNeverPrinted(t *testing.T) {
 	t.Parallel()
-	const value = "s3cr3t-value-that-must-not-print-0123456789"
+	const value = "s3cr3t-value-that-must-not-print-0123456789abcdefgh"
 	env := map[string]string{
 		"CODE_SECRET": value, "CALLBACK_SECRET": value, "SMTP_PASSWORD": value, "SMTP_USERNAME": "u", "SMTP_TLS": "starttls",
 		"SMS_WEBHOOK_SECRET": value, "ALIYUN_ACCESS_KEY_SECRET": value, "TENCENT_SECRET_KEY": value, "TWILIO_AUTH_TOKEN": value,

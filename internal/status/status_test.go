@@ -493,12 +493,12 @@ func TestCreateBatchWritesItsRecords(t *testing.T) {
 func TestLastErrorNeverHoldsASecret(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	leak := `wecom: transient failure upload: Post "http://h/cgi-bin/media/upload?access_token=tok-0123456789&type=image": context deadline exceeded`
+	leak := `wecom: transient failure upload: Post "http://h/cgi-bin/media/upload?access_token=tok-0123456789abcdefgh&type=image": context deadline exceeded`
 	require.NoError(t, e.s.Create(e.ctx, status.Record{TaskID: "created", Channel: "wecom", LastError: leak}))
 	require.NoError(t, e.s.Create(e.ctx, status.Record{TaskID: "updated", Channel: "wecom"}))
 	rec, err := e.s.Update(e.ctx, "updated", status.Update{Status: status.Retrying, LastError: str(leak)})
 	require.NoError(t, err)
-	require.NotContains(t, rec.LastError, "tok-0123456789")
+	require.NotContains(t, rec.LastError, "tok-0123456789abcdefgh")
 	require.Contains(t, rec.LastError, "context deadline exceeded", "the rest of the error stays")
 	// A record from before the scrub, written straight into Redis.
 	require.NoError(t, e.s.Create(e.ctx, status.Record{TaskID: "old", Channel: "wecom"}))
@@ -506,12 +506,12 @@ func TestLastErrorNeverHoldsASecret(t *testing.T) {
 	for _, id := range []string{"created", "updated"} {
 		raw, err := e.r.Client.HGet(e.ctx, e.r.Prefix+"status:{"+id+"}", "lastError").Result()
 		require.NoError(t, err)
-		require.NotContains(t, raw, "tok-0123456789", "stored scrubbed: %s", id)
+		require.NotContains(t, raw, "tok-0123456789abcdefgh", "stored scrubbed: %s", id)
 	}
 	for _, id := range []string{"created", "updated", "old"} {
 		rec, err := e.s.Get(e.ctx, id)
 		require.NoError(t, err)
-		require.NotContains(t, rec.LastError, "tok-0123456789", id)
+		require.NotContains(t, rec.LastError, "tok-0123456789abcdefgh", id)
 		require.Contains(t, rec.LastError, "/cgi-bin/media/upload?[redacted]", id)
 	}
 }

@@ -232,7 +232,7 @@ func TestAnotherTenantCannotBurnOrReplaceACode(t *testing.T) {
 // For is a function of the task id alone: a retry under an Idempotency-Key
 // seals the code its first attempt sealed; another task gets another code.
 func TestForIsTheSameCodeForTheSameTask(t *testing.T) {
-	keys, err := seal.New("for-test-secret-0123456789abcdef")
+	keys, err := seal.New("for-test-secret-0123456789abcdefghabcdef")
 	require.NoError(t, err)
 	s, err := New(nil, keys, Config{CodeLength: 6})
 	require.NoError(t, err)
@@ -246,7 +246,7 @@ func TestForIsTheSameCodeForTheSameTask(t *testing.T) {
 		seen[c] = true
 	}
 	require.Greater(t, len(seen), 190, "codes spread over their space")
-	other, err := seal.New("another-secret-0123456789abcdef0")
+	other, err := seal.New("another-secret-0123456789abcdefghabcdef0")
 	require.NoError(t, err)
 	o, err := New(nil, other, Config{CodeLength: 6})
 	require.NoError(t, err)

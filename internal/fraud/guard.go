@@ -117,9 +117,18 @@ func (g *Guard) Refused(ctx context.Context, tenant, prefix string, e *ratelimit
 			}
 		}
 	}
-	g.listed[member] = until
+	// Bounded whatever the blocks (issue 43): past maxListed, a block is
+	// not remembered here, and only costs its refusals one index write
+	// each.
+	if len(g.listed) < maxListed {
+		g.listed[member] = until
+	}
 	return nil
 }
+
+// maxListed bounds the blocks a replica remembers having listed: 65,536
+// (a few MB), far above the blocks any deployment has at once.
+const maxListed = 1 << 16
 
 func abs(n int64) int64 {
 	if n < 0 {

@@ -182,6 +182,10 @@ func (f *Failures) Fail(ctx context.Context, addr string) error {
 	return &LimitError{Rule: "auth failures per address", Window: f.window, Limit: f.limit, RetryAfter: retry}
 }
 
+// maxBlocked bounds the blocked sources a process remembers: 65,536, about
+// 10 MB at most.
+const maxBlocked = 1 << 16
+
 func (f *Failures) block(src string, b Block, d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -196,6 +200,12 @@ func (f *Failures) block(src string, b Block, d time.Duration) {
 		}
 	}
 	b.until = now.Add(d)
-	f.blocked[src] = b
+	// Bounded whatever the callers (issue 43): sources come from
+	// unauthenticated requests, and one IPv6 holder has 2^16 /64s in a
+	// /48. Past maxBlocked a source is not remembered here; Redis still
+	// counts it, and refuses it from its next failure on.
+	if _, ok := f.blocked[src]; ok || len(f.blocked) < maxBlocked {
+		f.blocked[src] = b
+	}
 	f.held.Store(int64(len(f.blocked)))
 }

@@ -85,6 +85,25 @@ func StartProc(t testing.TB, name, bin string, env []string) *Proc {
 	return p
 }
 
+// RSS is the process's resident set size now, in bytes (VmRSS of
+// /proc/PID/status): what a memory limit (a pod's) counts.
+func (p *Proc) RSS() (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kb int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err != nil {
+				return 0, fmt.Errorf("VmRSS %q: %w", rest, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, errors.New("no VmRSS in /proc status")
+}
+
 // Output is everything the process has written so far.
 func (p *Proc) Output() string { return p.out.String() }
 

@@ -81,7 +81,7 @@ fmt: ## gofmt every Go file
 	gofmt -w $$(git ls-files '*.go')
 
 .PHONY: docs
-docs: ## regenerate docs/commands.md from every command's -h
+docs: ## regenerate pkg/client's generated core from api/openapi.yaml and docs/commands.md from every command's -h
 	@./scripts/docs.sh
 
 .PHONY: definitions

@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
-# `make docs`: writes docs/commands.md from every command's -h, so the
+# `make docs`: writes pkg/client's generated core from api/openapi.yaml (with
+# the oapi-codegen version go.mod's tool directive pins; a test fails when it
+# is stale), and docs/commands.md from every command's -h, so the
 # reference is exactly what the programs read. A test fails when a variable
 # is missing from it, and another when two runs differ (a default computed at
 # run time, such as a pid, must show its form, not its value).
 # Usage: docs.sh [OUT]  (default docs/commands.md; the binaries go to $DOCS_BIN
-# or ./bin).
+# or ./bin). Given OUT (as internal/config's test does), only the commands
+# are written.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ $# -eq 0 ]; then
+  core=pkg/client/internal/oapi/oapi.gen.go
+  go tool oapi-codegen -config pkg/client/oapi-codegen.yaml -o "$core" api/openapi.yaml
+  echo "wrote $core"
+fi
 bin=${DOCS_BIN:-bin}
 mkdir -p "$bin"
 go build -o "$bin/" ./cmd/...

@@ -337,8 +337,8 @@ func (s *Server) recoverer(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // observe records metrics and one log line per request. Recipients and
-// bodies are never logged here. Its field names are a contract (README,
-// "Log fields").
+// bodies are never logged here. Its field names are a contract (docs/running.md,
+// Logs).
 func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c *echo.Context) error {
 		start := time.Now()

@@ -11,7 +11,7 @@ import (
 )
 
 // burstFlush bounds how long a delivery's claim or sent mark waits to be
-// batched with others': README's Delivery guarantees count it in the crash
+// batched with others': docs/guarantees.md counts it in the crash
 // window.
 const burstFlush = time.Millisecond
 

@@ -55,7 +55,7 @@ func find(lines []map[string]any, msg string) []map[string]any {
 // so that every line they can write on these paths is written. Every
 // line of the API and the consumer decodes without a duplicate key (the
 // API's request lines carried "caller" twice, the consumer's lines
-// "queue"), and the fields README's table names are there.
+// "queue"), and the fields docs/running.md's table names are there.
 func TestEveryLogLineHasEachKeyOnce(t *testing.T) {
 	s := newSystem(t, "LOG_LEVEL=debug")
 	api, c := s.api()

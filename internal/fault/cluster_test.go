@@ -36,7 +36,7 @@ func newClusterSystem(t *testing.T, name string, env ...string) *system {
 		t.Skip("set MSGPULSE_CLUSTER=1 with the cluster running (make test-cluster)")
 	}
 	// Quorum whatever TEST_QUEUE_TYPE says: replicated queues are what a
-	// cluster is for (README, Clusters), and the scenarios kill nodes.
+	// cluster is for (docs/cluster.md), and the scenarios kill nodes.
 	return startSystem(t, name, append([]string{"QUEUE_TYPE=quorum"}, env...)...)
 }
 

@@ -15,7 +15,7 @@ import "time"
 // and a request is admitted while estimate + 1 ≤ limit. The two counts are
 // fields of one small hash per rule (…:ctr:KEY, fields "length:index").
 //
-// Error bound, which docs/commands.md and README repeat next to each limit:
+// Error bound, which docs/commands.md and docs/configuration.md repeat next to each limit:
 //   - no fixed (aligned) window ever admits more than the limit, since
 //     current + 1 ≤ limit; so any span of the window's length, which
 //     overlaps two fixed windows, admits at most twice the limit (reached

@@ -51,7 +51,7 @@ func QueueArgs(args amqp.Table) amqp.Table {
 // Overshoot is how many messages past its x-max-length a queue of the
 // run's type may take before it refuses them (x-overflow reject-publish):
 // none for a classic queue; a quorum queue applies its bound after the fact
-// (README, Quorum queues), and took one more than its bound on RabbitMQ
+// (docs/configuration.md, Quorum queues), and took one more than its bound on RabbitMQ
 // 3.10.8 and 4.0.5 when publishes came one at a time. A test that fills a
 // queue to see it refuse counts with this, not with the classic bound.
 func Overshoot() int {

@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/msgpulse/msgpulse/pkg/client/internal/oapi"
 )
 
 // Defaults of New.
@@ -32,6 +34,7 @@ type Client struct {
 	baseURL   string // scheme://host[/prefix], no trailing slash
 	apiKey    string
 	hc        *http.Client
+	api       *oapi.Client // the generated core: builds and sends each request
 	userAgent string
 	timeout   time.Duration
 	now       func() time.Time // for Retry-After dates; a field so tests pin it
@@ -107,6 +110,12 @@ func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
 	// redirects, so one is reported as an *APIError instead.
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	c.hc = &hc
+	// The core resolves each operation's path against baseURL+"/", so a
+	// path prefix ("http://gw/msgpulse") is kept.
+	c.api, err = oapi.NewClient(c.baseURL, oapi.WithHTTPClient(c.hc))
+	if err != nil {
+		return nil, fmt.Errorf("msgpulse client: base URL: %w", err)
+	}
 	return c, nil
 }
 
@@ -115,7 +124,11 @@ func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
 // per-IP limit is an *APIError for which IsRateLimited is true.
 // With WithIdempotencyKey it is safe to retry (see CallOption).
 func (c *Client) RequestVerificationCode(ctx context.Context, req VerificationCodeRequest, opts ...CallOption) (*VerificationCode, error) {
-	return call[VerificationCode](withCallOptions(ctx, opts), c, http.MethodPost, "/api/verification-codes", req)
+	const path = "/api/verification-codes"
+	params := &oapi.RequestVerificationCodeParams{IdempotencyKey: idempotencyKey(opts)}
+	return call[VerificationCode](ctx, c, http.MethodPost, path, req, func(ctx context.Context, body io.Reader, e oapi.RequestEditorFn) (*http.Response, error) {
+		return c.api.RequestVerificationCodeWithBody(ctx, params, jsonType, body, e)
+	})
 }
 
 // VerifyCode checks a code (POST /api/verification-codes/verify). A wrong
@@ -126,7 +139,9 @@ func (c *Client) RequestVerificationCode(ctx context.Context, req VerificationCo
 // rate limit) returns a nil result and the error.
 func (c *Client) VerifyCode(ctx context.Context, req VerifyRequest) (*VerifyResult, error) {
 	const path = "/api/verification-codes/verify"
-	data, err := c.do(ctx, http.MethodPost, path, true, req)
+	data, err := c.do(ctx, http.MethodPost, path, true, req, func(ctx context.Context, body io.Reader, e oapi.RequestEditorFn) (*http.Response, error) {
+		return c.api.VerifyCodeWithBody(ctx, jsonType, body, e)
+	})
 	if err != nil {
 		if _, limited := IsRateLimited(err); limited && hasData(data) {
 			res, derr := decode[VerifyResult](http.MethodPost, path, data)
@@ -150,7 +165,10 @@ func (c *Client) SendMessage(ctx context.Context, req SendRequest, opts ...CallO
 	if req.Variables == nil {
 		req.Variables = map[string]string{} // the contract requires the object
 	}
-	return call[SendResult](withCallOptions(ctx, opts), c, http.MethodPost, "/api/messages/send", req)
+	params := &oapi.SendMessageParams{IdempotencyKey: idempotencyKey(opts)}
+	return call[SendResult](ctx, c, http.MethodPost, "/api/messages/send", req, func(ctx context.Context, body io.Reader, e oapi.RequestEditorFn) (*http.Response, error) {
+		return c.api.SendMessageWithBody(ctx, params, jsonType, body, e)
+	})
 }
 
 // SendBatch sends one templated message to many recipients (POST
@@ -161,59 +179,68 @@ func (c *Client) SendBatch(ctx context.Context, req BatchRequest, opts ...CallOp
 	if req.DelaySeconds != nil && req.SendAt != nil {
 		return nil, errors.New("msgpulse: send batch: DelaySeconds and SendAt are mutually exclusive")
 	}
-	return call[BatchResult](withCallOptions(ctx, opts), c, http.MethodPost, "/api/messages/batch", req)
+	params := &oapi.SendBatchParams{IdempotencyKey: idempotencyKey(opts)}
+	return call[BatchResult](ctx, c, http.MethodPost, "/api/messages/batch", req, func(ctx context.Context, body io.Reader, e oapi.RequestEditorFn) (*http.Response, error) {
+		return c.api.SendBatchWithBody(ctx, params, jsonType, body, e)
+	})
 }
 
 // GetBatch counts a batch's recipients by status (GET /api/batches/{batchId}).
 func (c *Client) GetBatch(ctx context.Context, batchID string) (*Batch, error) {
-	seg, err := segment("batch id", batchID)
-	if err != nil {
+	if err := segment("batch id", batchID); err != nil {
 		return nil, err
 	}
-	return call[Batch](ctx, c, http.MethodGet, "/api/batches/"+seg, nil)
+	return call[Batch](ctx, c, http.MethodGet, "/api/batches/"+url.PathEscape(batchID), nil, func(ctx context.Context, _ io.Reader, e oapi.RequestEditorFn) (*http.Response, error) {
+		return c.api.GetBatch(ctx, batchID, e)
+	})
 }
 
 // GetMessage reads a message's delivery status (GET /api/messages/{taskId}).
 // An unknown task is an *APIError for which IsNotFound is true.
 func (c *Client) GetMessage(ctx context.Context, taskID string) (*Message, error) {
-	seg, err := segment("task id", taskID)
-	if err != nil {
+	if err := segment("task id", taskID); err != nil {
 		return nil, err
 	}
-	return call[Message](ctx, c, http.MethodGet, "/api/messages/"+seg, nil)
+	return call[Message](ctx, c, http.MethodGet, "/api/messages/"+url.PathEscape(taskID), nil, func(ctx context.Context, _ io.Reader, e oapi.RequestEditorFn) (*http.Response, error) {
+		return c.api.GetMessage(ctx, taskID, e)
+	})
 }
 
 // ListRateLimits returns every rate-limit configuration (GET /api/rate-limits).
 func (c *Client) ListRateLimits(ctx context.Context) ([]RateLimit, error) {
-	return list[RateLimit](ctx, c, "/api/rate-limits")
+	return list[RateLimit](ctx, c, "/api/rate-limits", func(ctx context.Context, _ io.Reader, e oapi.RequestEditorFn) (*http.Response, error) {
+		return c.api.ListRateLimits(ctx, e)
+	})
 }
 
 // ListFraudBlocks returns the prefixes the fraud guard blocks now: the
 // key's tenant's, or every tenant's with the admin scope
 // (GET /api/fraud/blocks).
 func (c *Client) ListFraudBlocks(ctx context.Context) ([]FraudBlock, error) {
-	return list[FraudBlock](ctx, c, "/api/fraud/blocks")
+	return list[FraudBlock](ctx, c, "/api/fraud/blocks", func(ctx context.Context, _ io.Reader, e oapi.RequestEditorFn) (*http.Response, error) {
+		return c.api.ListFraudBlocks(ctx, e)
+	})
 }
 
 // LiftFraudBlock ends tenant's block of prefix at once, on every replica
 // (DELETE /api/fraud/blocks/{tenant}/{prefix}). A block that is not in
 // force, or another tenant's without the admin scope, is a 404 *APIError.
 func (c *Client) LiftFraudBlock(ctx context.Context, tenant, prefix string) error {
-	ts, err := segment("tenant", tenant)
-	if err != nil {
+	if err := segment("tenant", tenant); err != nil {
 		return err
 	}
-	ps, err := segment("prefix", prefix)
-	if err != nil {
+	if err := segment("prefix", prefix); err != nil {
 		return err
 	}
-	_, err = c.do(ctx, http.MethodDelete, "/api/fraud/blocks/"+ts+"/"+ps, true, nil)
+	_, err := c.do(ctx, http.MethodDelete, "/api/fraud/blocks/"+url.PathEscape(tenant)+"/"+url.PathEscape(prefix), true, nil, func(ctx context.Context, _ io.Reader, e oapi.RequestEditorFn) (*http.Response, error) {
+		return c.api.LiftFraudBlock(ctx, tenant, prefix, e)
+	})
 	return err
 }
 
 // list GETs path and decodes its data, an array.
-func list[T any](ctx context.Context, c *Client, path string) ([]T, error) {
-	data, err := c.do(ctx, http.MethodGet, path, true, nil)
+func list[T any](ctx context.Context, c *Client, path string, send sender) ([]T, error) {
+	data, err := c.do(ctx, http.MethodGet, path, true, nil, send)
 	if err != nil {
 		return nil, err
 	}
@@ -228,50 +255,59 @@ func list[T any](ctx context.Context, c *Client, path string) ([]T, error) {
 // ID lets the server generate one. An existing ID or provider is a 409
 // *APIError.
 func (c *Client) CreateRateLimit(ctx context.Context, rl RateLimit) (*RateLimit, error) {
-	return call[RateLimit](ctx, c, http.MethodPost, "/api/rate-limits", rl)
+	return call[RateLimit](ctx, c, http.MethodPost, "/api/rate-limits", rl, func(ctx context.Context, body io.Reader, e oapi.RequestEditorFn) (*http.Response, error) {
+		return c.api.CreateRateLimitWithBody(ctx, jsonType, body, e)
+	})
 }
 
 // GetRateLimit reads one configuration (GET /api/rate-limits/{id}).
 func (c *Client) GetRateLimit(ctx context.Context, id string) (*RateLimit, error) {
-	seg, err := segment("rate limit id", id)
-	if err != nil {
+	if err := segment("rate limit id", id); err != nil {
 		return nil, err
 	}
-	return call[RateLimit](ctx, c, http.MethodGet, "/api/rate-limits/"+seg, nil)
+	return call[RateLimit](ctx, c, http.MethodGet, "/api/rate-limits/"+url.PathEscape(id), nil, func(ctx context.Context, _ io.Reader, e oapi.RequestEditorFn) (*http.Response, error) {
+		return c.api.GetRateLimit(ctx, id, e)
+	})
 }
 
 // UpdateRateLimit replaces the configuration id with rl
 // (PUT /api/rate-limits/{id}). rl.ID is ignored: id names the configuration,
 // and the body carries it too so the server sees one consistent request.
 func (c *Client) UpdateRateLimit(ctx context.Context, id string, rl RateLimit) (*RateLimit, error) {
-	seg, err := segment("rate limit id", id)
-	if err != nil {
+	if err := segment("rate limit id", id); err != nil {
 		return nil, err
 	}
 	rl.ID = id
-	return call[RateLimit](ctx, c, http.MethodPut, "/api/rate-limits/"+seg, rl)
+	return call[RateLimit](ctx, c, http.MethodPut, "/api/rate-limits/"+url.PathEscape(id), rl, func(ctx context.Context, body io.Reader, e oapi.RequestEditorFn) (*http.Response, error) {
+		return c.api.UpdateRateLimitWithBody(ctx, id, jsonType, body, e)
+	})
 }
 
 // DeleteRateLimit deletes a configuration (DELETE /api/rate-limits/{id}).
 func (c *Client) DeleteRateLimit(ctx context.Context, id string) error {
-	seg, err := segment("rate limit id", id)
-	if err != nil {
+	if err := segment("rate limit id", id); err != nil {
 		return err
 	}
-	_, err = c.do(ctx, http.MethodDelete, "/api/rate-limits/"+seg, true, nil)
+	_, err := c.do(ctx, http.MethodDelete, "/api/rate-limits/"+url.PathEscape(id), true, nil, func(ctx context.Context, _ io.Reader, e oapi.RequestEditorFn) (*http.Response, error) {
+		return c.api.DeleteRateLimit(ctx, id, e)
+	})
 	return err
 }
 
 // QueueStats returns the depth and fill level of every queue
 // (GET /api/queues/stats).
 func (c *Client) QueueStats(ctx context.Context) (*QueueStats, error) {
-	return call[QueueStats](ctx, c, http.MethodGet, "/api/queues/stats", nil)
+	return call[QueueStats](ctx, c, http.MethodGet, "/api/queues/stats", nil, func(ctx context.Context, _ io.Reader, e oapi.RequestEditorFn) (*http.Response, error) {
+		return c.api.QueueStats(ctx, e)
+	})
 }
 
 // DLQStats returns what the dead-letter queues hold, by reason
 // (GET /api/dlq/stats).
 func (c *Client) DLQStats(ctx context.Context) (*DLQStats, error) {
-	return call[DLQStats](ctx, c, http.MethodGet, "/api/dlq/stats", nil)
+	return call[DLQStats](ctx, c, http.MethodGet, "/api/dlq/stats", nil, func(ctx context.Context, _ io.Reader, e oapi.RequestEditorFn) (*http.Response, error) {
+		return c.api.DlqStats(ctx, e)
+	})
 }
 
 // Ready returns nil when the server is ready (GET /readyz answered 200). A
@@ -279,7 +315,9 @@ func (c *Client) DLQStats(ctx context.Context) (*DLQStats, error) {
 // the *APIError. The API key is not sent: /readyz needs none and is often
 // exposed to load balancers and their logs.
 func (c *Client) Ready(ctx context.Context) error {
-	data, err := c.do(ctx, http.MethodGet, "/readyz", false, nil)
+	data, err := c.do(ctx, http.MethodGet, "/readyz", false, nil, func(ctx context.Context, _ io.Reader, e oapi.RequestEditorFn) (*http.Response, error) {
+		return c.api.Readyz(ctx, e)
+	})
 	if err == nil {
 		return nil
 	}
@@ -294,8 +332,8 @@ func (c *Client) Ready(ctx context.Context) error {
 }
 
 // call makes an authenticated request and decodes its data into a new T.
-func call[T any](ctx context.Context, c *Client, method, path string, in any) (*T, error) {
-	data, err := c.do(ctx, method, path, true, in)
+func call[T any](ctx context.Context, c *Client, method, path string, in any, send sender) (*T, error) {
+	data, err := c.do(ctx, method, path, true, in, send)
 	if err != nil {
 		return nil, err
 	}
@@ -320,14 +358,16 @@ func hasData(data json.RawMessage) bool {
 	return len(d) > 0 && !bytes.Equal(d, []byte("null"))
 }
 
-// segment escapes a path parameter. Empty and dot segments are refused:
-// they would address another route ("/api/rate-limits/") or be rewritten by
-// path cleaning ("/api/rate-limits/..") instead of reaching the resource.
-func segment(what, v string) (string, error) {
+// segment refuses a path parameter the generated core would send
+// somewhere else: empty and dot segments would address another route
+// ("/api/rate-limits/") or be rewritten by path cleaning
+// ("/api/rate-limits/..") instead of reaching the resource. The core
+// escapes the rest.
+func segment(what, v string) error {
 	if v == "" || v == "." || v == ".." {
-		return "", fmt.Errorf("msgpulse: invalid %s %q", what, v)
+		return fmt.Errorf("msgpulse: invalid %s %q", what, v)
 	}
-	return url.PathEscape(v), nil
+	return nil
 }
 
 // envelope is every JSON answer's shape.
@@ -337,10 +377,19 @@ type envelope struct {
 	Data json.RawMessage `json:"data"`
 }
 
+// sender sends one request through the generated core, body (nil for
+// none) as its JSON and e applied to it; each method names its operation
+// there, so paths, methods and parameter escaping come from the contract.
+type sender func(ctx context.Context, body io.Reader, e oapi.RequestEditorFn) (*http.Response, error)
+
+// jsonType is every request body's content type.
+const jsonType = "application/json"
+
 // do makes one request. On 2xx it returns the envelope's data; otherwise an
 // *APIError and, when the answer was an envelope, its data (some refusals
-// explain themselves there: a burned code, a readiness report).
-func (c *Client) do(ctx context.Context, method, path string, auth bool, in any) (json.RawMessage, error) {
+// explain themselves there: a burned code, a readiness report). method and
+// path only name the call in errors.
+func (c *Client) do(ctx context.Context, method, path string, auth bool, in any, send sender) (json.RawMessage, error) {
 	if c.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
@@ -354,23 +403,17 @@ func (c *Client) do(ctx context.Context, method, path string, auth bool, in any)
 		}
 		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.baseURL+path, body)
-	if err != nil {
-		return nil, fmt.Errorf("msgpulse: %s %s: %w", method, path, err)
+	// The core sets the path, the parameters and Content-Type; the
+	// headers every call carries are set here.
+	headers := func(_ context.Context, req *http.Request) error {
+		req.Header.Set("Accept", "application/json")
+		req.Header.Set("User-Agent", c.userAgent)
+		if auth {
+			req.Header.Set("X-API-Key", c.apiKey)
+		}
+		return nil
 	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", c.userAgent)
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if auth {
-		req.Header.Set("X-API-Key", c.apiKey)
-	}
-	if co, ok := ctx.Value(callOptionsKey{}).(*callOptions); ok && co.idempotencyKey != "" {
-		req.Header.Set(HeaderIdempotencyKey, co.idempotencyKey)
-	}
-
-	resp, err := c.hc.Do(req)
+	resp, err := send(ctx, body, headers)
 	if err != nil {
 		return nil, fmt.Errorf("msgpulse: %s %s: %w", method, path, err)
 	}

@@ -10,9 +10,16 @@
 // and, on 429, the Retry-After delay; IsRateLimited and IsNotFound test for
 // the common cases.
 //
-// The package imports only the standard library so that any service can
-// vendor it. It never retries (the caller knows whether a repeat is safe:
-// requesting a code twice sends two codes), never follows redirects (they
-// would carry the API key to wherever they point), never logs, and never
-// sends the API key to the routes that need none (/readyz).
+// Its core, internal/oapi, is generated from api/openapi.yaml by
+// oapi-codegen (`make docs`; a test fails when it is stale): it builds each
+// request, its path, parameters and headers, from the contract. The types
+// and functions here are written by hand around it, so that callers keep
+// plain field names and one error type, and a test holds each type to its
+// schema's fields. Besides the standard library it imports only that core's
+// runtime (github.com/oapi-codegen/runtime).
+//
+// It never retries (the caller knows whether a repeat is safe: requesting a
+// code twice sends two codes), never follows redirects (they would carry the
+// API key to wherever they point), never logs, and never sends the API key
+// to the routes that need none (/readyz).
 package client

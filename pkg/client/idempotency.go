@@ -1,7 +1,6 @@
 package client
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"time"
@@ -15,8 +14,6 @@ const HeaderIdempotencyKey = "Idempotency-Key"
 type CallOption func(*callOptions)
 
 type callOptions struct{ idempotencyKey string }
-
-type callOptionsKey struct{}
 
 // WithIdempotencyKey sends the call with an Idempotency-Key (1 to 255
 // printable ASCII characters; a UUID is a good choice), which makes it
@@ -40,15 +37,17 @@ func WithIdempotencyKey(key string) CallOption {
 	return func(o *callOptions) { o.idempotencyKey = key }
 }
 
-func withCallOptions(ctx context.Context, opts []CallOption) context.Context {
-	if len(opts) == 0 {
-		return ctx
-	}
+// idempotencyKey is the key opts set, as the generated core's parameter;
+// nil (no header) when none does.
+func idempotencyKey(opts []CallOption) *string {
 	co := &callOptions{}
 	for _, o := range opts {
 		o(co)
 	}
-	return context.WithValue(ctx, callOptionsKey{}, co)
+	if co.idempotencyKey == "" {
+		return nil
+	}
+	return &co.idempotencyKey
 }
 
 // IsConflict reports whether err is (or wraps) a 409 answer: a call with

@@ -989,7 +989,8 @@ type ReadinessEnvelope struct {
 // calling code (`+8613900001234`; spaces, dots, hyphens and
 // parentheses are allowed and dropped: it is handled and sent in
 // E.164), that its country assigns (libphonenumber). WECOM: a
-// WeCom userid (1 to 64 letters, digits, `_ . @ -`). WECOM_ROBOT: the
+// WeCom userid (a letter or digit, then up to 63 letters, digits,
+// `_ . @ -`: one person; `@all` and `a|b` lists are refused). WECOM_ROBOT: the
 // name of a robot in WECOM_ROBOTS that belongs to the key's tenant
 // (else 404).
 //
@@ -1060,7 +1061,8 @@ type SendRequest struct {
 	// calling code (`+8613900001234`; spaces, dots, hyphens and
 	// parentheses are allowed and dropped: it is handled and sent in
 	// E.164), that its country assigns (libphonenumber). WECOM: a
-	// WeCom userid (1 to 64 letters, digits, `_ . @ -`). WECOM_ROBOT: the
+	// WeCom userid (a letter or digit, then up to 63 letters, digits,
+	// `_ . @ -`: one person; `@all` and `a|b` lists are refused). WECOM_ROBOT: the
 	// name of a robot in WECOM_ROBOTS that belongs to the key's tenant
 	// (else 404).
 	//
@@ -1213,7 +1215,8 @@ type VerificationCodeRequest struct {
 	// calling code (`+8613900001234`; spaces, dots, hyphens and
 	// parentheses are allowed and dropped: it is handled and sent in
 	// E.164), that its country assigns (libphonenumber). WECOM: a
-	// WeCom userid (1 to 64 letters, digits, `_ . @ -`). WECOM_ROBOT: the
+	// WeCom userid (a letter or digit, then up to 63 letters, digits,
+	// `_ . @ -`: one person; `@all` and `a|b` lists are refused). WECOM_ROBOT: the
 	// name of a robot in WECOM_ROBOTS that belongs to the key's tenant
 	// (else 404).
 	//
@@ -1238,7 +1241,8 @@ type VerifyRequest struct {
 	// calling code (`+8613900001234`; spaces, dots, hyphens and
 	// parentheses are allowed and dropped: it is handled and sent in
 	// E.164), that its country assigns (libphonenumber). WECOM: a
-	// WeCom userid (1 to 64 letters, digits, `_ . @ -`). WECOM_ROBOT: the
+	// WeCom userid (a letter or digit, then up to 63 letters, digits,
+	// `_ . @ -`: one person; `@all` and `a|b` lists are refused). WECOM_ROBOT: the
 	// name of a robot in WECOM_ROBOTS that belongs to the key's tenant
 	// (else 404).
 	//

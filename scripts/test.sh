@@ -12,7 +12,8 @@
 #   scripts/test.sh LEG...       only those legs, e.g. 4-classic 4-faults-quorum
 #   SUITE=sid scripts/test.sh 4-classic 4-quorum   the RabbitMQ 4 legs on Debian sid's broker (not in CI)
 #
-# Legs: 3-all (every package, classic), 3-quorum, 3-faults-classic,
+# Legs: 3-all (every package, classic), fuzz (each request decoder's fuzz
+# target for FUZZ_TIME, 15s), 3-quorum, 3-faults-classic,
 # 3-faults-quorum, 4-classic, 4-quorum, 4-faults-classic, 4-faults-quorum,
 # 3-cluster, 4-cluster.
 set -euo pipefail
@@ -27,7 +28,7 @@ R4=$PWD/scripts/rabbitmq4.sh
 BROKER_PKGS=(./internal/api/... ./internal/broker/... ./internal/declare/... ./internal/delay/...
   ./internal/dispatch/... ./internal/dlq/... ./internal/e2e/... ./internal/console/...)
 
-ALL_LEGS=(3-all 3-quorum 3-faults-classic 3-faults-quorum 4-classic 4-quorum 4-faults-classic 4-faults-quorum 3-cluster 4-cluster)
+ALL_LEGS=(3-all fuzz 3-quorum 3-faults-classic 3-faults-quorum 4-classic 4-quorum 4-faults-classic 4-faults-quorum 3-cluster 4-cluster)
 if (($#)); then LEGS=("$@"); else LEGS=("${ALL_LEGS[@]}"); fi
 for l in "${LEGS[@]}"; do
   [[ " ${ALL_LEGS[*]} " == *" $l "* ]] || { echo "test.sh: no leg $l (legs: ${ALL_LEGS[*]})" >&2; exit 2; }
@@ -89,6 +90,17 @@ with() {
 
 broker_suites() { $GO test -race -count=1 -timeout "$TIMEOUT" "${BROKER_PKGS[@]}"; }
 
+# fuzz runs each fuzz target for FUZZ_TIME: go test -fuzz takes one
+# target at a time. Their seeds also run in 3-all, as plain tests.
+FUZZ_TARGETS=(./internal/api:FuzzSendRequest ./internal/api:FuzzBatchRequest ./internal/api:FuzzVerificationCodeRequest ./internal/api:FuzzVerifyRequest)
+fuzz() {
+  local t rc=0
+  for t in "${FUZZ_TARGETS[@]}"; do
+    $GO test -run '^$' -fuzz "^${t#*:}\$" -fuzztime "${FUZZ_TIME:-15s}" "${t%%:*}" || rc=1
+  done
+  return $rc
+}
+
 # The fault scenarios, one at a time, their FAULT lines printed. They run
 # after the packages, never alongside: one raises a broker-wide memory
 # alarm that would stall them.
@@ -121,6 +133,7 @@ main() {
   v4="RabbitMQ $(SUITE=${SUITE:-trixie} "$R4" version 2>/dev/null || echo "4 (${SUITE:-trixie})")"
 
   leg 3-all "$v3, classic: every package" with TEST_QUEUE_TYPE=classic $GO test -race -count=1 -timeout "$TIMEOUT" ./...
+  leg fuzz "the request decoders' fuzz targets, ${FUZZ_TIME:-15s} each" fuzz
   leg 3-quorum "$v3, quorum: the broker's suites" with TEST_QUEUE_TYPE=quorum broker_suites
   leg 3-faults-classic "$v3, classic: the fault scenarios" with TEST_QUEUE_TYPE=classic faults
   leg 3-faults-quorum "$v3, quorum: the fault scenarios" with TEST_QUEUE_TYPE=quorum faults

@@ -292,7 +292,7 @@ func (d *Dispatcher) uploadMedia(ctx context.Context, a *account, md *envelope.M
 	// the fleet.
 	id, err := d.uploads.do(corp+"\x00"+md.Type+"\x00"+f.SHA256+"\x00"+md.Filename, func() (string, error) {
 		return d.cfg.Media.Upload(ctx, corp, md.Type, f.SHA256, md.Filename, func(uctx context.Context) (string, error) {
-			return d.cfg.WeCom.UploadMedia(uctx, a.app, md.Type, md.Filename, f.Data)
+			return d.cfg.WeCom.UploadMedia(uctx, a.app, md.Type, md.Filename, f.Size, f.Open)
 		})
 	})
 	if errors.Is(err, media.ErrRedis) {

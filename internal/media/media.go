@@ -41,7 +41,11 @@ const (
 )
 
 // MaxBytes is each kind's largest file.
-var MaxBytes = map[string]int64{Image: 10 << 20, Video: 10 << 20, File: 20 << 20}
+var MaxBytes = map[string]int64{Image: 10 << 20, Video: 10 << 20, File: MaxFileBytes}
+
+// MaxFileBytes is the largest file of any kind: a byte budget smaller than
+// it could never hold one (WECOM_MEDIA_TENANT_MAX_BYTES).
+const MaxFileBytes = 20 << 20
 
 // MaxCacheTTL is below WeCom's 3-day media life, with room for the send.
 const MaxCacheTTL = 71 * time.Hour

@@ -31,15 +31,18 @@ import (
 // tenantBytes of them (issue 43: 64 jobs of one tenant, each keeping its
 // 20 MB file, and a second copy for the upload, while WeCom took them
 // slowly, were 2.5 GB against the manifest's 1 Gi). A file's bytes are
-// reserved when its first job is, before the download: its kind's limit,
-// which the download never passes (media.Fetch), cut to what the file
-// holds once downloaded, and given back when its last job is finished,
-// after the upload. A job beyond any of these does not wait here but comes
-// back after mediaBusyWait (a snooze, before its claim: nothing attempted,
-// nothing recorded, never dropped). So a tenant's slow files slow its own
-// media alone: they never take a send worker, another tenant's download
-// slot, more than half the room the WeCom queues keep for the pool
-// (Pools), or more than its share of the bytes.
+// reserved when its download starts: its kind's limit, which the download
+// never passes (media.Fetch), cut to what the file holds once downloaded,
+// and given back when its last job has uploaded it. A download with no
+// room waits its turn, as for a worker, holding nothing; freed bytes start
+// it. A job that comes while the pool or its tenant is at its jobs, or its
+// tenant or the pool has no room for one more file of its kind, does not
+// wait here but comes back after mediaBusyWait (a snooze, before its
+// claim: nothing attempted, nothing recorded, never dropped). So a
+// tenant's slow files slow its own media alone: they never take a send
+// worker, another tenant's download slot, more than half the room the
+// WeCom queues keep for the pool (Pools), or more than its share of the
+// bytes.
 type mediaPool struct {
 	d                     *Dispatcher
 	workers, perTenant    int
@@ -48,7 +51,7 @@ type mediaPool struct {
 	mu       sync.Mutex
 	running  int   // downloads under way
 	held     int   // jobs reserved: from reserve until finished
-	bytes    int64 // reserved by files: from their first reserve until their last job is finished
+	bytes    int64 // reserved by files: from their download's start until their last job is finished
 	tenants  map[string]*tenantMedia
 	turn     []string              // tenants with downloads waiting, in the order they are served
 	files    map[string]*mediaFile // by tenant, kind and URL: not downloaded yet
@@ -80,7 +83,7 @@ type mediaFile struct {
 	ctx   context.Context // its first submitted job's
 	jobs  []*mediaJob     // submitted, waiting for the download
 	refs  int             // jobs reserved on it, until each is finished
-	bytes int64           // reserved: the kind's limit, then what the file holds
+	bytes int64           // reserved: the kind's limit from its download's start, then what the file holds
 	file  media.Fetched   // once downloaded
 	err   error           // why it could not be
 }
@@ -119,10 +122,10 @@ func (p *mediaPool) capacity() int { return mediaHeld * p.workers }
 
 func tenantOf(j *job) string { return cmp.Or(j.msg.Tenant, apikey.DefaultTenant) }
 
-// reserve takes a place for j, before its claim, and its file's bytes
-// unless a job of the same file holds them already; when the pool, or j's
-// tenant's part of it, has no room, it returns the snooze that brings j
-// back later.
+// reserve takes a place for j, before its claim; when the pool, or j's
+// tenant's part of it, has no room for j, or for one more file of its kind
+// (unless it shares one already there), it returns the snooze that brings
+// j back later.
 func (p *mediaPool) reserve(j *job) error {
 	if j.media != mediaNone {
 		return nil
@@ -152,7 +155,6 @@ func (p *mediaPool) reserve(j *job) error {
 	if f == nil {
 		f = &mediaFile{key: key, tenant: name, md: md}
 		p.files[key] = f
-		p.holdLocked(f, t, media.MaxBytes[md.Type])
 	}
 	f.refs++
 	p.held++
@@ -242,6 +244,7 @@ func (p *mediaPool) dropFileLocked(j *job) {
 	if p.files[f.key] == f {
 		delete(p.files, f.key)
 	}
+	p.startLocked()
 }
 
 // submit hands a reserved job to the pool: it joins the download of its
@@ -264,19 +267,22 @@ func (p *mediaPool) submit(ctx context.Context, j *job, m provider.WeCom) error 
 	}
 	f.ctx, f.jobs = ctx, []*mediaJob{mj}
 	t := p.tenants[f.tenant]
-	if p.running < p.workers && t.running < p.perTenant {
-		f.state = fileFetching
+	if p.running < p.workers && p.startsLocked(f, t) {
 		p.running++
-		t.running++
 		go p.work(f)
 		return errHandedOn
 	}
+	p.queueLocked(f, t)
+	return errHandedOn
+}
+
+// queueLocked makes f's download wait its turn.
+func (p *mediaPool) queueLocked(f *mediaFile, t *tenantMedia) {
 	f.state = fileWaiting
 	if len(t.waiting) == 0 {
 		p.turn = append(p.turn, f.tenant)
 	}
 	t.waiting = append(t.waiting, f)
-	return errHandedOn
 }
 
 // work downloads f, then the next waiting file whose tenant has room,
@@ -291,6 +297,7 @@ func (p *mediaPool) work(f *mediaFile) {
 		if f == nil {
 			p.running--
 		}
+		p.startLocked() // the file may hold less than was reserved for it
 		p.mu.Unlock()
 		for _, mj := range jobs {
 			go p.finishJob(mj, file, err)
@@ -311,25 +318,50 @@ func (p *mediaPool) doneLocked(f *mediaFile, file media.Fetched, err error) []*m
 	return jobs
 }
 
+// startsLocked starts f's download, its tenant's share of downloads and
+// the bytes allowing (the caller has a worker for it): it holds its kind's
+// limit from now on.
+func (p *mediaPool) startsLocked(f *mediaFile, t *tenantMedia) bool {
+	need := media.MaxBytes[f.md.Type]
+	if t.running >= p.perTenant || p.roomLocked(t, need) != "" {
+		return false
+	}
+	t.running++
+	f.state = fileFetching
+	p.holdLocked(f, t, need)
+	return true
+}
+
 // nextLocked takes the next waiting download, tenants in turn, skipping a
-// tenant at its share.
+// tenant at its share of downloads or bytes.
 func (p *mediaPool) nextLocked() *mediaFile {
 	for i, name := range p.turn {
 		t := p.tenants[name]
-		if t.running >= p.perTenant {
+		f := t.waiting[0]
+		if !p.startsLocked(f, t) {
 			continue
 		}
-		f := t.waiting[0]
 		t.waiting = t.waiting[1:]
 		p.turn = append(p.turn[:i:i], p.turn[i+1:]...)
 		if len(t.waiting) > 0 {
 			p.turn = append(p.turn, name) // its next waits behind the others
 		}
-		t.running++
-		f.state = fileFetching
 		return f
 	}
 	return nil
+}
+
+// startLocked starts the waiting downloads that workers and bytes allow:
+// after bytes are given back.
+func (p *mediaPool) startLocked() {
+	for p.running < p.workers {
+		f := p.nextLocked()
+		if f == nil {
+			return
+		}
+		p.running++
+		go p.work(f)
+	}
 }
 
 // finishJob is one job after its file's download: the upload, then the
@@ -390,6 +422,7 @@ func (p *mediaPool) holdBytes(tenant string, n int64) (release func(), err error
 		defer p.mu.Unlock()
 		p.holdLocked(f, p.tenant(tenant), 0)
 		p.dropIdleLocked(tenant)
+		p.startLocked()
 	}, nil
 }
 

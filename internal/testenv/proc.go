@@ -85,6 +85,30 @@ func StartProc(t testing.TB, name, bin string, env []string) *Proc {
 	return p
 }
 
+// Memory is the process's resident memory now (VmRSS) and at its peak so
+// far (VmHWM), in bytes, from /proc/PID/status: what the kernel counts
+// against a container's memory limit, heap, stacks and runtime alike.
+func (p *Proc) Memory(t testing.TB) (rss, peak int64) {
+	t.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		t.Fatalf("testenv: memory of %s: %v", p.Name, err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		var kb int64
+		if _, err := fmt.Sscanf(line, "VmRSS: %d kB", &kb); err == nil {
+			rss = kb << 10
+		}
+		if _, err := fmt.Sscanf(line, "VmHWM: %d kB", &kb); err == nil {
+			peak = kb << 10
+		}
+	}
+	if rss == 0 || peak == 0 {
+		t.Fatalf("testenv: memory of %s: no VmRSS or VmHWM in /proc/%d/status", p.Name, p.cmd.Process.Pid)
+	}
+	return rss, peak
+}
+
 // Output is everything the process has written so far.
 func (p *Proc) Output() string { return p.out.String() }
 

@@ -20,8 +20,8 @@ const (
 	// images; the whole, 3 tenants' shares. Measured, a consumer's resident
 	// memory grows by up to about 4 times the media bytes it holds (GOGC
 	// 200 lets the heap reach 3 times its live bytes, and freed pages go
-	// back to the system later): about 770 MiB at worst for the whole, inside
-	// the manifest's 1 Gi, and about 280 MiB for one tenant.
+	// back to the system later): about 800 MiB at worst for the whole, inside
+	// the manifest's 1 Gi, and about 290 MiB for one tenant.
 	DefaultMediaMaxBytes       = 192 << 20
 	DefaultMediaTenantMaxBytes = 64 << 20
 	MaxMediaBytes              = 64 << 30

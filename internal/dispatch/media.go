@@ -51,7 +51,7 @@ type mediaPool struct {
 	mu       sync.Mutex
 	running  int   // downloads under way
 	held     int   // jobs reserved: from reserve until finished
-	bytes    int64 // reserved by files: from their download's start until their last job is finished
+	bytes    int64 // reserved by files: from their download's start until their last job has uploaded
 	tenants  map[string]*tenantMedia
 	turn     []string              // tenants with downloads waiting, in the order they are served
 	files    map[string]*mediaFile // by tenant, kind and URL: not downloaded yet
@@ -92,7 +92,7 @@ type fileState int8
 
 const (
 	fileReserved fileState = iota // jobs reserved on it, none submitted yet
-	fileWaiting                   // its download waits for a worker
+	fileWaiting                   // its download waits for a worker, or for bytes
 	fileFetching
 	fileDone // downloaded, or failed: a job submitted now goes on at once
 )

@@ -144,15 +144,20 @@ const mediaRSSBound = 4*64<<20 + 64<<20
 // -race, as it runs in production) and its VmHWM, the peak resident set,
 // in /proc, which nothing in the process can under-report. It stays under
 // mediaRSSBound with the defaults, while the files are stuck and while
-// they go through fast; tenant blog's texts are sent within 5 s each
-// meanwhile; and once WeCom is fast again every one of shop's files is
-// sent: a file the pool had no room for waited (a snooze, or its turn in
-// the pool), none was dropped or failed. Measured on 2 cores: 29 MiB idle,
-// 104 MiB while stuck, 264 MiB at the peak; about 45 s.
+// they go through fast; tenant blog's texts, and an image of its own, are
+// sent within 5 s each meanwhile; and once WeCom is fast again every one
+// of shop's files is sent: a file the pool had no room for waited (a
+// snooze, or its turn in the pool), none was dropped or failed. Measured
+// on 2 cores: 29 MiB idle, 104 MiB while stuck, 264 MiB at the peak; 30
+// to 45 s.
 func TestMediaOfOneTenantHoldsBoundedMemory(t *testing.T) {
 	const n, size = 64, 20 << 20
 	base := bytes.Repeat([]byte("0123456789abcdef"), size/16) // one buffer for every file: the test's memory is not the consumer's
 	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/logo.png" { // blog's: 2 KB
+			_, _ = w.Write(base[:2048])
+			return
+		}
 		var i int
 		if _, err := fmt.Sscanf(r.URL.Path, "/f/%d.bin", &i); err != nil {
 			http.NotFound(w, r)
@@ -186,10 +191,16 @@ func TestMediaOfOneTenantHoldsBoundedMemory(t *testing.T) {
 	stuck := time.Now()
 	testenv.WaitFor(t, 20*time.Second, "shop's uploads under way", func() bool { return srv.Uploading() > 0 })
 
-	// While shop's files are stuck: blog's texts go, each within 5 s.
+	// While shop's files are stuck: blog's texts go, each within 5 s, and
+	// so does its image (shop holds its share, not the pool's bytes).
 	const texts = 20
-	ids := make([]string, texts)
+	ids := make([]string, texts, texts+1)
 	accepted := map[string]time.Time{}
+	res, err := blog.SendMessage(ctx, client.SendRequest{MessageType: client.MessageWeCom, Recipient: "blogimg",
+		Media: &client.WeComMedia{Type: "image", URL: files.URL + "/logo.png", Filename: "logo.png"}})
+	require.NoError(t, err)
+	ids = append(ids, res.TaskID)
+	accepted[res.TaskID] = time.Now()
 	for i := range texts {
 		res, err := blog.SendMessage(ctx, client.SendRequest{MessageType: client.MessageWeCom, TemplateCode: "notice", Recipient: fmt.Sprintf("blog%02d", i),
 			Variables: map[string]string{"title": "post", "content": strconv.Itoa(i)}})
@@ -199,8 +210,9 @@ func TestMediaOfOneTenantHoldsBoundedMemory(t *testing.T) {
 	}
 	sent := reached(t, blog, ids, "sent", 30*time.Second)
 	for i, id := range ids {
-		require.Less(t, sent[id].Sub(accepted[id]), 5*time.Second, "blog's text %d", i)
+		require.Less(t, sent[id].Sub(accepted[id]), 5*time.Second, "blog's message %d", i)
 	}
+	require.Len(t, srv.ReceivedBy("blogimg"), 1)
 	// Stuck long enough for every one of shop's files to have come (the
 	// old pool had downloaded all 64 within about 3 s): polled, not slept.
 	testenv.WaitFor(t, 30*time.Second, "shop's files stuck for 8 s", func() bool { return time.Since(stuck) > 8*time.Second })
@@ -217,7 +229,7 @@ func TestMediaOfOneTenantHoldsBoundedMemory(t *testing.T) {
 	// WeCom fast again: every one of shop's files goes out.
 	srv.SetUploadRate(0)
 	reached(t, shop, media, "sent", 60*time.Second)
-	require.Equal(t, n, srv.Uploads(), "64 distinct files, one upload each")
+	require.Equal(t, n+1, srv.Uploads(), "64 distinct files and blog's image, one upload each")
 	for i := range n {
 		require.Len(t, srv.ReceivedBy(fmt.Sprintf("shop%02d", i)), 1)
 	}

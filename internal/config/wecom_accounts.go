@@ -14,7 +14,18 @@ const (
 	DefaultMediaWorkers       = 16
 	DefaultMediaTenantWorkers = 4
 	MaxMediaWorkers           = 1000
-	MaxMergeHeld              = 60_000
+	// The media pool's bytes: what the files it downloads and uploads may
+	// hold at once in one consumer, and one tenant's of them (issue 43).
+	// A tenant's share takes 3 of the largest files (20 MiB) at once, or 6
+	// images; the whole, 3 tenants' shares. Measured, a consumer's resident
+	// memory grows by up to about 4 times the media bytes it holds (GOGC
+	// 200 lets the heap reach 3 times its live bytes, and freed pages go
+	// back to the system later): about 800 MiB at worst for the whole, inside
+	// the manifest's 1 Gi, and about 290 MiB for one tenant.
+	DefaultMediaMaxBytes       = 192 << 20
+	DefaultMediaTenantMaxBytes = 64 << 20
+	MaxMediaBytes              = 64 << 30
+	MaxMergeHeld               = 60_000
 )
 
 // WeComAccounts are the consumer's per-account WeCom settings besides the
@@ -35,6 +46,9 @@ type WeComAccounts struct {
 	MediaMinRate                     int
 	MediaRateWindow                  time.Duration
 	MediaUploadTimeout               time.Duration
+	// MediaMaxBytes is what media files may hold in the consumer at once,
+	// downloading or uploading; MediaTenantMaxBytes one tenant's of it.
+	MediaMaxBytes, MediaTenantMaxBytes int
 }
 
 const accountsHelp = "WeCom application accounts: name=corpid:agentid:secret or name=corpid:agentid:secret@tenant+tenant, comma-separated; " +
@@ -80,6 +94,13 @@ func loadWeComAccounts(l *envconf.Loader) WeComAccounts {
 	}
 	w.MediaUploadTimeout = l.Duration("WECOM_MEDIA_UPLOAD_TIMEOUT", media.DefaultUploadTimeout, time.Second, 10*time.Minute,
 		"longest upload of a WeCom media file to WeCom, apart from its download and from SEND_TIMEOUT; the same file is uploaded once by the fleet")
+	w.MediaMaxBytes = l.Int("WECOM_MEDIA_MAX_BYTES", DefaultMediaMaxBytes, media.MaxFileBytes, MaxMediaBytes,
+		"bytes the WeCom media files may hold in one consumer at once, from before their download to the end of their upload (each reserves its kind's limit, 10 or 20 MiB, until downloaded, then its size); a message whose file finds no room comes back 2-3 s later (a snooze), never dropped")
+	w.MediaTenantMaxBytes = l.Int("WECOM_MEDIA_TENANT_MAX_BYTES", DefaultMediaTenantMaxBytes, media.MaxFileBytes, MaxMediaBytes,
+		"of WECOM_MEDIA_MAX_BYTES, what one tenant's media files may hold at once (at least 20 MiB, the largest file): one tenant's files never take the room of another's")
+	if w.MediaTenantMaxBytes > w.MediaMaxBytes {
+		l.Fail("WECOM_MEDIA_TENANT_MAX_BYTES", "", "must not exceed WECOM_MEDIA_MAX_BYTES (%d)", w.MediaMaxBytes)
+	}
 	return w
 }
 

@@ -84,3 +84,32 @@ func TestMessageSizesStopAtTheBrokersDefault(t *testing.T) {
 		require.ErrorContains(t, tc.load(map[string]string{tc.name: "16777217", "API_KEYS": "shop/backend:k0123456789abcdefghij"}), tc.name)
 	}
 }
+
+// Issue 43: the media pool's bytes, per consumer and per tenant, default
+// to 192 MiB and 64 MiB; neither may be below the largest file (20 MiB),
+// which could then never be held, nor a tenant's above the whole.
+func TestMediaBytes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name              string
+		env               map[string]string
+		bad               string // the variable the error names; "" = valid
+		whole, tenantPart int
+	}{
+		{"defaults", map[string]string{}, "", 192 << 20, 64 << 20},
+		{"set", map[string]string{"WECOM_MEDIA_MAX_BYTES": "104857600", "WECOM_MEDIA_TENANT_MAX_BYTES": "20971520"}, "", 100 << 20, 20 << 20},
+		{"a tenant's share is the whole", map[string]string{"WECOM_MEDIA_MAX_BYTES": "67108864"}, "", 64 << 20, 64 << 20},
+		{"a tenant's share above the whole", map[string]string{"WECOM_MEDIA_MAX_BYTES": "41943040"}, "WECOM_MEDIA_TENANT_MAX_BYTES", 0, 0},
+		{"below the largest file", map[string]string{"WECOM_MEDIA_TENANT_MAX_BYTES": "20971519"}, "WECOM_MEDIA_TENANT_MAX_BYTES", 0, 0},
+		{"the whole below the largest file", map[string]string{"WECOM_MEDIA_MAX_BYTES": "1048576"}, "WECOM_MEDIA_MAX_BYTES", 0, 0},
+	} {
+		c, l := LoadConsumer(envconf.FromMap(tc.env))
+		if tc.bad != "" {
+			require.ErrorContains(t, l.Err(), tc.bad, tc.name)
+			continue
+		}
+		require.NoError(t, l.Err(), tc.name)
+		require.Equal(t, tc.whole, c.WeComAccounts.MediaMaxBytes, tc.name)
+		require.Equal(t, tc.tenantPart, c.WeComAccounts.MediaTenantMaxBytes, tc.name)
+	}
+}

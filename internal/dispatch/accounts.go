@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -36,7 +37,7 @@ type WeComClient interface {
 	Robots() []*wecom.Robot
 	SendRobot(ctx context.Context, r *wecom.Robot, m provider.WeCom) (provider.WeComReceipt, error)
 	SendApp(ctx context.Context, a *wecom.App, m provider.WeCom) (provider.WeComReceipt, error)
-	UploadMedia(ctx context.Context, a *wecom.App, kind, filename string, data []byte) (string, error)
+	UploadMedia(ctx context.Context, a *wecom.App, kind, filename string, size int64, open func() io.Reader) (string, error)
 }
 
 // An account is one WeCom sender as this consumer sends from it: an

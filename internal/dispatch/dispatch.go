@@ -123,6 +123,11 @@ type Config struct {
 	// default 4.
 	MediaWorkers       int
 	MediaTenantWorkers int
+	// MediaMaxBytes is what the pool's files may hold at once, from before
+	// their download to the end of their upload (WECOM_MEDIA_MAX_BYTES);
+	// MediaTenantMaxBytes is one tenant's share of it
+	// (WECOM_MEDIA_TENANT_MAX_BYTES). Defaults 192 MiB and 64 MiB.
+	MediaMaxBytes, MediaTenantMaxBytes int64
 }
 
 // Validate fills defaults and checks the wiring.
@@ -160,6 +165,17 @@ func (c *Config) Validate() error {
 	}
 	if c.MediaTenantWorkers == 0 {
 		c.MediaTenantWorkers = config.DefaultMediaTenantWorkers
+	}
+	if c.MediaMaxBytes == 0 {
+		c.MediaMaxBytes = config.DefaultMediaMaxBytes
+	}
+	if c.MediaTenantMaxBytes == 0 {
+		c.MediaTenantMaxBytes = min(config.DefaultMediaTenantMaxBytes, c.MediaMaxBytes)
+	}
+	// A share below the largest file would never hold one: its messages
+	// would come back for ever.
+	if c.MediaTenantMaxBytes < media.MaxFileBytes || c.MediaTenantMaxBytes > c.MediaMaxBytes || c.MediaMaxBytes > config.MaxMediaBytes {
+		return fmt.Errorf("dispatch: MediaMaxBytes %d or MediaTenantMaxBytes %d out of range (at least %d, the largest file; a tenant's at most the whole)", c.MediaMaxBytes, c.MediaTenantMaxBytes, media.MaxFileBytes)
 	}
 	if c.MergeMax < 1 || c.MergeMax > config.MaxMergeHeld || c.MediaWorkers < 1 || c.MediaWorkers > config.MaxMediaWorkers ||
 		c.MediaTenantWorkers < 1 || c.MediaTenantWorkers > c.MediaWorkers {
@@ -214,7 +230,7 @@ func New(cfg Config) (*Dispatcher, error) {
 	if cfg.MergeWindow > 0 {
 		d.merge = newMerger(d, cfg.MergeWindow, cfg.MergeMax)
 	}
-	d.media = newMediaPool(d, cfg.MediaWorkers, cfg.MediaTenantWorkers)
+	d.media = newMediaPool(d, cfg.MediaWorkers, cfg.MediaTenantWorkers, cfg.MediaMaxBytes, cfg.MediaTenantMaxBytes)
 	return d, nil
 }
 
@@ -266,8 +282,10 @@ type job struct {
 	claimed   *claim.Claim
 	stopRenew func()
 	sendStart time.Time
-	// media is the job's place in the media pool (mediaPool.reserve).
-	media mediaSlot
+	// media is the job's place in the media pool (mediaPool.reserve), and
+	// mediaFile the file it holds there.
+	media     mediaSlot
+	mediaFile *mediaFile
 }
 
 // taskIDs are the status records a job's outcome is written to: the
@@ -414,9 +432,12 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 			}
 			rules = append(rules, more...)
 		}
-		if msg.Media != nil && d.cfg.Media != nil && d.handsOn(j) && !d.media.reserve(j) {
-			// Before the claim: nothing attempted, nothing recorded.
-			return d.media.busy(j)
+		if msg.Media != nil && d.cfg.Media != nil && d.handsOn(j) {
+			// Before the claim: a snooze when the pool has no room,
+			// nothing attempted, nothing recorded.
+			if err := d.media.reserve(j); err != nil {
+				return err
+			}
 		}
 	}
 	if j.level != topology.Code {

@@ -60,7 +60,7 @@ func (d *Dispatcher) sendWeCom(ctx, sctx context.Context, j *job, vars map[strin
 			return provider.Receipt{}, d.media.submit(ctx, j, m)
 		}
 		// Not handed on (after a Redis pause): here, within SEND_TIMEOUT.
-		if err := d.wecomMedia(sctx, j.acct, j.msg.Media, &m); err != nil {
+		if err := d.wecomMedia(sctx, j, &m); err != nil {
 			return provider.Receipt{}, err
 		}
 	} else {

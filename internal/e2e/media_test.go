@@ -1,7 +1,11 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -123,4 +127,113 @@ func maxOf(done, start map[string]time.Time, ids []string) time.Duration {
 		m = max(m, done[id].Sub(start[id]))
 	}
 	return m
+}
+
+// mediaRSSBound is what the consumer may reach, at its peak, while one
+// tenant's 64 files of 20 MB go through it: 4 times the tenant's share of
+// the media pool (WECOM_MEDIA_TENANT_MAX_BYTES, 64 MiB; GOGC=200 lets the
+// heap reach 3 times its live bytes between collections, and freed pages
+// go back to the system later) and 64 MiB for the rest of the consumer
+// (about 30 MiB idle). Before issue 43 the pool downloaded all 64 at once
+// and held each twice, about 2.5 GB, against the manifest's 1 Gi.
+const mediaRSSBound = 4*64<<20 + 64<<20
+
+// Issue 43: tenant shop sends 64 distinct files of 20 MB (WeCom's largest)
+// while WeCom reads uploads at 1 MiB/s. The consumer's memory is measured
+// from outside, as the kernel counts it: the real binary (built without
+// -race, as it runs in production) and its VmHWM, the peak resident set,
+// in /proc, which nothing in the process can under-report. It stays under
+// mediaRSSBound with the defaults, while the files are stuck and while
+// they go through fast; tenant blog's texts, and an image of its own, are
+// sent within 5 s each meanwhile; and once WeCom is fast again every one
+// of shop's files is sent: a file the pool had no room for waited (a
+// snooze, or its turn in the pool), none was dropped or failed. Measured
+// on 2 cores: 29 MiB idle, 104 MiB while stuck, 264 MiB at the peak; 30
+// to 45 s.
+func TestMediaOfOneTenantHoldsBoundedMemory(t *testing.T) {
+	const n, size = 64, 20 << 20
+	base := bytes.Repeat([]byte("0123456789abcdef"), size/16) // one buffer for every file: the test's memory is not the consumer's
+	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/logo.png" { // blog's: 2 KB
+			_, _ = w.Write(base[:2048])
+			return
+		}
+		var i int
+		if _, err := fmt.Sscanf(r.URL.Path, "/f/%d.bin", &i); err != nil {
+			http.NotFound(w, r)
+			return
+		}
+		// Distinct files (the first bytes name it): no two share an upload.
+		head := fmt.Sprintf("%08d", i)
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		_, _ = io.Copy(w, io.MultiReader(strings.NewReader(head), bytes.NewReader(base[len(head):])))
+	}))
+	t.Cleanup(files.Close)
+	srv := wecomtest.New(t)
+	srv.SetUploadRate(1 << 20)
+	s := newSystem(t, tenantKeys(), "CALLBACK_ALLOW_PRIVATE=true")
+	_, _ = s.api("CALLBACK_ALLOW_HTTP=true")
+	c := s.consumer("c1", weComEnv(srv)...)
+	idle, _ := c.Memory(t)
+	shop, err := client.New(s.apiURL, shopKey)
+	require.NoError(t, err)
+	blog, err := client.New(s.apiURL, blogKey)
+	require.NoError(t, err)
+	ctx := testenv.Context(t, 120*time.Second)
+
+	media := make([]string, n)
+	for i := range n {
+		res, err := shop.SendMessage(ctx, client.SendRequest{MessageType: client.MessageWeCom, Recipient: fmt.Sprintf("shop%02d", i),
+			Media: &client.WeComMedia{Type: "file", URL: fmt.Sprintf("%s/f/%d.bin", files.URL, i), Filename: fmt.Sprintf("f%02d.bin", i)}})
+		require.NoError(t, err)
+		media[i] = res.TaskID
+	}
+	stuck := time.Now()
+	testenv.WaitFor(t, 20*time.Second, "shop's uploads under way", func() bool { return srv.Uploading() > 0 })
+
+	// While shop's files are stuck: blog's texts go, each within 5 s, and
+	// so does its image (shop holds its share, not the pool's bytes).
+	const texts = 20
+	ids := make([]string, texts, texts+1)
+	accepted := map[string]time.Time{}
+	res, err := blog.SendMessage(ctx, client.SendRequest{MessageType: client.MessageWeCom, Recipient: "blogimg",
+		Media: &client.WeComMedia{Type: "image", URL: files.URL + "/logo.png", Filename: "logo.png"}})
+	require.NoError(t, err)
+	ids = append(ids, res.TaskID)
+	accepted[res.TaskID] = time.Now()
+	for i := range texts {
+		res, err := blog.SendMessage(ctx, client.SendRequest{MessageType: client.MessageWeCom, TemplateCode: "notice", Recipient: fmt.Sprintf("blog%02d", i),
+			Variables: map[string]string{"title": "post", "content": strconv.Itoa(i)}})
+		require.NoError(t, err)
+		ids[i] = res.TaskID
+		accepted[res.TaskID] = time.Now()
+	}
+	sent := reached(t, blog, ids, "sent", 30*time.Second)
+	for i, id := range ids {
+		require.Less(t, sent[id].Sub(accepted[id]), 5*time.Second, "blog's message %d", i)
+	}
+	require.Len(t, srv.ReceivedBy("blogimg"), 1)
+	// Stuck long enough for every one of shop's files to have come (the
+	// old pool had downloaded all 64 within about 3 s): polled, not slept.
+	testenv.WaitFor(t, 30*time.Second, "shop's files stuck for 8 s", func() bool { return time.Since(stuck) > 8*time.Second })
+	require.Less(t, srv.Uploads(), n/4, "shop's files are stuck behind the slow uploads")
+	for _, id := range media {
+		m, err := shop.GetMessage(ctx, id)
+		require.NoError(t, err)
+		require.NotEqual(t, client.Status("failed"), m.Status, "a file with no room waits, it never fails: %s", m.LastError)
+	}
+	rss, stuckPeak := c.Memory(t)
+	t.Logf("consumer memory: %d MiB idle; with shop's 64 files stuck: %d MiB now, %d MiB at the peak (bound %d MiB)", idle>>20, rss>>20, stuckPeak>>20, mediaRSSBound>>20)
+	require.Less(t, stuckPeak, int64(mediaRSSBound))
+
+	// WeCom fast again: every one of shop's files goes out.
+	srv.SetUploadRate(0)
+	reached(t, shop, media, "sent", 60*time.Second)
+	require.Equal(t, n+1, srv.Uploads(), "64 distinct files and blog's image, one upload each")
+	for i := range n {
+		require.Len(t, srv.ReceivedBy(fmt.Sprintf("shop%02d", i)), 1)
+	}
+	_, peak := c.Memory(t)
+	t.Logf("consumer memory at the peak, all 64 sent: %d MiB (bound %d MiB), %s after shop's files were accepted", peak>>20, mediaRSSBound>>20, time.Since(stuck).Round(time.Second))
+	require.Less(t, peak, int64(mediaRSSBound))
 }

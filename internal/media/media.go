@@ -10,12 +10,14 @@
 package media
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net"
 	"net/http"
@@ -39,7 +41,11 @@ const (
 )
 
 // MaxBytes is each kind's largest file.
-var MaxBytes = map[string]int64{Image: 10 << 20, Video: 10 << 20, File: 20 << 20}
+var MaxBytes = map[string]int64{Image: 10 << 20, Video: 10 << 20, File: MaxFileBytes}
+
+// MaxFileBytes is the largest file of any kind: a byte budget smaller than
+// it could never hold one (WECOM_MEDIA_TENANT_MAX_BYTES).
+const MaxFileBytes = 20 << 20
 
 // MaxCacheTTL is below WeCom's 3-day media life, with room for the send.
 const MaxCacheTTL = 71 * time.Hour
@@ -133,10 +139,32 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 // address, but a file's URL is the tenant's to get right.
 func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
-// Fetched is a fetched file.
+// Fetched is a fetched file: its bytes, held once, in the chunks they
+// were read into (one when the server said the length), never copied
+// again, not for the upload either (Open).
 type Fetched struct {
-	Data   []byte
 	SHA256 string // hex
+	Size   int64
+	chunks [][]byte
+}
+
+// Open reads the file from its start; each call is a new reader.
+func (f Fetched) Open() io.Reader {
+	rs := make([]io.Reader, len(f.chunks))
+	for i, c := range f.chunks {
+		rs[i] = bytes.NewReader(c)
+	}
+	return io.MultiReader(rs...)
+}
+
+// Held is the memory the file holds: its chunks' capacity, never more than
+// its kind's MaxBytes, which a caller reserves before the download.
+func (f Fetched) Held() int64 {
+	var n int64
+	for _, c := range f.chunks {
+		n += int64(cap(c))
+	}
+	return n
 }
 
 func permanent(code, msg string) error {
@@ -195,18 +223,77 @@ func (s *Store) Fetch(ctx context.Context, url, kind string) (Fetched, error) {
 	case resp.ContentLength > limit:
 		return Fetched{}, permanent("media_too_large", fmt.Sprintf("%s of %d bytes: WeCom takes at most %d", kind, resp.ContentLength, limit))
 	}
-	data, err := io.ReadAll(&counter{r: io.LimitReader(resp.Body, limit+1), n: &got})
-	if err != nil {
-		return Fetched{}, failed(err)
-	}
+	f, err := readFile(&counter{r: resp.Body, n: &got}, resp.ContentLength, limit)
 	switch {
-	case int64(len(data)) > limit:
+	case errors.Is(err, errTooLarge):
 		return Fetched{}, permanent("media_too_large", fmt.Sprintf("%s above %d bytes: WeCom takes at most that", kind, limit))
-	case len(data) < MinBytes:
-		return Fetched{}, permanent("media_too_small", fmt.Sprintf("%s of %d bytes: WeCom takes at least %d", kind, len(data), MinBytes))
+	case err != nil:
+		return Fetched{}, failed(err)
+	case f.Size < MinBytes:
+		return Fetched{}, permanent("media_too_small", fmt.Sprintf("%s of %d bytes: WeCom takes at least %d", kind, f.Size, MinBytes))
 	}
-	sum := sha256.Sum256(data)
-	return Fetched{Data: data, SHA256: hex.EncodeToString(sum[:])}, nil
+	return f, nil
+}
+
+// errTooLarge: the body goes on past the kind's limit.
+var errTooLarge = errors.New("too large")
+
+// Chunks of a body of unknown length: small first, so that a small file
+// holds little, growing to readChunkMax.
+const (
+	readChunkMin = 64 << 10
+	readChunkMax = 1 << 20
+)
+
+// readFile reads a body of length bytes (-1: unknown) into memory, never
+// holding more than limit: a body of known length in one allocation of
+// exactly that, one of unknown length in chunks, none reaching past the
+// limit. A body past the limit is errTooLarge, found by reading one byte
+// more into a scratch byte, not into the file.
+func readFile(r io.Reader, length, limit int64) (Fetched, error) {
+	var f Fetched
+	h := sha256.New()
+	next := int64(readChunkMin)
+	if length >= 0 {
+		next = length
+	}
+	for f.Size < limit && next > 0 {
+		c := make([]byte, min(next, limit-f.Size))
+		n, err := io.ReadFull(r, c)
+		c = c[:n:len(c)]
+		if n > 0 {
+			f.chunks = append(f.chunks, c)
+			f.Size += int64(n)
+			h.Write(c)
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			if length >= 0 && f.Size < length {
+				return Fetched{}, io.ErrUnexpectedEOF // cut short
+			}
+			return f.done(h), nil
+		}
+		if err != nil {
+			return Fetched{}, err
+		}
+		if length >= 0 {
+			break
+		}
+		next = min(2*next, readChunkMax)
+	}
+	var one [1]byte
+	switch n, err := io.ReadFull(r, one[:]); {
+	case n > 0:
+		return Fetched{}, errTooLarge
+	case errors.Is(err, io.EOF):
+		return f.done(h), nil
+	default:
+		return Fetched{}, err
+	}
+}
+
+func (f Fetched) done(h hash.Hash) Fetched {
+	f.SHA256 = hex.EncodeToString(h.Sum(nil))
+	return f
 }
 
 // watch cancels a download whose average rate since start falls below

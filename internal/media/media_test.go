@@ -3,7 +3,10 @@ package media_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -85,7 +88,7 @@ func TestFetchRefusesASlowDownload(t *testing.T) {
 	require.NoError(t, err)
 	f, err := s.Fetch(context.Background(), fast.URL+"/fast", "image")
 	require.NoError(t, err)
-	require.Len(t, f.Data, 64<<10)
+	require.EqualValues(t, 64<<10, f.Size)
 	start := time.Now()
 	_, err = s.Fetch(context.Background(), drip.URL+"/drip", "image")
 	var pe *provider.Error
@@ -143,4 +146,66 @@ func TestUploadIsOncePerFileAcrossConsumers(t *testing.T) {
 	id, err = rdb.Client.Get(ctx, a.Key("corp", "file", "sha", "report.pdf")).Result()
 	require.NoError(t, err)
 	require.Equal(t, "media-1", id)
+}
+
+// A file is held once, in at most its kind's limit, whether the server
+// says its length or not: exactly the limit is taken, one byte more is
+// refused (issue 43: the pool reserves the limit before the download, and
+// the file must never hold more than that).
+func TestFetchHoldsAtMostTheLimit(t *testing.T) {
+	t.Parallel()
+	limit := int(media.MaxBytes["image"])
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var size int
+		_, _ = fmt.Sscan(r.URL.Query().Get("size"), &size)
+		body := bytes.Repeat([]byte{'x'}, size)
+		if r.URL.Query().Get("length") == "known" {
+			w.Header().Set("Content-Length", fmt.Sprint(size))
+			_, _ = w.Write(body)
+			return
+		}
+		for len(body) > 0 { // chunked: no Content-Length
+			n := min(len(body), 100_000)
+			_, _ = w.Write(body[:n])
+			w.(http.Flusher).Flush()
+			body = body[n:]
+		}
+	}))
+	t.Cleanup(srv.Close)
+	rdb := testenv.NewRedis(t)
+	s, err := media.New(rdb.Client, media.Config{Prefix: rdb.Prefix, Egress: egress.Policy{AllowPrivate: true}})
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		length string
+		size   int
+		code   string
+	}{
+		{"known", 2048, ""},
+		{"unknown", 2048, ""},
+		{"unknown", 3<<20 + 17, ""},
+		{"known", limit, ""},
+		{"unknown", limit, ""},
+		{"known", limit + 1, "media_too_large"},
+		{"unknown", limit + 1, "media_too_large"},
+	} {
+		name := fmt.Sprintf("%s length, %d bytes", tc.length, tc.size)
+		f, err := s.Fetch(context.Background(), fmt.Sprintf("%s/f?length=%s&size=%d", srv.URL, tc.length, tc.size), "image")
+		if tc.code != "" {
+			var pe *provider.Error
+			require.ErrorAs(t, err, &pe, name)
+			require.Equal(t, tc.code, pe.Code, name)
+			continue
+		}
+		require.NoError(t, err, name)
+		require.EqualValues(t, tc.size, f.Size, name)
+		require.LessOrEqual(t, f.Held(), int64(limit), name)
+		if tc.length == "known" {
+			require.EqualValues(t, tc.size, f.Held(), "%s: one allocation of exactly the length", name)
+		}
+		got, err := io.ReadAll(f.Open())
+		require.NoError(t, err, name)
+		require.Equal(t, bytes.Repeat([]byte{'x'}, tc.size), got, name)
+		sum := sha256.Sum256(got)
+		require.Equal(t, hex.EncodeToString(sum[:]), f.SHA256, name)
+	}
 }

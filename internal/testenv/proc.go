@@ -85,23 +85,28 @@ func StartProc(t testing.TB, name, bin string, env []string) *Proc {
 	return p
 }
 
-// RSS is the process's resident set size now, in bytes (VmRSS of
-// /proc/PID/status): what a memory limit (a pod's) counts.
-func (p *Proc) RSS() (int64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+// Memory is the process's resident memory now (VmRSS) and at its peak so
+// far (VmHWM), in bytes, from /proc/PID/status: what the kernel counts
+// against a container's memory limit, heap, stacks and runtime alike.
+func (p *Proc) Memory(t testing.TB) (rss, peak int64) {
+	t.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {
-		return 0, err
+		t.Fatalf("testenv: memory of %s: %v", p.Name, err)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			var kb int64
-			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err != nil {
-				return 0, fmt.Errorf("VmRSS %q: %w", rest, err)
-			}
-			return kb << 10, nil
+	for _, line := range strings.Split(string(raw), "\n") {
+		var kb int64
+		if _, err := fmt.Sscanf(line, "VmRSS: %d kB", &kb); err == nil {
+			rss = kb << 10
+		}
+		if _, err := fmt.Sscanf(line, "VmHWM: %d kB", &kb); err == nil {
+			peak = kb << 10
 		}
 	}
-	return 0, errors.New("no VmRSS in /proc status")
+	if rss == 0 || peak == 0 {
+		t.Fatalf("testenv: memory of %s: no VmRSS or VmHWM in /proc/%d/status", p.Name, p.cmd.Process.Pid)
+	}
+	return rss, peak
 }
 
 // Output is everything the process has written so far.

@@ -8,13 +8,16 @@
 package wecomtest
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -51,6 +54,10 @@ type Server struct {
 	// once the body is read), or holds requests until it has seen what
 	// it waits for.
 	Hold func(r *http.Request)
+
+	// uploadRate is the bytes a second an upload is read at (0: as fast
+	// as it comes), and uploading the uploads being read now.
+	uploadRate, uploading atomic.Int64
 
 	mu          sync.Mutex
 	apps        map[string]App       // corpid + "/" + secret → application
@@ -434,7 +441,40 @@ var mediaMax = map[string]int{"image": 10 << 20, "video": 10 << 20, "file": 20 <
 // upload is cgi-bin/media/upload: a multipart body whose file is the field
 // "media", of a known type, between 5 bytes and the type's limit.
 func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
+	s.uploading.Add(1)
+	defer s.uploading.Add(-1)
+	r.Body = &slowBody{ReadCloser: r.Body, ctx: r.Context(), rate: &s.uploadRate}
 	s.answer(w, s.uploadReply(r))
+}
+
+// SetUploadRate makes uploads read at most bytesPerSecond from now on,
+// those under way too (0: as fast as they come): a WeCom slower than a
+// tenant's file server.
+func (s *Server) SetUploadRate(bytesPerSecond int64) { s.uploadRate.Store(bytesPerSecond) }
+
+// Uploading is how many uploads are being read now.
+func (s *Server) Uploading() int { return int(s.uploading.Load()) }
+
+// slowBody reads an upload at the server's upload rate, in slices of a
+// tenth of a second's worth, until the client leaves.
+type slowBody struct {
+	io.ReadCloser
+	ctx  context.Context
+	rate *atomic.Int64
+}
+
+func (b *slowBody) Read(p []byte) (int, error) {
+	rate := b.rate.Load()
+	if rate <= 0 {
+		return b.ReadCloser.Read(p)
+	}
+	n, err := b.ReadCloser.Read(p[:min(len(p), int(max(rate/10, 1)))])
+	select { // the vendor's pace, not a wait for an outcome
+	case <-b.ctx.Done():
+		return n, b.ctx.Err()
+	case <-time.After(time.Duration(n) * time.Second / time.Duration(rate)):
+	}
+	return n, err
 }
 
 func (s *Server) uploadReply(r *http.Request) map[string]any {
@@ -451,17 +491,30 @@ func (s *Server) uploadReply(r *http.Request) map[string]any {
 		return fail(40004, "invalid media type")
 	}
 	// WeCom refuses a file over 20 MB; the fake reads at most a little
-	// more, so a test sending a huge one cannot exhaust its memory.
+	// more, so a test sending a huge one cannot exhaust its memory. It
+	// counts the file's bytes as they stream by, keeping none: a test of
+	// many large uploads measures the consumer, not the fake.
 	r.Body = http.MaxBytesReader(nil, r.Body, 32<<20)
-	if err := r.ParseMultipartForm(32 << 20); err != nil { //nolint:gosec // the body is capped just above
+	mr, err := r.MultipartReader()
+	if err != nil {
 		return fail(44001, "empty media data")
 	}
-	f, h, err := r.FormFile("media")
-	if err != nil {
-		return fail(41005, "media data missing")
+	var filename string
+	n := -1
+	for n < 0 {
+		part, err := mr.NextPart()
+		if err != nil {
+			return fail(41005, "media data missing")
+		}
+		if part.FormName() != "media" || part.FileName() == "" {
+			continue
+		}
+		size, err := io.Copy(io.Discard, part)
+		if err != nil {
+			return fail(44001, "empty media data")
+		}
+		filename, n = part.FileName(), int(size)
 	}
-	defer func() { _ = f.Close() }()
-	n := int(h.Size)
 	switch {
 	case n < 5:
 		return fail(44001, "empty media data")
@@ -472,7 +525,7 @@ func (s *Server) uploadReply(r *http.Request) map[string]any {
 	defer s.mu.Unlock()
 	s.uploads++
 	id := fmt.Sprintf("media-%d", s.uploads)
-	s.media[id] = uploaded{kind: kind, corp: app.CorpID, filename: h.Filename, size: n}
+	s.media[id] = uploaded{kind: kind, corp: app.CorpID, filename: filename, size: n}
 	return map[string]any{"errcode": 0, "errmsg": "ok", "type": kind, "media_id": id, "created_at": fmt.Sprint(time.Now().Unix())}
 }
 

@@ -23,6 +23,8 @@ func rateLimitError(err error, id string) error {
 		return notFound("no rate limit with id %s", id)
 	case errors.Is(err, ratelimit.ErrExists):
 		return &apiError{Status: http.StatusConflict, Msg: fmt.Sprintf("a rate limit with id %s already exists", id)}
+	case errors.Is(err, ratelimit.ErrTooMany):
+		return &apiError{Status: http.StatusConflict, Msg: fmt.Sprintf("there are %d rate limits already, the most there may be: delete one first", ratelimit.MaxConfigs)}
 	}
 	return unavailable(err, "rate-limit configuration is unavailable (Redis); try again")
 }

@@ -62,6 +62,9 @@ func FuzzSendRequest(f *testing.F) {
 		`{"messageType":"WECOM_ROBOT","templateCode":"notice","recipient":"ops","mentions":["@all","a"],"variables":{}}`,
 		`{"messageType":"WECOM","recipient":"u1","media":{"type":"image","url":"https://h.example/a.png","filename":"a.png"}}`,
 		`{"messageType":"EMAIL","templateCode":"notice","recipient":"a@example.com","sendAt":"2026-11-29T13:00:00Z","ttlSeconds":60,"callbackUrl":"https://h.example/cb"}`,
+		`{"messageType":"EMAIL","templateCode":"notice","recipient":"a@example.com","variables":{"title":"t","content":"c"},"delaySeconds":1e308}`,
+		`{"messageType":"SMS","templateCode":"notice","recipient":"+1","sendAt":"2099-01-01T00:00:00Z","priority":9,"callbackUrl":"https://x/y"}`,
+		`{"variables":{"a\u0000":"\ud800"}}`, `null`, `{"a":`, "\xff\xfe", `{"delaySeconds":"NaN"}`,
 		`{"messageType":1}`, `[]`, `{}`, `{"messageType":"EMAIL"}{}`, "",
 	} {
 		f.Add([]byte(s))

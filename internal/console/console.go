@@ -215,8 +215,14 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cache-Control", "no-store")
+	// Every console form is a few fields; without this, ParseForm reads
+	// 10 MB of a body, before any login (issue 43).
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 	c.mux.ServeHTTP(w, r)
 }
+
+// maxFormBytes is the largest body the console reads.
+const maxFormBytes = 64 << 10
 
 // request is what an authenticated handler knows about its caller.
 type request struct {

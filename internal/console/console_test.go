@@ -668,3 +668,20 @@ func TestLookupByBatchID(t *testing.T) {
 		})
 	}
 }
+
+// A console form is read up to 64 KiB: a megabyte of it, with a right key
+// inside, is refused before anything is counted or checked (issue 43:
+// ParseForm alone reads 10 MB before any login).
+func TestConsoleReadsAtMostASmallForm(t *testing.T) {
+	h := setup(t)
+	c := h.client(t, false)
+	resp, err := c.Get(h.http.URL + "/console/login")
+	require.NoError(t, err)
+	nonce := between(readBody(t, resp), `name="nonce" value="`, `"`)
+	form := url.Values{"nonce": {nonce}, "name": {testName}, "key": {testKey}, "pad": {strings.Repeat("x", 1<<20)}}
+	resp, err = c.PostForm(h.http.URL+"/console/login", form)
+	require.NoError(t, err)
+	_ = readBody(t, resp)
+	require.Equal(t, http.StatusForbidden, resp.StatusCode, "refused unread")
+	require.Equal(t, http.StatusSeeOther, h.login(t, c, testName, testKey).StatusCode, "the same login, small, goes in")
+}

@@ -23,6 +23,8 @@ var (
 	ErrNotFound = errors.New("ratelimit: config not found")
 	// ErrExists: Create was given an id that is taken.
 	ErrExists = errors.New("ratelimit: config already exists")
+	// ErrTooMany: Create would make more than MaxConfigs.
+	ErrTooMany = errors.New("ratelimit: too many configs")
 )
 
 // StoreConfig configures a ConfigStore.
@@ -51,6 +53,11 @@ const (
 	resubscribeMin = 100 * time.Millisecond
 	resubscribeMax = 5 * time.Second
 )
+
+// MaxConfigs bounds the rate-limit configs: every API and consumer process
+// holds every config's rules in memory, and an admin (or an admin key in
+// the wrong hands) must not grow that without bound (issue 43).
+const MaxConfigs = 1000
 
 // ConfigStore keeps the rate-limit configs in one Redis hash (field = id,
 // value = JSON) and, once Run, an in-memory copy that every replica keeps
@@ -90,7 +97,9 @@ func NewConfigStore(rdb redis.UniversalClient, prefix string, log *zap.Logger, c
 // separated by a crash: a reader that hears of a change always finds it.
 var (
 	createScript = redis.NewScript(`
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
+if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[4]) then return -1 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('PUBLISH', ARGV[3], 'create:' .. ARGV[1])
 return 1`)
 	updateScript = redis.NewScript(`
@@ -170,12 +179,18 @@ func (s *ConfigStore) Create(ctx context.Context, c Config) (Config, error) {
 	if err := c.Validate(); err != nil {
 		return Config{}, err
 	}
-	ok, err := s.write(ctx, createScript, c)
+	b, err := json.Marshal(c)
 	if err != nil {
-		return Config{}, fmt.Errorf("ratelimit: create config %q: %w", c.ID, err)
+		return Config{}, err
 	}
-	if !ok {
+	n, err := createScript.Run(ctx, s.rdb, []string{s.hash}, c.ID, string(b), s.channel, MaxConfigs).Int()
+	switch {
+	case err != nil:
+		return Config{}, fmt.Errorf("ratelimit: create config %q: %w", c.ID, err)
+	case n == 0:
 		return Config{}, fmt.Errorf("%w: %q", ErrExists, c.ID)
+	case n < 0:
+		return Config{}, fmt.Errorf("%w: %d configs exist; delete one first", ErrTooMany, MaxConfigs)
 	}
 	return c, nil
 }

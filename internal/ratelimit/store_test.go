@@ -2,7 +2,9 @@ package ratelimit_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -151,6 +153,34 @@ func TestConfigStoreCRUD(t *testing.T) {
 
 // A change made through one instance reaches the other's cache within one
 // second. RefreshEvery is an hour, so only the change notification can do it.
+// An admin cannot grow every process's rules without bound (issue 43):
+// past MaxConfigs a create is refused with ErrTooMany and stores nothing,
+// and a delete makes room again.
+func TestConfigStoreHoldsAtMostMaxConfigs(t *testing.T) {
+	t.Parallel()
+	e := setupStores(t)
+	s := e.newStore(t, "max-"+testenv.ID(), 0)
+	fields := make([]any, 0, 2*(ratelimit.MaxConfigs-1))
+	for i := range ratelimit.MaxConfigs - 1 {
+		id := fmt.Sprintf("fill-%04d", i)
+		b, err := json.Marshal(ratelimit.Config{ID: id, RequestsPerMinute: 5, IsEnabled: true})
+		require.NoError(t, err)
+		fields = append(fields, id, string(b))
+	}
+	require.NoError(t, e.r.Client.HSet(e.ctx, e.r.Prefix+"ratelimit:configs", fields...).Err())
+	_, err := s.Create(e.ctx, ratelimit.Config{ID: "last", RequestsPerMinute: 5, IsEnabled: true})
+	require.NoError(t, err, "the 1000th fits")
+	_, err = s.Create(e.ctx, ratelimit.Config{ID: "one-too-many", RequestsPerMinute: 5, IsEnabled: true})
+	require.ErrorIs(t, err, ratelimit.ErrTooMany)
+	_, err = s.Get(e.ctx, "one-too-many")
+	require.ErrorIs(t, err, ratelimit.ErrNotFound, "nothing stored")
+	_, err = s.Create(e.ctx, ratelimit.Config{ID: "last", RequestsPerMinute: 5, IsEnabled: true})
+	require.ErrorIs(t, err, ratelimit.ErrExists, "a taken id is still said to be taken")
+	require.NoError(t, s.Delete(e.ctx, "fill-0000"))
+	_, err = s.Create(e.ctx, ratelimit.Config{ID: "one-too-many", RequestsPerMinute: 5, IsEnabled: true})
+	require.NoError(t, err, "room again after a delete")
+}
+
 func TestConfigStorePropagatesWithinOneSecond(t *testing.T) {
 	t.Parallel()
 	e := setupStores(t)

@@ -34,6 +34,21 @@ func refused(t *testing.T, e *apiError) {
 	}
 }
 
+// decodedValid decodes body into v and validates it as the handler does,
+// reporting whether both passed; a refusal must be one a bad body may get.
+func decodedValid(t *testing.T, body []byte, v any, validate func() *apiError) bool {
+	t.Helper()
+	if e := decodeJSON(bytes.NewReader(body), fuzzLimit, v); e != nil {
+		refused(t, e)
+		return false
+	}
+	if e := validate(); e != nil {
+		refused(t, e)
+		return false
+	}
+	return true
+}
+
 // acceptedRecipient checks a recipient the validator let through.
 func acceptedRecipient(t *testing.T, channel, rec string) {
 	t.Helper()
@@ -71,12 +86,7 @@ func FuzzSendRequest(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var req SendRequest
-		if e := decodeJSON(bytes.NewReader(body), fuzzLimit, &req); e != nil {
-			refused(t, e)
-			return
-		}
-		if e := req.validate(fuzzLocales, false, fuzzNow); e != nil {
-			refused(t, e)
+		if !decodedValid(t, body, &req, func() *apiError { return req.validate(fuzzLocales, false, fuzzNow) }) {
 			return
 		}
 		acceptedRecipient(t, req.channel, req.Recipient)
@@ -101,12 +111,7 @@ func FuzzBatchRequest(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var b BatchRequest
-		if e := decodeJSON(bytes.NewReader(body), fuzzLimit, &b); e != nil {
-			refused(t, e)
-			return
-		}
-		if e := b.Message.validateCommon(fuzzLocales, false, fuzzNow); e != nil {
-			refused(t, e)
+		if !decodedValid(t, body, &b, func() *apiError { return b.validateCommon(fuzzLocales, false, fuzzNow) }) {
 			return
 		}
 		for _, r := range b.Recipients {
@@ -132,12 +137,7 @@ func FuzzVerificationCodeRequest(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var req VerificationCodeRequest
-		if e := decodeJSON(bytes.NewReader(body), fuzzLimit, &req); e != nil {
-			refused(t, e)
-			return
-		}
-		if e := req.validate(fuzzLocales); e != nil {
-			refused(t, e)
+		if !decodedValid(t, body, &req, func() *apiError { return req.validate(fuzzLocales) }) {
 			return
 		}
 		acceptedRecipient(t, req.Channel, req.Recipient)
@@ -157,12 +157,7 @@ func FuzzVerifyRequest(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var req VerifyRequest
-		if e := decodeJSON(bytes.NewReader(body), fuzzLimit, &req); e != nil {
-			refused(t, e)
-			return
-		}
-		if e := req.validate(); e != nil {
-			refused(t, e)
+		if !decodedValid(t, body, &req, req.validate) {
 			return
 		}
 		acceptedRecipient(t, req.Channel, req.Recipient)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -60,13 +61,7 @@ func TestSlowMediaOfOneTenantNeverStallsAnother(t *testing.T) {
 		images[i] = res.TaskID
 		accepted[res.TaskID] = time.Now()
 	}
-	for i := range n {
-		res, err := blog.SendMessage(ctx, client.SendRequest{MessageType: client.MessageWeCom, TemplateCode: "notice", Recipient: fmt.Sprintf("blog%02d", i),
-			Variables: map[string]string{"title": "post", "content": strconv.Itoa(i)}})
-		require.NoError(t, err)
-		texts[i] = res.TaskID
-		accepted[res.TaskID] = time.Now()
-	}
+	sendTexts(ctx, t, blog, texts, accepted)
 	sent := reached(t, blog, texts, "sent", 30*time.Second)
 	for i, id := range texts {
 		took := sent[id].Sub(accepted[id])
@@ -101,6 +96,19 @@ func TestSlowMediaOfOneTenantNeverStallsAnother(t *testing.T) {
 
 // reached polls ids until each has status, and returns when it saw each
 // reach it.
+// sendTexts sends a WeCom notice to blog00, blog01… for each of ids,
+// which it fills with their task ids, noting when each was accepted.
+func sendTexts(ctx context.Context, t *testing.T, c *client.Client, ids []string, accepted map[string]time.Time) {
+	t.Helper()
+	for i := range ids {
+		res, err := c.SendMessage(ctx, client.SendRequest{MessageType: client.MessageWeCom, TemplateCode: "notice", Recipient: fmt.Sprintf("blog%02d", i),
+			Variables: map[string]string{"title": "post", "content": strconv.Itoa(i)}})
+		require.NoError(t, err)
+		ids[i] = res.TaskID
+		accepted[res.TaskID] = time.Now()
+	}
+}
+
 func reached(t *testing.T, c *client.Client, ids []string, status string, within time.Duration) map[string]time.Time {
 	t.Helper()
 	ctx := testenv.Context(t, within+10*time.Second)
@@ -201,13 +209,7 @@ func TestMediaOfOneTenantHoldsBoundedMemory(t *testing.T) {
 	require.NoError(t, err)
 	ids = append(ids, res.TaskID)
 	accepted[res.TaskID] = time.Now()
-	for i := range texts {
-		res, err := blog.SendMessage(ctx, client.SendRequest{MessageType: client.MessageWeCom, TemplateCode: "notice", Recipient: fmt.Sprintf("blog%02d", i),
-			Variables: map[string]string{"title": "post", "content": strconv.Itoa(i)}})
-		require.NoError(t, err)
-		ids[i] = res.TaskID
-		accepted[res.TaskID] = time.Now()
-	}
+	sendTexts(ctx, t, blog, ids[:texts], accepted)
 	sent := reached(t, blog, ids, "sent", 30*time.Second)
 	for i, id := range ids {
 		require.Less(t, sent[id].Sub(accepted[id]), 5*time.Second, "blog's message %d", i)

@@ -1784,7 +1784,9 @@ type ClientInterface interface {
 	// it afresh: the next code to it goes through on any replica. A key
 	// lifts its own tenant's blocks; one with `admin` (and `send`) any
 	// tenant's. Another tenant's block is answered 404, as one that does
-	// not exist.
+	// not exist. With `FRAUD_GUARD_LIFT=admin` only a key with `admin`
+	// may lift: any other key's request is 403, whether the block exists
+	// or not.
 	//
 	// Corresponds with DELETE /api/fraud/blocks/{tenant}/{prefix} (the `LiftFraudBlock` operationId).
 	LiftFraudBlock(ctx context.Context, tenant TenantPath, prefix PrefixPath, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1930,7 +1932,8 @@ type ClientInterface interface {
 	// CreateRateLimitWithBody Create a rate-limit configuration
 	//
 	// `id` is generated when omitted; 409 when a configuration with this
-	// `id` already exists.
+	// `id` already exists, or when there are 1000 configurations already
+	// (every process holds each one's rules: delete one first).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1940,7 +1943,8 @@ type ClientInterface interface {
 	// CreateRateLimit Create a rate-limit configuration
 	//
 	// `id` is generated when omitted; 409 when a configuration with this
-	// `id` already exists.
+	// `id` already exists, or when there are 1000 configurations already
+	// (every process holds each one's rules: delete one first).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2153,7 +2157,9 @@ func (c *Client) ListFraudBlocks(ctx context.Context, reqEditors ...RequestEdito
 // it afresh: the next code to it goes through on any replica. A key
 // lifts its own tenant's blocks; one with `admin` (and `send`) any
 // tenant's. Another tenant's block is answered 404, as one that does
-// not exist.
+// not exist. With `FRAUD_GUARD_LIFT=admin` only a key with `admin`
+// may lift: any other key's request is 403, whether the block exists
+// or not.
 //
 // Corresponds with DELETE /api/fraud/blocks/{tenant}/{prefix} (the `LiftFraudBlock` operationId).
 func (c *Client) LiftFraudBlock(ctx context.Context, tenant TenantPath, prefix PrefixPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2389,7 +2395,8 @@ func (c *Client) ListRateLimits(ctx context.Context, reqEditors ...RequestEditor
 // CreateRateLimitWithBody Create a rate-limit configuration
 //
 // `id` is generated when omitted; 409 when a configuration with this
-// `id` already exists.
+// `id` already exists, or when there are 1000 configurations already
+// (every process holds each one's rules: delete one first).
 //
 // Takes any type of body and a specified content type.
 //
@@ -2409,7 +2416,8 @@ func (c *Client) CreateRateLimitWithBody(ctx context.Context, contentType string
 // CreateRateLimit Create a rate-limit configuration
 //
 // `id` is generated when omitted; 409 when a configuration with this
-// `id` already exists.
+// `id` already exists, or when there are 1000 configurations already
+// (every process holds each one's rules: delete one first).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3432,7 +3440,9 @@ type ClientWithResponsesInterface interface {
 	// it afresh: the next code to it goes through on any replica. A key
 	// lifts its own tenant's blocks; one with `admin` (and `send`) any
 	// tenant's. Another tenant's block is answered 404, as one that does
-	// not exist.
+	// not exist. With `FRAUD_GUARD_LIFT=admin` only a key with `admin`
+	// may lift: any other key's request is 403, whether the block exists
+	// or not.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -3588,7 +3598,8 @@ type ClientWithResponsesInterface interface {
 	// CreateRateLimitWithBodyWithResponse Create a rate-limit configuration
 	//
 	// `id` is generated when omitted; 409 when a configuration with this
-	// `id` already exists.
+	// `id` already exists, or when there are 1000 configurations already
+	// (every process holds each one's rules: delete one first).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3598,7 +3609,8 @@ type ClientWithResponsesInterface interface {
 	// CreateRateLimitWithResponse Create a rate-limit configuration
 	//
 	// `id` is generated when omitted; 409 when a configuration with this
-	// `id` already exists.
+	// `id` already exists, or when there are 1000 configurations already
+	// (every process holds each one's rules: delete one first).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -5342,7 +5354,9 @@ func (c *ClientWithResponses) ListFraudBlocksWithResponse(ctx context.Context, r
 // it afresh: the next code to it goes through on any replica. A key
 // lifts its own tenant's blocks; one with `admin` (and `send`) any
 // tenant's. Another tenant's block is answered 404, as one that does
-// not exist.
+// not exist. With `FRAUD_GUARD_LIFT=admin` only a key with `admin`
+// may lift: any other key's request is 403, whether the block exists
+// or not.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -5552,7 +5566,8 @@ func (c *ClientWithResponses) ListRateLimitsWithResponse(ctx context.Context, re
 // CreateRateLimitWithBodyWithResponse Create a rate-limit configuration
 //
 // `id` is generated when omitted; 409 when a configuration with this
-// `id` already exists.
+// `id` already exists, or when there are 1000 configurations already
+// (every process holds each one's rules: delete one first).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5568,7 +5583,8 @@ func (c *ClientWithResponses) CreateRateLimitWithBodyWithResponse(ctx context.Co
 // CreateRateLimitWithResponse Create a rate-limit configuration
 //
 // `id` is generated when omitted; 409 when a configuration with this
-// `id` already exists.
+// `id` already exists, or when there are 1000 configurations already
+// (every process holds each one's rules: delete one first).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
 
 	"github.com/msgpulse/msgpulse/internal/accountstate"
 	"github.com/msgpulse/msgpulse/internal/apikey"
@@ -228,8 +229,14 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	if err != nil {
 		return fmt.Errorf("HTTP_ADDR: %w", err)
 	}
+	if cfg.MaxConnections > 0 {
+		// Past it a connection waits to be accepted, holding nothing of
+		// ours: what callers without a key can make the API hold is
+		// bounded by connections × MaxHeaderBytes (issue 43).
+		ln = netutil.LimitListener(ln, cfg.MaxConnections)
+	}
 	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 15 * time.Second,
-		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: zap.NewStdLog(log.Named("http"))}
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: cfg.MaxHeaderBytes, ErrorLog: zap.NewStdLog(log.Named("http"))}
 	served := make(chan error, 1)
 	go func() { served <- httpSrv.Serve(ln) }()
 	log.Info("api listening", zap.String("addr", ln.Addr().String()), zap.Int("api_keys", len(cfg.APIKeys)))

@@ -54,6 +54,11 @@ type API struct {
 	AuthDisabled    bool
 	TrustedProxies  []*net.IPNet
 	BodyLimit       int64
+	// MaxHeaderBytes and MaxConnections bound what callers without a key
+	// can make the API hold: header bytes per connection, connections at
+	// once (issue 43).
+	MaxHeaderBytes int
+	MaxConnections int
 	BatchMaxBytes   int64
 	CodeSecret      string
 	CodeSecretIsDev bool
@@ -159,6 +164,8 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 		c.TrustedProxies = append(c.TrustedProxies, n)
 	}
 	c.BodyLimit = int64(l.Int("BODY_LIMIT", 64<<10, 1<<10, 16<<20, "largest request body in bytes"))
+	c.MaxHeaderBytes = l.Int("HTTP_MAX_HEADER_BYTES", 64<<10, 4<<10, 1<<20, "largest request line and headers in bytes; more is 431 before anything reads them (Go's own default is 1 MiB)")
+	c.MaxConnections = l.Int("HTTP_MAX_CONNECTIONS", 4096, 0, 1_000_000, "connections the API serves at once; more wait in the listen backlog until one closes (0 = unlimited). With HTTP_MAX_HEADER_BYTES it bounds what callers without a key can make the API hold")
 	c.BatchMaxBytes = int64(l.Int("BATCH_MAX_BYTES", 8<<20, 64<<10, envelope.MaxBrokerBytes,
 		"largest total a batch puts on the broker: its recipients' messages together, each with its own copy of the variables; over it, 413 and nothing is sent. At most 16 MiB, RabbitMQ 4.x's default max_message_size (a WeCom batch is one message); keep it at or below a lower max_message_size"))
 	c.CodeSecret, c.CodeSecretIsDev = loadCodeSecret(l)

@@ -46,19 +46,19 @@ type Limits struct {
 type API struct {
 	Common
 	GC
-	Telemetry       telemetry.Config
-	Model           topology.Config
-	HTTPAddr        string
-	PprofAddr       string
-	APIKeys         []apikey.Key
-	AuthDisabled    bool
-	TrustedProxies  []*net.IPNet
-	BodyLimit       int64
+	Telemetry      telemetry.Config
+	Model          topology.Config
+	HTTPAddr       string
+	PprofAddr      string
+	APIKeys        []apikey.Key
+	AuthDisabled   bool
+	TrustedProxies []*net.IPNet
+	BodyLimit      int64
 	// MaxHeaderBytes and MaxConnections bound what callers without a key
 	// can make the API hold: header bytes per connection, connections at
 	// once (issue 43).
-	MaxHeaderBytes int
-	MaxConnections int
+	MaxHeaderBytes  int
+	MaxConnections  int
 	BatchMaxBytes   int64
 	CodeSecret      string
 	CodeSecretIsDev bool

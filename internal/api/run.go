@@ -95,7 +95,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	wg.Add(1)
 	go func() { defer wg.Done(); waitProfile() }() // it stops with bg, which the deferred stop cancels
 
-	session, err := broker.NewSession(broker.Config{URL: cfg.AMQPURL, ConnectionName: "msgpulse-api", Logger: log.Named("broker")})
+	session, err := broker.NewSession(broker.Config{URL: cfg.AMQPURL, ConnectionName: "msgpulse-api", LeaveAfter: cfg.AMQPLeaveAfter, Logger: log.Named("broker")})
 	if err != nil {
 		return err
 	}
@@ -118,6 +118,9 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "msgpulse_broker_node_leaves_total",
+		Help: "Times this process left a RabbitMQ node that confirmed nothing for AMQP_LEAVE_AFTER or could not serve a consume, and reconnected through the next one."},
+		func() float64 { return float64(session.Leaves()) }))
 	planner, err := delay.NewPlanner(model.Delay, cfg.Delay.Margin, cfg.Delay.Tolerance)
 	if err != nil {
 		return err

@@ -27,7 +27,14 @@ type Config struct {
 	Heartbeat      time.Duration // default 10s
 	ReconnectMin   time.Duration // first backoff; default 100ms
 	ReconnectMax   time.Duration // backoff cap; default 10s
-	Logger         *zap.Logger
+	// LeaveAfter is how long the node may leave every publish of this
+	// connection unconfirmed before the session leaves it for the next
+	// node (see Session.Leave); default 5s, negative never. A node cut
+	// off from its peers keeps the connection and its heartbeats alive
+	// but confirms nothing a quorum must agree on, and its own partition
+	// detection takes net_ticktime (60s) or never comes for a short cut.
+	LeaveAfter time.Duration
+	Logger     *zap.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -42,6 +49,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ReconnectMax == 0 {
 		c.ReconnectMax = 10 * time.Second
+	}
+	if c.LeaveAfter == 0 {
+		c.LeaveAfter = 5 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
@@ -138,10 +148,19 @@ type Session struct {
 
 	mu    sync.Mutex
 	conn  *amqp.Connection
+	node  string        // conn's host, for logs
 	ready chan struct{} // closed while conn is live
 
 	blocked atomic.Bool
 	done    chan struct{}
+
+	// What the publishers tell about the current connection's confirms
+	// (see confirmed and unconfirmed).
+	lastConfirm atomic.Int64 // UnixNano of the last confirm, or of the connect
+	silentMu    sync.Mutex
+	silentSince time.Time // send time of the first publish unconfirmed since lastConfirm
+	left        atomic.Pointer[amqp.Connection]
+	leaves      atomic.Int64
 }
 
 // NewSession validates cfg and returns a Session; call Run to connect.
@@ -189,6 +208,7 @@ func (s *Session) Run(ctx context.Context) {
 			continue
 		}
 		backoff, failed = s.cfg.ReconnectMin, 0
+		s.lastConfirm.Store(time.Now().UnixNano())
 		closed := conn.NotifyClose(make(chan *amqp.Error, 1))
 		blocking := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
 		s.blocked.Store(false)
@@ -196,7 +216,7 @@ func (s *Session) Run(ctx context.Context) {
 		// reads the log after using the session finds the node there.
 		log.Info("broker connected", zap.String("node", hostOf(node)), zap.String("server_version", fmt.Sprint(conn.Properties["version"])))
 		s.mu.Lock()
-		s.conn = conn
+		s.conn, s.node = conn, hostOf(node)
 		close(s.ready)
 		s.mu.Unlock()
 		lost := s.watch(ctx, conn, closed, blocking)
@@ -277,6 +297,9 @@ func (s *Session) Current() (*amqp.Connection, bool) {
 	return s.conn, true
 }
 
+// Leaves is how many times the session has left a node (see Leave).
+func (s *Session) Leaves() int64 { return s.leaves.Load() }
+
 // Blocked reports whether the broker has blocked publishing.
 func (s *Session) Blocked() bool { return s.blocked.Load() }
 
@@ -294,4 +317,58 @@ func hostOf(rawURL string) string {
 func jitter(d time.Duration) time.Duration {
 	// ±25% so that many replicas do not reconnect in lockstep.
 	return d*3/4 + time.Duration(rand.Int64N(int64(d)/2+1)) //nolint:gosec // jitter, not a secret
+}
+
+// answered tells the session that the node answered a publisher on its
+// connection: a confirm (ack or nack), a channel opened. It costs one
+// atomic store.
+func (s *Session) answered() { s.lastConfirm.Store(time.Now().UnixNano()) }
+
+// unanswered tells the session that a publish (or the opening of its
+// channel) sent on conn at sent had no answer when its caller stopped
+// waiting. When nothing at all has been answered on conn since the first
+// such request of the stretch, and that was LeaveAfter ago, the node is
+// not confirming: the session leaves it.
+// A slow confirm among others that come is not a reason (a busy queue, a
+// leader election), nor is a broker that blocked publishing (a resource
+// alarm holds every node alike).
+func (s *Session) unanswered(conn *amqp.Connection, sent time.Time) {
+	if s.cfg.LeaveAfter < 0 || s.Blocked() {
+		return
+	}
+	last := time.Unix(0, s.lastConfirm.Load())
+	if !sent.After(last) {
+		return // sent before the last confirm: others were answered since
+	}
+	s.silentMu.Lock()
+	if s.silentSince.Before(last) || sent.Before(s.silentSince) {
+		s.silentSince = sent
+	}
+	silent := time.Since(s.silentSince)
+	s.silentMu.Unlock()
+	if silent >= s.cfg.LeaveAfter {
+		s.Leave(conn, fmt.Sprintf("no publisher confirm for %s", silent.Round(time.Millisecond)))
+	}
+}
+
+// Leave closes conn, if it is still the session's connection, so that
+// the session reconnects to the next node of URL; why is logged. It
+// returns whether it did. Whoever finds that the node cannot serve
+// (publishes never confirmed, a consume that never answers or fails with
+// 541) calls it: RabbitMQ's own partition handling (pause_minority)
+// closes a minority node's connections only after net_ticktime, and a
+// node cut off for less never does. The close waits at most a second for
+// the broker's close-ok, which a node behind a silent network never
+// sends; the socket is shut after that.
+func (s *Session) Leave(conn *amqp.Connection, why string) bool {
+	s.mu.Lock()
+	cur, node := s.conn, s.node
+	s.mu.Unlock()
+	if conn == nil || cur != conn || s.left.Swap(conn) == conn {
+		return false
+	}
+	s.cfg.Logger.Warn("leaving the broker node; reconnecting to the next", zap.String("node", node), zap.String("why", why))
+	s.leaves.Add(1)
+	go func() { _ = conn.CloseDeadline(time.Now().Add(time.Second)) }()
+	return true
 }

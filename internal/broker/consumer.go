@@ -113,6 +113,13 @@ type ConsumerConfig struct {
 	// OnWorkers is told the pool's size when it starts and whenever it
 	// changes (a gauge).
 	OnWorkers func(n int)
+	// SubscribeTimeout bounds opening a queue's channel and its
+	// basic.consume; default 10s. A node cut off from the leader of a
+	// quorum queue answers a consume late or never (or 541 "timed out
+	// consuming from quorum queue"), and amqp091-go's Channel and Consume
+	// wait without a bound: past it, or on a 541, the consumer leaves the
+	// node (Session.Leave) and resumes through the next one.
+	SubscribeTimeout time.Duration
 
 	queues string // the queue names, for logs (set by Validate)
 }
@@ -181,6 +188,12 @@ func (c *ConsumerConfig) Validate() error {
 	if c.Grace == 0 {
 		c.Grace = 30 * time.Second
 	}
+	if c.SubscribeTimeout == 0 {
+		c.SubscribeTimeout = 10 * time.Second
+	}
+	if c.SubscribeTimeout < 0 {
+		return fmt.Errorf("consumer: SubscribeTimeout %s is negative", c.SubscribeTimeout)
+	}
 	if c.Tag == "" {
 		host, _ := os.Hostname()
 		c.Tag = fmt.Sprintf("msgpulse-%s-%d", host, os.Getpid())
@@ -235,6 +248,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil //nolint:nilerr // a graceful stop, whatever the last consume reported
 		}
+		if cannotServe(err) {
+			// Re-consuming on the same node would meet the same wall.
+			c.cfg.Session.Leave(conn, err.Error())
+		}
 		if time.Since(started) > 10*time.Second {
 			backoff = 100 * time.Millisecond
 		}
@@ -264,7 +281,7 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 		}
 	}()
 	for _, q := range c.cfg.Queues {
-		in, err := c.subscribe(conn, q, fmt.Sprintf("%s-%s-%d", c.cfg.Tag, q.Name, seq), chanLost, log)
+		in, err := c.subscribeWithin(conn, q, fmt.Sprintf("%s-%s-%d", c.cfg.Tag, q.Name, seq), chanLost, log)
 		if err != nil {
 			return err
 		}
@@ -389,6 +406,48 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 	hs.close() // handlers waiting for something stop waiting
 	<-workersDone
 	return lost
+}
+
+// errSubscribeTimeout: a subscription took longer than SubscribeTimeout.
+var errSubscribeTimeout = errors.New("no answer to opening the channel or to basic.consume")
+
+// cannotServe reports whether a consume ended because its node cannot
+// serve the queue: no answer to the subscription in time, or RabbitMQ's
+// 541 INTERNAL_ERROR (a quorum queue's consume timed out on a node cut
+// off from its leader).
+func cannotServe(err error) bool {
+	var ae *amqp.Error
+	return errors.Is(err, errSubscribeTimeout) || (errors.As(err, &ae) && ae.Code == amqp.InternalError)
+}
+
+// subscribeWithin is subscribe, bounded by SubscribeTimeout. An abandoned
+// subscription finishes in the background and is closed then; its
+// deliveries, if any came, go back to the queue with its channel.
+func (c *Consumer) subscribeWithin(conn *amqp.Connection, q QueueShare, tag string, lost chan<- error, log *zap.Logger) (*inbox, error) {
+	type result struct {
+		in  *inbox
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		in, err := c.subscribe(conn, q, tag, lost, log)
+		res <- result{in, err}
+	}()
+	t := time.NewTimer(c.cfg.SubscribeTimeout)
+	defer t.Stop()
+	select {
+	case r := <-res:
+		return r.in, r.err
+	case <-t.C:
+		go func() {
+			if r := <-res; r.in != nil {
+				r.in.acks.close()
+				_ = r.in.ch.Close()
+				<-r.in.watched
+			}
+		}()
+		return nil, fmt.Errorf("consume %s: %w within %s", q.Name, errSubscribeTimeout, c.cfg.SubscribeTimeout)
+	}
 }
 
 // subscribe opens a channel for one queue, with the queue's prefetch, and

@@ -196,7 +196,7 @@ func (p *Publisher) pickLane(ctx context.Context, conn *amqp.Connection, lp *lan
 // for a return per message in flight: publishes drain returns only after
 // their confirm, which comes after the return.
 func (p *Publisher) openLane(ctx context.Context, conn *amqp.Connection) (*lane, error) {
-	pc, err := openWithin(ctx, conn, p.cfg.Window+1, func(pc *pubChannel) {
+	pc, err := p.openWithin(ctx, conn, p.cfg.Window+1, func(pc *pubChannel) {
 		if pc != nil {
 			pc.closeQuietly() // already in the background
 		}
@@ -241,6 +241,7 @@ func (p *Publisher) publishShared(ctx context.Context, conn *amqp.Connection, ex
 	if err != nil {
 		return err
 	}
+	sent := time.Now()
 	dc, err := l.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
 	if err != nil {
 		// Nothing was sent (the channel or connection is closed): the
@@ -251,13 +252,16 @@ func (p *Publisher) publishShared(ctx context.Context, conn *amqp.Connection, ex
 	}
 	select {
 	case <-dc.Done():
+		p.cfg.Session.answered()
 	case <-ctx.Done():
 		// The slot stays taken until the broker answers or the channel
 		// closes, so the window bounds what is really outstanding. A late
 		// return is cleared with it.
 		//
-		// The lane is not retired: a silent broker is a dead connection,
-		// which the session replaces, and the lanes with it.
+		// The lane is not retired: a node that confirms nothing at all is
+		// left by the session (unanswered), and the lanes go with its
+		// connection.
+		p.cfg.Session.unanswered(conn, sent)
 		go func() {
 			<-dc.Done()
 			l.takeReturn(msg.MessageId)

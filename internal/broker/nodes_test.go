@@ -2,6 +2,9 @@ package broker
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -75,4 +78,157 @@ func TestNackedChannelIsNotReused(t *testing.T) {
 	// Publishing goes on, on fresh channels.
 	require.NoError(t, e.pub.Publish(ctx, "x", "q", amqp.Publishing{MessageId: "m-2", Body: []byte("after")}))
 	require.NoError(t, e.pub.Publish(ctx, "x", "q", amqp.Publishing{Body: []byte("after")}))
+}
+
+// twoNodes is a broker reached through two proxies, a and b, as if they
+// were two nodes of a cluster, and a session on a (b refused while it
+// connects). A blackholed proxy is a node cut off from its peers as its
+// clients see it: the connection stays open and nothing is answered.
+type twoNodes struct {
+	b    *testenv.Broker
+	a, z *testenv.FaultProxy
+	s    *Session
+}
+
+func setupTwoNodes(t *testing.T, cfg Config) *twoNodes {
+	t.Helper()
+	b := testenv.NewBroker(t)
+	u, err := url.Parse(b.URL)
+	require.NoError(t, err)
+	n := &twoNodes{b: b, a: testenv.NewFaultProxy(t, u.Host), z: testenv.NewFaultProxy(t, u.Host)}
+	via := func(p *testenv.FaultProxy) string { v := *u; v.Host = p.Addr(); return v.String() }
+	cfg.URL = via(n.a) + "," + via(n.z)
+	cfg.Logger = zaptest.NewLogger(t)
+	n.z.Cut()
+	n.s, err = NewSession(cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { n.s.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	_, err = n.s.Conn(testenv.Context(t, 10*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, 1, n.a.Live(), "the session is on a")
+	n.z.Restore()
+	return n
+}
+
+// A node that confirms nothing (cut off from its peers, its connection
+// and heartbeats alive until net_ticktime) is left after LeaveAfter:
+// publishes time out as "may have been kept" meanwhile, then go through
+// the next node, long before the heartbeat (10 s, three missed) would
+// have noticed.
+func TestPublisherLeavesANodeThatConfirmsNothing(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		id   string // a MessageId takes a shared lane; none, a pooled channel
+	}{{"lane", "m"}, {"pooled channel", ""}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			const confirmTimeout, leaveAfter = 300 * time.Millisecond, time.Second
+			n := setupTwoNodes(t, Config{LeaveAfter: leaveAfter})
+			conn, err := amqp.Dial(n.b.URL)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = conn.Close() })
+			ch, err := conn.Channel()
+			require.NoError(t, err)
+			require.NoError(t, ch.ExchangeDeclare("x", "direct", false, false, false, false, nil))
+			_, err = ch.QueueDeclare("q", true, false, false, false, testenv.QueueArgs(nil))
+			require.NoError(t, err)
+			require.NoError(t, ch.QueueBind("q", "q", "x", false, nil))
+			pub, err := NewPublisher(PublisherConfig{Session: n.s, ConfirmTimeout: confirmTimeout})
+			require.NoError(t, err)
+			t.Cleanup(pub.Close)
+			ctx := testenv.Context(t, 30*time.Second)
+			msg := func(i int) amqp.Publishing {
+				m := amqp.Publishing{Body: []byte("x")}
+				if tc.id != "" {
+					m.MessageId = fmt.Sprintf("%s-%d", tc.id, i)
+				}
+				return m
+			}
+			require.NoError(t, pub.Publish(ctx, "x", "q", msg(0)))
+
+			n.a.Blackhole()
+			cut := time.Now()
+			timeouts, i := 0, 1
+			for ; ; i++ {
+				err := pub.Publish(ctx, "x", "q", msg(i))
+				if err == nil {
+					break
+				}
+				require.True(t, MayBeKept(err) || errors.Is(err, ErrUnavailable), "publish %d: %v", i, err)
+				if errors.Is(err, ErrConfirmTimeout) {
+					timeouts++
+				}
+				require.Less(t, time.Since(cut), 15*time.Second, "still no confirm through the other node")
+			}
+			t.Logf("published through the other node %s after the cut; %d publishes timed out meanwhile", time.Since(cut).Round(time.Millisecond), timeouts)
+			require.Equal(t, int64(1), n.s.Leaves())
+			require.Positive(t, timeouts)
+			require.Equal(t, 1, n.z.Live(), "the session is on the other node")
+			for j := range 5 {
+				require.NoError(t, pub.Publish(ctx, "x", "q", msg(i+1+j)))
+			}
+		})
+	}
+}
+
+// A batch counts too: a batch whose confirms never come makes the session
+// leave as single publishes do.
+func TestBatchOnANodeThatConfirmsNothingLeavesIt(t *testing.T) {
+	t.Parallel()
+	n := setupTwoNodes(t, Config{LeaveAfter: 500 * time.Millisecond})
+	pub, err := NewPublisher(PublisherConfig{Session: n.s, ConfirmTimeout: 300 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(pub.Close)
+	ctx := testenv.Context(t, 30*time.Second)
+	n.a.Blackhole()
+	testenv.WaitFor(t, 15*time.Second, "the session leaves the silent node", func() bool {
+		errs := pub.PublishBatch(ctx, []Outgoing{{Exchange: "amq.direct", RoutingKey: "none", Msg: amqp.Publishing{MessageId: "1"}}})
+		return n.s.Leaves() == 1 && errs[0] != nil
+	})
+	testenv.WaitFor(t, 10*time.Second, "the session is on the other node", func() bool { return n.z.Live() == 1 })
+}
+
+// A consume that is never answered (a channel.open or basic.consume on a
+// node cut off from a quorum queue's leader) is given up after
+// SubscribeTimeout, and the consumer resumes through the next node.
+func TestConsumerLeavesANodeThatDoesNotAnswerItsSubscription(t *testing.T) {
+	t.Parallel()
+	n := setupTwoNodes(t, Config{})
+	conn, err := amqp.Dial(n.b.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	_, err = ch.QueueDeclare("q", true, false, false, false, testenv.QueueArgs(nil))
+	require.NoError(t, err)
+
+	n.a.Blackhole() // before the consumer subscribes: its channel.open is never answered
+	got := make(chan string, 1)
+	c, err := NewConsumer(ConsumerConfig{Session: n.s, Queue: "q", SubscribeTimeout: 500 * time.Millisecond, Logger: zaptest.NewLogger(t),
+		Handler: func(_ context.Context, d *amqp.Delivery) Action {
+			select {
+			case got <- string(d.Body):
+			default:
+			}
+			return Ack
+		}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+
+	require.NoError(t, ch.PublishWithContext(testenv.Context(t, 5*time.Second), "", "q", false, false, amqp.Publishing{Body: []byte("hello")}))
+	select {
+	case body := <-got:
+		require.Equal(t, "hello", body)
+	case <-time.After(15 * time.Second):
+		t.Fatal("nothing was delivered through the other node")
+	}
+	require.Equal(t, int64(1), n.s.Leaves())
+	require.Equal(t, 1, n.z.Live())
 }

@@ -231,7 +231,7 @@ func (p *Publisher) acquire(ctx context.Context) (*pubChannel, error) {
 // open opens a confirm channel on the slot the caller took (see
 // openWithin); an abandoned open gives the slot back once it has finished.
 func (p *Publisher) open(ctx context.Context, conn *amqp.Connection) (*pubChannel, error) {
-	pc, err := openWithin(ctx, conn, 16, func(pc *pubChannel) {
+	pc, err := p.openWithin(ctx, conn, 16, func(pc *pubChannel) {
 		if pc != nil {
 			p.discard(pc)
 		} else {
@@ -249,20 +249,29 @@ func (p *Publisher) open(ctx context.Context, conn *amqp.Connection) (*pubChanne
 // connection (resource alarm) or a silent network does not give until it
 // recovers. An abandoned open finishes in the background and hands what it
 // got (nil if it failed) to abandoned.
-func openWithin(ctx context.Context, conn *amqp.Connection, returnsBuf int, abandoned func(*pubChannel)) (*pubChannel, error) {
+//
+// Its answer, or none, tells the session whether the node answers (see
+// Session.unanswered): after a confirm timeout the channel is discarded,
+// so on a node that answers nothing the next publishes wait here.
+func (p *Publisher) openWithin(ctx context.Context, conn *amqp.Connection, returnsBuf int, abandoned func(*pubChannel)) (*pubChannel, error) {
 	type result struct {
 		pc  *pubChannel
 		err error
 	}
 	res := make(chan result, 1)
+	sent := time.Now()
 	go func() {
 		pc, err := open(conn, returnsBuf)
 		res <- result{pc, err}
 	}()
 	select {
 	case r := <-res:
+		if r.err == nil {
+			p.cfg.Session.answered()
+		}
 		return r.pc, r.err
 	case <-ctx.Done():
+		p.cfg.Session.unanswered(conn, sent)
 		go func() { abandoned((<-res).pc) }()
 		return nil, fmt.Errorf("%w: opening a channel: %w", ErrConfirmTimeout, ctx.Err())
 	}
@@ -366,6 +375,7 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 	if err != nil {
 		return err
 	}
+	sent := time.Now()
 	dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, msg)
 	if err != nil {
 		p.discard(pc)
@@ -373,8 +383,10 @@ func (p *Publisher) Publish(ctx context.Context, exchange, key string, msg amqp.
 	}
 	select {
 	case <-dc.Done():
+		p.cfg.Session.answered()
 	case <-ctx.Done():
 		p.discard(pc)
+		p.cfg.Session.unanswered(pc.conn, sent)
 		return fmt.Errorf("%w: %w", ErrConfirmTimeout, ctx.Err())
 	}
 	if r, returned := drainReturn(pc); returned {
@@ -441,6 +453,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []Outgoing) []error {
 		return fail(err)
 	}
 	dcs := make([]*amqp.DeferredConfirmation, len(msgs))
+	sent := time.Now()
 	for i, m := range msgs {
 		dc, err := pc.ch.PublishWithDeferredConfirmWithContext(ctx, m.Exchange, m.RoutingKey, true, false, m.Msg)
 		if err != nil {
@@ -448,18 +461,23 @@ func (p *Publisher) PublishBatch(ctx context.Context, msgs []Outgoing) []error {
 			for j := i; j < len(msgs); j++ {
 				errs[j] = fmt.Errorf("%w: publish: %w", ErrUnavailable, err)
 			}
-			return p.awaitBatch(ctx, nil, msgs[:i], dcs[:i], errs)
+			p.awaitBatch(ctx, pc.conn, nil, sent, msgs[:i], dcs[:i], errs)
+			return errs
 		}
 		dcs[i] = dc
 	}
-	return p.awaitBatch(ctx, pc, msgs, dcs, errs)
+	return p.awaitBatch(ctx, pc.conn, pc, sent, msgs, dcs, errs)
 }
 
-func (p *Publisher) awaitBatch(ctx context.Context, pc *pubChannel, msgs []Outgoing, dcs []*amqp.DeferredConfirmation, errs []error) []error {
-	timedOut := false
+// awaitBatch waits for the confirms of a batch sent at sent on a channel
+// of conn, pc; pc is nil when the channel already failed (it was
+// discarded).
+func (p *Publisher) awaitBatch(ctx context.Context, conn *amqp.Connection, pc *pubChannel, sent time.Time, msgs []Outgoing, dcs []*amqp.DeferredConfirmation, errs []error) []error {
+	timedOut, heard := false, false
 	for i, dc := range dcs {
 		select {
 		case <-dc.Done():
+			heard = true
 			if !dc.Acked() {
 				errs[i] = ErrNacked
 			}
@@ -467,6 +485,12 @@ func (p *Publisher) awaitBatch(ctx context.Context, pc *pubChannel, msgs []Outgo
 			errs[i] = fmt.Errorf("%w: %w", ErrConfirmTimeout, ctx.Err())
 			timedOut = true
 		}
+	}
+	if heard {
+		p.cfg.Session.answered()
+	}
+	if timedOut && !heard && len(dcs) > 0 {
+		p.cfg.Session.unanswered(conn, sent)
 	}
 	if pc == nil {
 		return errs

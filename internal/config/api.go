@@ -68,6 +68,8 @@ type API struct {
 	Limits          Limits
 	StatusTTL       time.Duration
 	PublishTimeout  time.Duration
+	// AMQPLeaveAfter is broker.Config.LeaveAfter (negative: never).
+	AMQPLeaveAfter  time.Duration
 	MessageMaxAge   time.Duration
 	IdempotencyTTL  time.Duration
 	RedisTimeout    time.Duration
@@ -189,6 +191,7 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 		ExactMax:            l.Int("LIMIT_EXACT_MAX", ratelimit.DefaultExactMax, 1, ratelimit.MaxLimit, "largest limit kept exact (a log entry per request); a window with a larger limit is counted by a sliding-window counter: never more than its limit per fixed window, at most 2x in any span of its length (a previous window's requests all at its end), about its limit under steady load (docs/commands.md)"),
 	}
 	c.StatusTTL = l.Duration("STATUS_TTL", 7*24*time.Hour, time.Minute, 365*24*time.Hour, "how long message status records are kept")
+	c.AMQPLeaveAfter = loadLeaveAfter(l)
 	c.PublishTimeout = l.Duration("PUBLISH_TIMEOUT", 3*time.Second, 10*time.Millisecond, time.Minute, "longest wait for a broker confirm before answering 503")
 	c.MessageMaxAge = l.Duration("MESSAGE_MAX_AGE", 24*time.Hour, time.Second, 30*24*time.Hour, "default ttlSeconds of POST /api/messages/send: a message not sent this long after it was due is dead-lettered as expired")
 	c.IdempotencyTTL = l.Duration("IDEMPOTENCY_TTL", 24*time.Hour, time.Minute, 30*24*time.Hour, "how long the answer to a request with an Idempotency-Key is kept and given again to the same key (send, batch, verification-codes)")

@@ -82,3 +82,14 @@ func LoadTopology(lookup func(string) (string, bool)) (Topology, *envconf.Loader
 	c.DeclareTimeout = l.Duration("DECLARE_TIMEOUT", 30*time.Second, time.Second, 10*time.Minute, "how long declare and plan may take in all")
 	return c, l
 }
+
+// loadLeaveAfter reads AMQP_LEAVE_AFTER (the api's and the consumer's),
+// as broker.Config.LeaveAfter: its "0 = never" is that field's negative
+// (whose zero is the default).
+func loadLeaveAfter(l *envconf.Loader) time.Duration {
+	d := l.Duration("AMQP_LEAVE_AFTER", 5*time.Second, 0, 10*time.Minute, "leave a RabbitMQ node that has answered none of this process's publishes for this long, and reconnect through the next node of AMQP_URL (a node cut off from its peers keeps its connections but confirms nothing; RabbitMQ's own partition handling takes net_ticktime, 60s, or never comes for a shorter cut); 0 = never")
+	if d == 0 {
+		return -1
+	}
+	return d
+}

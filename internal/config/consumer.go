@@ -29,12 +29,16 @@ type Consumer struct {
 	Channels     []string
 	PprofAddr    string
 	RedisTimeout time.Duration
-	Concurrency  int
+	// AMQPLeaveAfter is broker.Config.LeaveAfter (negative: never).
+	AMQPLeaveAfter time.Duration
+	Concurrency    int
 	// PriorityWeights are the levels' shares of a channel's workers while
 	// every level has work waiting.
-	PriorityWeights  map[topology.Level]int
-	Prefetch         int
-	ShutdownTimeout  time.Duration
+	PriorityWeights map[topology.Level]int
+	Prefetch        int
+	ShutdownTimeout time.Duration
+	// SubscribeTimeout is broker.ConsumerConfig.SubscribeTimeout.
+	SubscribeTimeout time.Duration
 	MaxRetries       int
 	RetryBackoff     []time.Duration
 	ThrottledBackoff []time.Duration
@@ -75,6 +79,7 @@ func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader
 	l := envconf.New(lookup)
 	c := Consumer{Common: loadCommon(l), GC: loadGC(l), Model: loadTopology(l)}
 	c.Telemetry = loadTelemetry(l, "msgpulse-consumer")
+	c.AMQPLeaveAfter = loadLeaveAfter(l)
 	c.RedisTimeout = l.Duration("REDIS_TIMEOUT", time.Second, 10*time.Millisecond, 30*time.Second, "longest wait for each Redis call (connect, read, write, free pooled connection), never retried: a worker notices a dead Redis within it and pauses; overrides REDIS_URL timeouts")
 	c.PprofAddr = l.String("PPROF_ADDR", "", "address of a net/http/pprof server for profiling under load (empty = off; keep it on localhost or a private network)")
 	c.Channels = l.List("CHANNELS", "mail,sms", "main queues to consume: any of "+strings.Join(topology.Channels, ", "))
@@ -95,6 +100,7 @@ func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader
 	c.Workers = loadWorkers(l, c.Concurrency)
 	c.Prefetch = l.Int("PREFETCH", 0, 0, 65_535, "unacked deliveries held per channel (0 = 2×CONCURRENCY)")
 	c.PriorityWeights = loadWeights(l)
+	c.SubscribeTimeout = l.Duration("AMQP_SUBSCRIBE_TIMEOUT", 10*time.Second, time.Second, 5*time.Minute, "longest wait for a queue's channel and basic.consume to be answered; past it, or on a 541 (a quorum queue's consume timed out on a node cut off from its leader), the consumer leaves the node and resumes through the next one of AMQP_URL")
 	c.ShutdownTimeout = l.Duration("SHUTDOWN_TIMEOUT", 30*time.Second, time.Second, time.Hour, "on SIGTERM, how long in-flight sends may finish before the process exits (their messages are then redelivered)")
 	c.MaxRetries = l.Int("MAX_RETRIES", 3, 0, 100, "retries after a transient failure before the message is dead-lettered")
 	c.RetryBackoff = l.Durations("RETRY_BACKOFF", []time.Duration{5 * time.Second, 30 * time.Second, 5 * time.Minute}, time.Millisecond, 24*time.Hour, "wait before retry 1, 2, 3... (the last repeats)")

@@ -172,12 +172,15 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	bgWG.Add(1)
 	go func() { defer bgWG.Done(); waitProfile() }() // it stops with bg, which the deferred stop cancels
 
-	session, err := broker.NewSession(broker.Config{URL: cfg.AMQPURL, ConnectionName: "msgpulse-consumer-" + cfg.ConsumerID, Logger: log.Named("broker")})
+	session, err := broker.NewSession(broker.Config{URL: cfg.AMQPURL, ConnectionName: "msgpulse-consumer-" + cfg.ConsumerID, LeaveAfter: cfg.AMQPLeaveAfter, Logger: log.Named("broker")})
 	if err != nil {
 		return err
 	}
 	bgWG.Add(1)
 	go func() { defer bgWG.Done(); session.Run(bg) }()
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "msgpulse_broker_node_leaves_total",
+		Help: "Times this process left a RabbitMQ node that confirmed nothing for AMQP_LEAVE_AFTER or could not serve a consume, and reconnected through the next one."},
+		func() float64 { return float64(session.Leaves()) }))
 	pub, err := broker.NewPublisher(broker.PublisherConfig{Session: session, Logger: log})
 	if err != nil {
 		return err
@@ -316,7 +319,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 			c, err := broker.NewConsumer(broker.ConsumerConfig{
 				Session: session, Queues: pool.Queues, OnPanic: d.OnPanic(ch),
 				Concurrency: w.Min, MaxConcurrency: w.Max, OnWorkers: onWorkers(metrics.WorkersOf(ch, pool.Name), &subscribed), Prefetch: cfg.Prefetch, Grace: cfg.ShutdownTimeout,
-				Tag: "msgpulse-consumer-" + cfg.ConsumerID, Logger: log.Named(ch),
+				SubscribeTimeout: cfg.SubscribeTimeout, Tag: "msgpulse-consumer-" + cfg.ConsumerID, Logger: log.Named(ch),
 			})
 			if err != nil {
 				return err
@@ -330,7 +333,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	// DeadLetterQueues): a small pool, as dead letters are few.
 	if dl := d.DeadLetterQueues(cfg.Channels, cfg.Relay && model.Delay.RelayQueue != ""); len(dl) > 0 {
 		c, err := broker.NewConsumer(broker.ConsumerConfig{Session: session, Queues: dl, Concurrency: 2, Prefetch: 16, Grace: cfg.ShutdownTimeout,
-			Tag: "msgpulse-consumer-" + cfg.ConsumerID, Logger: log.Named("dead-letters")})
+			SubscribeTimeout: cfg.SubscribeTimeout, Tag: "msgpulse-consumer-" + cfg.ConsumerID, Logger: log.Named("dead-letters")})
 		if err != nil {
 			return err
 		}

@@ -120,6 +120,9 @@ type ConsumerConfig struct {
 	// wait without a bound: past it, or on a 541, the consumer leaves the
 	// node (Session.Leave) and resumes through the next one.
 	SubscribeTimeout time.Duration
+	// ProbeEvery is how often an idle consumer checks that its node can
+	// still serve it (see watchNode); default 5s, negative never.
+	ProbeEvery time.Duration
 
 	queues string // the queue names, for logs (set by Validate)
 }
@@ -191,6 +194,9 @@ func (c *ConsumerConfig) Validate() error {
 	if c.SubscribeTimeout == 0 {
 		c.SubscribeTimeout = 10 * time.Second
 	}
+	if c.ProbeEvery == 0 {
+		c.ProbeEvery = 5 * time.Second
+	}
 	if c.SubscribeTimeout < 0 {
 		return fmt.Errorf("consumer: SubscribeTimeout %s is negative", c.SubscribeTimeout)
 	}
@@ -210,6 +216,7 @@ type Consumer struct {
 	cfg      ConsumerConfig
 	inFlight atomic.Int64
 	seq      atomic.Int64
+	received atomic.Int64 // deliveries a worker took, for watchNode
 }
 
 // NewConsumer validates cfg.
@@ -320,6 +327,7 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 					p.release()
 					return
 				}
+				c.received.Add(1)
 				if stopping.Load() {
 					// Never started: give it back for another consumer.
 					_ = in.acks.requeue(d.DeliveryTag)
@@ -353,6 +361,13 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 	}
 	workersDone := make(chan struct{})
 	go func() { wg.Wait(); close(workersDone) }()
+	stuck := make(chan error, 1)
+	if c.cfg.ProbeEvery > 0 {
+		probeCtx, stopProbe := context.WithCancel(ctx)
+		probeDone := make(chan struct{})
+		go func() { defer close(probeDone); c.watchNode(probeCtx, conn, stuck) }()
+		defer func() { stopProbe(); <-probeDone }()
+	}
 
 	var lost error
 	select {
@@ -388,6 +403,10 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 		}
 		return nil
 	case lost = <-chanLost:
+	case lost = <-stuck:
+		// Leave first: closing the channels waits for the node's
+		// close-ok, which a node that answers nothing never sends.
+		c.cfg.Session.Leave(conn, lost.Error())
 	case in := <-pick.lost:
 		lost = fmt.Errorf("deliveries of %s ended (consumer cancelled by the broker?)", in.share.Name)
 	case <-workersDone:
@@ -412,12 +431,13 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 var errSubscribeTimeout = errors.New("no answer to opening the channel or to basic.consume")
 
 // cannotServe reports whether a consume ended because its node cannot
-// serve the queue: no answer to the subscription in time, or RabbitMQ's
-// 541 INTERNAL_ERROR (a quorum queue's consume timed out on a node cut
-// off from its leader).
+// serve the queue: no answer to the subscription (or a probe) in time,
+// RabbitMQ's 541 INTERNAL_ERROR (a quorum queue's consume timed out on a
+// node cut off from its leader), or nothing delivered while messages are
+// ready (watchNode).
 func cannotServe(err error) bool {
 	var ae *amqp.Error
-	return errors.Is(err, errSubscribeTimeout) || (errors.As(err, &ae) && ae.Code == amqp.InternalError)
+	return errors.Is(err, errSubscribeTimeout) || errors.Is(err, errNodeIdle) || (errors.As(err, &ae) && ae.Code == amqp.InternalError)
 }
 
 // subscribeWithin is subscribe, bounded by SubscribeTimeout. An abandoned

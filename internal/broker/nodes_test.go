@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -231,4 +232,69 @@ func TestConsumerLeavesANodeThatDoesNotAnswerItsSubscription(t *testing.T) {
 	}
 	require.Equal(t, int64(1), n.s.Leaves())
 	require.Equal(t, 1, n.z.Live())
+}
+
+// A consumer whose node stops answering after it subscribed (the
+// connection and subscription up, nothing delivered: a node cut off from
+// its peers) finds out by probing while idle, leaves the node, and
+// resumes through the next one. A consumer on a quiet queue, or a busy
+// one, probes and stays.
+func TestIdleConsumerLeavesANodeThatStoppedAnswering(t *testing.T) {
+	t.Parallel()
+	// A short heartbeat makes the broker give up on the old connection
+	// (and requeue what it had sent on it) within seconds; the probe
+	// leaves well before the client's own heartbeat check would.
+	n := setupTwoNodes(t, Config{Heartbeat: 2 * time.Second})
+	conn, err := amqp.Dial(n.b.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	_, err = ch.QueueDeclare("q", true, false, false, false, testenv.QueueArgs(nil))
+	require.NoError(t, err)
+
+	got := make(chan string, 16)
+	c, err := NewConsumer(ConsumerConfig{Session: n.s, Queue: "q", SubscribeTimeout: 500 * time.Millisecond, ProbeEvery: 100 * time.Millisecond,
+		Logger: zaptest.NewLogger(t),
+		Handler: func(_ context.Context, d *amqp.Delivery) Action {
+			got <- string(d.Body)
+			return Ack
+		}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	publish := func(body string) {
+		require.NoError(t, ch.PublishWithContext(testenv.Context(t, 5*time.Second), "", "q", false, false, amqp.Publishing{Body: []byte(body)}))
+	}
+	receive := func(want string) {
+		t.Helper()
+		select {
+		case body := <-got:
+			require.Equal(t, want, body)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s was not delivered", want)
+		}
+	}
+	publish("before")
+	receive("before")
+	// Idle on an empty queue for many probes: the node answers, it stays.
+	probes := c.cfg.ProbeEvery * 10
+	deadline := time.Now().Add(probes)
+	for time.Now().Before(deadline) {
+		require.Zero(t, n.s.Leaves(), "a quiet node that answers is not left")
+		runtime.Gosched()
+		time.Sleep(10 * time.Millisecond) // observing that nothing happens for ten probes
+	}
+
+	n.a.Blackhole()
+	testenv.WaitFor(t, 10*time.Second, "the idle consumer leaves the silent node", func() bool { return n.s.Leaves() == 1 })
+	testenv.WaitFor(t, 10*time.Second, "the session is on the other node", func() bool { return n.z.Live() == 1 })
+	// What the broker sends the old subscription meanwhile is requeued
+	// once it gives up on that connection (here its heartbeat timeout; on
+	// a real cluster, when the node is found down), and delivered through
+	// the new one.
+	publish("after")
+	receive("after")
 }

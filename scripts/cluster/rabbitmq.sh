@@ -64,6 +64,7 @@ cluster_formation.classic_config.nodes.1 = mpc1@localhost
 cluster_formation.classic_config.nodes.2 = mpc2@localhost
 cluster_formation.classic_config.nodes.3 = mpc3@localhost
 cluster_name = msgpulse-test
+cluster_partition_handling = pause_minority
 vm_memory_high_watermark.relative = 0.2
 disk_free_limit.absolute = 50MB
 log.console = false

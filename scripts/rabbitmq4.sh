@@ -15,6 +15,8 @@
 #   rabbitmq4.sh cluster start|stop|kill N|revive N|pid N|ctl N ARGS...
 #                                three nodes, rmq4c1..3@localhost: AMQP 5692-5694, management
 #                                15702-15704; the commands of scripts/cluster/rabbitmq.sh
+#                                (partition N and heal with MSGPULSE_NETNS=1: each node then runs in
+#                                a network namespace of its own, at 10.246.0.1N, see scripts/cluster/netns.sh)
 #
 # SUITE=sid runs Debian sid's rabbitmq-server instead (4.3 as of this
 # writing) from a root of its own, on the same ports (so one suite at a
@@ -143,7 +145,9 @@ version() {
 
 # A node: its name, AMQP, management, prometheus (0: none) and
 # distribution ports, and the epmd port it shares with its cluster.
-NODE= AMQP= MGMT= PROM= DIST= EPMD= RUN= TAG=
+NODE= AMQP= MGMT= PROM= DIST= EPMD= RUN= TAG= HOST=127.0.0.1 NS=()
+NETNS=${MSGPULSE_NETNS:-0}
+NETNS_SH=$(cd "$(dirname "$0")" && pwd)/cluster/netns.sh
 
 single_node() { NODE=rmq4; AMQP=5673; MGMT=15673; PROM=15693; DIST=25673; EPMD=4373; RUN=$RUNS/rmq4; TAG=$SUITE/rmq4; }
 cluster_node() {
@@ -151,7 +155,12 @@ cluster_node() {
   [[ $n =~ ^[123]$ ]] || die "node $n: must be 1, 2 or 3"
   NODE=rmq4c$n; AMQP=$((5691 + n)); MGMT=$((15701 + n)); PROM=0; DIST=$((25691 + n)); EPMD=4392
   RUN=$RUNS/cluster; TAG=$SUITE/cluster
+  if [[ $NETNS == 1 ]]; then HOST=10.246.0.1$n NS=(ip netns exec "mp-r$n"); fi
 }
+
+# nodename is the current node's Erlang name: long, by address, in a
+# namespace of its own.
+nodename() { if [[ $NETNS == 1 && $NODE != rmq4 ]]; then echo "$NODE@$HOST"; else echo "$NODE@localhost"; fi; }
 
 # in_ns runs a command in the root, in a private mount namespace with its
 # own /proc: the host never sees that mount, and it ends with the command.
@@ -159,7 +168,7 @@ cluster_node() {
 # bash that would read this file again after the node ends.
 EXEC=
 in_ns() {
-  $EXEC unshare --mount --propagation private -- /bin/sh -c 'mount -t proc proc "$0/proc" && exec chroot "$0" "$@"' "$ROOT" "$@"
+  $EXEC "${NS[@]}" unshare --mount --propagation private -- /bin/sh -c 'mount -t proc proc "$0/proc" && exec chroot "$0" "$@"' "$ROOT" "$@"
 }
 
 # in_root runs a command in the root with the current node's environment
@@ -168,16 +177,16 @@ in_root() {
   local nd=$RUN/$NODE
   in_ns /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 LC_ALL=C.UTF-8 \
     HOME="$RUN/home" MSGPULSE_RABBITMQ4="$TAG" \
-    ERL_EPMD_PORT="$EPMD" ERL_EPMD_ADDRESS=127.0.0.1 \
-    RABBITMQ_NODENAME="$NODE@localhost" RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 RABBITMQ_NODE_PORT="$AMQP" \
+    ERL_EPMD_PORT="$EPMD" ERL_EPMD_ADDRESS="$HOST" RABBITMQ_USE_LONGNAME="$([[ $HOST == 127.0.0.1 ]] && echo false || echo true)" \
+    RABBITMQ_NODENAME="$(nodename)" RABBITMQ_NODE_IP_ADDRESS="$HOST" RABBITMQ_NODE_PORT="$AMQP" \
     RABBITMQ_DIST_PORT="$DIST" RABBITMQ_MNESIA_BASE="$nd/mnesia" RABBITMQ_LOG_BASE="$nd/log" \
     RABBITMQ_PID_FILE="$nd/pid" RABBITMQ_CONFIG_FILE="$nd/rabbitmq.conf" \
     RABBITMQ_ADVANCED_CONFIG_FILE="$nd/advanced.config" RABBITMQ_ENABLED_PLUGINS_FILE="$nd/enabled_plugins" \
     RABBITMQ_CONF_ENV_FILE="$nd/rabbitmq-env.conf" \
-    ERL_FLAGS="-kernel inet_dist_use_interface {127,0,0,1}" "$@"
+    ERL_FLAGS="-kernel inet_dist_use_interface {${HOST//./,}}" "$@"
 }
 
-ctl() { in_root /usr/lib/rabbitmq/bin/rabbitmqctl -n "$NODE@localhost" "$@"; }
+ctl() { in_root /usr/lib/rabbitmq/bin/rabbitmqctl -n "$(nodename)" "$@"; }
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
@@ -191,9 +200,9 @@ write_node() {
   echo '[].' >"$nd/advanced.config"
   : >"$nd/rabbitmq-env.conf"
   {
-    echo "listeners.tcp.default = 127.0.0.1:$AMQP"
+    echo "listeners.tcp.default = $HOST:$AMQP"
     echo "management.tcp.port = $MGMT"
-    echo "management.tcp.ip = 127.0.0.1"
+    echo "management.tcp.ip = $HOST"
     if ((PROM)); then echo "prometheus.tcp.port = $PROM"; echo "prometheus.tcp.ip = 127.0.0.1"; fi
     echo "loopback_users = none"
     echo "deprecated_features.permit.transient_nonexcl_queues = false"
@@ -205,7 +214,7 @@ write_node() {
       echo "cluster_formation.classic_config.nodes.$i = $p"
       i=$((i + 1))
     done
-    if (($#)); then echo "cluster_name = msgpulse-test-rmq4"; fi
+    if (($#)); then echo "cluster_name = msgpulse-test-rmq4"; echo "cluster_partition_handling = pause_minority"; fi
   } >"$nd/rabbitmq.conf"
 }
 
@@ -300,10 +309,16 @@ cluster_start() {
   local n pids=()
   for n in 1 2 3; do cluster_node "$n"; pids+=("$(pid_of)"); done
   stop_run "$TAG" "$RUN" "${pids[@]}" >/dev/null 2>&1 || true
-  local busy; busy=$(busy_ports 5692 5693 5694 15702 15703 15704 25692 25693 25694 4392)
-  [[ -z $busy ]] || die "ports in use: $(echo "$busy" | tr '\n' ' ')(another RabbitMQ 4 cluster? stop it with: $0 cluster stop)"
+  if [[ $NETNS == 1 ]]; then
+    "$NETNS_SH" up r1=11 r2=12 r3=13
+  else
+    local busy; busy=$(busy_ports 5692 5693 5694 15702 15703 15704 25692 25693 25694 4392)
+    [[ -z $busy ]] || die "ports in use: $(echo "$busy" | tr '\n' ' ')(another RabbitMQ 4 cluster? stop it with: $0 cluster stop)"
+  fi
   new_run
-  for n in 1 2 3; do cluster_node "$n"; write_node rmq4c1@localhost rmq4c2@localhost rmq4c3@localhost; done
+  local peers=()
+  for n in 1 2 3; do cluster_node "$n"; peers+=("$(nodename)"); done
+  for n in 1 2 3; do cluster_node "$n"; write_node "${peers[@]}"; done
   for n in 1 2 3; do cluster_node "$n"; launch; done
   for n in 1 2 3; do cluster_node "$n"; await_node 180 || { cluster_stop; exit 1; }; done
   local deadline=$((SECONDS + 120))
@@ -314,13 +329,14 @@ cluster_start() {
     sleep 1
   done
   ctl enable_feature_flag all >/dev/null
-  echo "rabbitmq $(version) ($SUITE) cluster up: amqp://guest:guest@127.0.0.1:5692,5693,5694 management 15702-15704"
+  echo "rabbitmq $(version) ($SUITE) cluster up: amqp://guest:guest@$(for n in 1 2 3; do cluster_node "$n"; printf '%s:%s ' "$HOST" "$AMQP"; done)management 15702-15704"
 }
 
 cluster_stop() {
   local n pids=()
   for n in 1 2 3; do cluster_node "$n"; pids+=("$(pid_of)"); done
   stop_run "$TAG" "$RUN" "${pids[@]}"
+  if [[ $NETNS == 1 ]]; then "$NETNS_SH" down; fi
 }
 
 # cluster_revive starts a killed node again on its data, so it rejoins.
@@ -341,7 +357,9 @@ cluster() {
     revive) cluster_revive "$1" ;;
     pid) cluster_node "$1"; printf '%s\n' "$(pid_of)" ;;
     ctl) cluster_node "$1"; shift; ctl "$@" ;;
-    *) die "usage: $0 cluster start|stop|kill N|revive N|pid N|ctl N ARGS..." ;;
+    partition) [[ $NETNS == 1 ]] || die "partition needs MSGPULSE_NETNS=1"; "$NETNS_SH" partition "r$1" ;;
+    heal) "$NETNS_SH" heal ;;
+    *) die "usage: $0 cluster start|stop|kill N|revive N|pid N|ctl N ARGS...|partition N|heal" ;;
   esac
 }
 

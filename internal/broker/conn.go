@@ -319,9 +319,8 @@ func jitter(d time.Duration) time.Duration {
 	return d*3/4 + time.Duration(rand.Int64N(int64(d)/2+1)) //nolint:gosec // jitter, not a secret
 }
 
-// answered tells the session that the node answered a publisher on its
-// connection: a confirm (ack or nack), a channel opened. It costs one
-// atomic store.
+// answered tells the session that the node confirmed (ack or nack) a
+// publish on its connection. It costs one atomic store.
 func (s *Session) answered() { s.lastConfirm.Store(time.Now().UnixNano()) }
 
 // unanswered tells the session that a publish (or the opening of its

@@ -250,9 +250,10 @@ func (p *Publisher) open(ctx context.Context, conn *amqp.Connection) (*pubChanne
 // recovers. An abandoned open finishes in the background and hands what it
 // got (nil if it failed) to abandoned.
 //
-// Its answer, or none, tells the session whether the node answers (see
-// Session.unanswered): after a confirm timeout the channel is discarded,
-// so on a node that answers nothing the next publishes wait here.
+// No answer at all tells the session that the node may not be answering
+// (see Session.unanswered): after a confirm timeout the channel is
+// discarded, so on a node that answers nothing the next publishes wait
+// here.
 func (p *Publisher) openWithin(ctx context.Context, conn *amqp.Connection, returnsBuf int, abandoned func(*pubChannel)) (*pubChannel, error) {
 	type result struct {
 		pc  *pubChannel
@@ -266,9 +267,9 @@ func (p *Publisher) openWithin(ctx context.Context, conn *amqp.Connection, retur
 	}()
 	select {
 	case r := <-res:
-		if r.err == nil {
-			p.cfg.Session.answered()
-		}
+		// An opened channel is no answer that counts: a node cut off
+		// from its peers opens channels by itself, and only confirms
+		// need the majority.
 		return r.pc, r.err
 	case <-ctx.Done():
 		p.cfg.Session.unanswered(conn, sent)

@@ -68,7 +68,7 @@ func rabbitmqNode(t *testing.T, cmd string, n int) {
 	runScript(t, script[0], append(script[1:], cmd, strconv.Itoa(n))...)
 }
 
-var nodeLog = regexp.MustCompile(`"broker connected".*?"node":"127\.0\.0\.1:(\d+)"`)
+var nodeLog = regexp.MustCompile(`"broker connected".*?"node":"[0-9.]+:(\d+)"`)
 
 // nodeNumber is the position (1..3) in TEST_AMQP_URL of the node at AMQP
 // port port: the number the cluster scripts name the node by.

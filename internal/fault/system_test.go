@@ -29,7 +29,7 @@ var binDir string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	if (os.Getenv(faultsVar) == "" && os.Getenv(clusterVar) == "") || testing.Short() {
+	if (os.Getenv(faultsVar) == "" && os.Getenv(clusterVar) == "" && os.Getenv(partitionVar) == "") || testing.Short() {
 		os.Exit(m.Run()) // every scenario skips itself
 	}
 	if os.Getenv(faultsVar) != "" {

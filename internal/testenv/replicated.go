@@ -48,7 +48,23 @@ func NewReplicated(t testing.TB, o ReplicatedOptions) *Replicated {
 	r.Master = redis.NewClient(&redis.Options{Addr: r.MasterAddr, Protocol: 2})
 	t.Cleanup(func() { _ = r.Master.Close() })
 	WaitFor(t, 10*time.Second, "the replica comes online on the master", func() bool { return r.OnlineReplicas(t) == 1 })
+	// Online is not yet acknowledging: a replica fresh from its full sync
+	// gets the command stream only after its first ACK, which may come a
+	// second later.
+	WaitFor(t, 10*time.Second, "the replica acknowledges writes", func() bool { return r.acks() })
 	return r
+}
+
+// acks reports whether the replica acknowledges a write within 100ms.
+func (r *Replicated) acks() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	p := r.Master.Pipeline() // one connection: WAIT counts its own writes
+	p.Set(ctx, "testenv:acks", "1", time.Minute)
+	wait := p.Do(ctx, "WAIT", 1, 100)
+	_, _ = p.Exec(ctx)
+	n, err := wait.Int()
+	return err == nil && n == 1
 }
 
 // startRedis runs redis-server on addr with args, in a directory of the

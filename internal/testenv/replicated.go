@@ -83,9 +83,7 @@ func startRedis(t testing.TB, bin, addr string, args ...string) *exec.Cmd {
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	t.Cleanup(func() {
-		// SIGCONT first: a stopped process does not act on SIGKILL until
-		// it runs again on every kernel, but this keeps it simple.
-		_ = cmd.Process.Signal(syscall.SIGCONT)
+		// SIGKILL ends a process that a failed test left stopped, too.
 		_ = cmd.Process.Kill()
 		<-done
 		if t.Failed() {
@@ -93,7 +91,7 @@ func startRedis(t testing.TB, bin, addr string, args ...string) *exec.Cmd {
 		}
 	})
 	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	WaitFor(t, 10*time.Second, "redis-server answers on "+addr, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()

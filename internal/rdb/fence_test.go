@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -239,6 +240,36 @@ func TestFenceConfigValidate(t *testing.T) {
 				return
 			}
 			require.ErrorContains(t, err, tc.err)
+		})
+	}
+}
+
+// A round blocked in WAIT holds a connection of its own: the commands of
+// an auto-pipelined client (full-duplex: one held connection for all)
+// are not queued behind it.
+func TestFenceDoesNotHoldTheAutoPipeline(t *testing.T) {
+	r := testenv.NewReplicated(t, testenv.ReplicatedOptions{})
+	for _, mode := range rdb.AutoPipelineModes {
+		t.Run(mode, func(t *testing.T) {
+			c, err := rdb.Open(rdb.Single, r.URL(), rdb.FailFast(time.Second), rdb.WithAutoPipeline(mode))
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Close() })
+			f := newFence(t, c, 1)
+			ctx := testenv.Context(t, 30*time.Second)
+			require.NoError(t, f.Wait(ctx, "k"))
+			r.StopReplica(t)
+			defer r.ResumeReplica(t)
+			done := make(chan error, 1)
+			go func() { done <- f.Wait(ctx, "k") }()
+			// Wait until the round is blocked in WAIT on the master.
+			testenv.WaitFor(t, 5*time.Second, "a client blocked in WAIT", func() bool {
+				info, err := r.Master.Info(ctx, "clients").Result()
+				return err == nil && !strings.Contains(info, "blocked_clients:0\r\n")
+			})
+			start := time.Now()
+			require.NoError(t, c.Set(ctx, "other", 1, 0).Err())
+			require.Less(t, time.Since(start), fenceTimeout/2, "a command is not queued behind the round's WAIT")
+			require.ErrorIs(t, <-done, rdb.ErrNotDurable)
 		})
 	}
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/testenv"
 )
 
@@ -115,6 +117,96 @@ func TestNoReplicasIsA503(t *testing.T) {
 			}
 			require.Empty(t, h.keysMatching("status:*"))
 			require.Empty(t, h.keysMatching("verify:*"))
+		})
+	}
+}
+
+// Issue 46 in small: the master is cut off from its replica while the API
+// still reaches it, the replica is promoted, and the old master rejoins as
+// its replica, discarding what it took meanwhile. With the fence every
+// request during the partition is a 503 and every 202 (before and during
+// it) is on the new master after the heal; without it (the control), 202s
+// answered during the partition are gone.
+func TestPartitionedMasterForgetsNo202(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fence int
+	}{{"fence on", 1}, {"fence off: the control", 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := testenv.NewReplicated(t, testenv.ReplicatedOptions{ViaProxy: true})
+			h := setup(t, options{replicated: r, waitReplicas: tc.fence})
+			var accepted []string
+			idempotent := 0 // 202s with an Idempotency-Key: their stored answers
+			send := func(i int, hdr ...string) response {
+				resp := h.do("POST", "/api/messages/send", notice(fmt.Sprintf("p%d@example.com", i)), hdr...)
+				if resp.Status == http.StatusAccepted {
+					var res SendResult
+					resp.data(t, &res)
+					accepted = append(accepted, res.TaskID)
+					if len(hdr) > 0 {
+						idempotent++
+					}
+				}
+				return resp
+			}
+			for i := range 5 {
+				var hdr []string
+				if i%2 == 0 {
+					hdr = []string{idemHeader, fmt.Sprintf("before-%d", i)}
+				}
+				require.Equal(t, http.StatusAccepted, send(i, hdr...).Status)
+			}
+			before := len(accepted)
+
+			r.Partition(t)
+			refused := 0
+			for i := 5; i < 15; i++ {
+				var hdr []string
+				if i%2 == 0 {
+					hdr = []string{idemHeader, fmt.Sprintf("partition-%d", i)}
+				}
+				resp := send(i, hdr...)
+				switch resp.Status {
+				case http.StatusAccepted:
+				case http.StatusServiceUnavailable:
+					refused++
+					require.NotEmpty(t, resp.Header.Get("Retry-After"))
+				default:
+					t.Fatalf("during the partition: %d %s", resp.Status, resp.Msg)
+				}
+			}
+			r.Failover(t)
+			r.Rejoin(t)
+
+			newMaster := r.Replica(t)
+			var lost []string
+			for _, id := range accepted {
+				n, err := newMaster.Exists(context.Background(), h.redis.Prefix+"status:{"+id+"}").Result()
+				require.NoError(t, err)
+				if n == 0 {
+					lost = append(lost, id)
+				}
+			}
+			// A retry with the same Idempotency-Key is answered from a
+			// stored answer ("done"); a lost one would publish again.
+			keys, err := rdb.Keys(context.Background(), newMaster, h.redis.Prefix+"idem:*")
+			require.NoError(t, err)
+			answers := 0
+			for _, k := range keys {
+				if st, _ := newMaster.HGet(context.Background(), k, "state").Result(); st == ratelimit.OnceDone {
+					answers++
+				}
+			}
+			t.Logf("%s: %d accepted before the partition, %d during it, %d refused (503); after the heal %d accepted records gone, %d of %d stored idempotent answers kept",
+				tc.name, before, len(accepted)-before, refused, len(lost), answers, idempotent)
+			if tc.fence > 0 {
+				require.Equal(t, 10, refused, "every request during the partition is a 503")
+				require.Empty(t, lost, "nothing answered 202 is gone")
+				require.Equal(t, idempotent, answers, "every idempotent 202's answer is kept")
+				return
+			}
+			require.NotEmpty(t, lost, "without the fence the partition's 202s are lost: the test sees the defect")
+			require.Less(t, answers, idempotent, "and their stored answers with them")
 		})
 	}
 }

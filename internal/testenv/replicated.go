@@ -21,12 +21,16 @@ type Replicated struct {
 	// Master is a client of the master (closed when the test ends).
 	Master  *redis.Client
 	replica *exec.Cmd
+	link    *FaultProxy // the replica's link to the master, with ViaProxy
 }
 
 // ReplicatedOptions adds server settings to the master's command line
 // (e.g. "min-replicas-to-write", "1").
 type ReplicatedOptions struct {
 	MasterArgs []string
+	// ViaProxy makes the replica reach the master through a FaultProxy,
+	// so that Partition can cut the two apart while both stay up.
+	ViaProxy bool
 }
 
 // NewReplicated starts a master and a replica and waits until the master
@@ -44,6 +48,10 @@ func NewReplicated(t testing.TB, o ReplicatedOptions) *Replicated {
 	r := &Replicated{MasterAddr: FreeAddr(t), ReplicaAddr: FreeAddr(t)}
 	startRedis(t, bin, r.MasterAddr, o.MasterArgs...)
 	host, port, _ := net.SplitHostPort(r.MasterAddr)
+	if o.ViaProxy {
+		r.link = NewFaultProxy(t, r.MasterAddr)
+		host, port, _ = net.SplitHostPort(r.link.Addr())
+	}
 	r.replica = startRedis(t, bin, r.ReplicaAddr, "--replicaof", host, port)
 	r.Master = redis.NewClient(&redis.Options{Addr: r.MasterAddr, Protocol: 2})
 	t.Cleanup(func() { _ = r.Master.Close() })
@@ -166,4 +174,45 @@ func (r *Replicated) Replica(t testing.TB) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: r.ReplicaAddr, Protocol: 2})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// Partition stops all traffic between the master and the replica (a
+// NewReplicated with ViaProxy): both stay up, the master keeps the
+// replica's connection and gets no acknowledgements, and clients still
+// reach both, as in issue 46's partition.
+func (r *Replicated) Partition(t testing.TB) {
+	t.Helper()
+	if r.link == nil {
+		t.Fatal("testenv: Partition needs ReplicatedOptions.ViaProxy")
+	}
+	r.link.Blackhole()
+}
+
+// Failover promotes the replica (REPLICAOF NO ONE), as Sentinel does on
+// its side of a partition.
+func (r *Replicated) Failover(t testing.TB) {
+	t.Helper()
+	c := r.Replica(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		t.Fatalf("testenv: promote the replica: %v", err)
+	}
+}
+
+// Rejoin heals a Partition after a Failover: the old master becomes a
+// replica of the new one and, in its full resync, discards every write it
+// took since the partition. It returns once the old master is in sync.
+func (r *Replicated) Rejoin(t testing.TB) {
+	t.Helper()
+	r.link.Cut()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	host, port, _ := net.SplitHostPort(r.ReplicaAddr)
+	if err := r.Master.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
+		t.Fatalf("testenv: make the old master a replica: %v", err)
+	}
+	WaitFor(t, 10*time.Second, "the old master resyncs from the new one", func() bool {
+		return r.Info(t, "role") == "slave" && r.Info(t, "master_link_status") == "up"
+	})
 }

@@ -53,6 +53,10 @@ test-faults: services ## fault scenarios one at a time (AMQP/Redis/SMTP faults, 
 test-cluster: ## start a private 3-node RabbitMQ cluster, Redis Cluster and Sentinel (no Docker), run the Redis tests and the cluster scenarios on them, tear down
 	@./scripts/cluster/run.sh
 
+.PHONY: test-partitions
+test-partitions: ## RabbitMQ nodes in network namespaces (3.10.8, then 4.0.5), one cut off from the others with iptables while clients still reach it: the partition scenarios (root)
+	@TEST_TIMEOUT=$(TEST_TIMEOUT) GO=$(GO) ./scripts/cluster/partitions.sh
+
 .PHONY: bench
 bench: services ## run the benchmarks and the load generator, printing medians
 	@./scripts/bench.sh

@@ -336,7 +336,7 @@ cluster_stop() {
   local n pids=()
   for n in 1 2 3; do cluster_node "$n"; pids+=("$(pid_of)"); done
   stop_run "$TAG" "$RUN" "${pids[@]}"
-  if [[ $NETNS == 1 ]]; then "$NETNS_SH" down; fi
+  if [[ $NETNS == 1 ]]; then "$NETNS_SH" down r1 r2 r3; fi
 }
 
 # cluster_revive starts a killed node again on its data, so it rejoins.

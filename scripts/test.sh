@@ -15,7 +15,7 @@
 # Legs: 3-all (every package, classic), fuzz (each request decoder's fuzz
 # target for FUZZ_TIME, 15s), 3-quorum, 3-faults-classic,
 # 3-faults-quorum, 4-classic, 4-quorum, 4-faults-classic, 4-faults-quorum,
-# 3-cluster, 4-cluster.
+# 3-cluster, 4-cluster; 3-partitions and 4-partitions only when named.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
@@ -29,9 +29,12 @@ BROKER_PKGS=(./internal/api/... ./internal/broker/... ./internal/declare/... ./i
   ./internal/dispatch/... ./internal/dlq/... ./internal/e2e/... ./internal/console/...)
 
 ALL_LEGS=(3-all fuzz 3-quorum 3-faults-classic 3-faults-quorum 4-classic 4-quorum 4-faults-classic 4-faults-quorum 3-cluster 4-cluster)
+# Legs run only when named: the partition scenarios (make test-partitions)
+# are not yet stable enough for every run (docs/cluster.md).
+NAMED_LEGS=(3-partitions 4-partitions)
 if (($#)); then LEGS=("$@"); else LEGS=("${ALL_LEGS[@]}"); fi
 for l in "${LEGS[@]}"; do
-  [[ " ${ALL_LEGS[*]} " == *" $l "* ]] || { echo "test.sh: no leg $l (legs: ${ALL_LEGS[*]})" >&2; exit 2; }
+  [[ " ${ALL_LEGS[*]} ${NAMED_LEGS[*]} " == *" $l "* ]] || { echo "test.sh: no leg $l (legs: ${ALL_LEGS[*]} ${NAMED_LEGS[*]})" >&2; exit 2; }
 done
 wants() { [[ " ${LEGS[*]} " == *" $1 "* ]]; }
 wants_any() { local l; for l in "$@"; do if wants "$l"; then return 0; fi; done; return 1; }
@@ -149,6 +152,9 @@ main() {
   # The cluster scenarios, on private clusters with nodes and ports of their own.
   leg 3-cluster "$v3 cluster of 3: Redis Cluster tests, cluster scenarios" scripts/cluster/run.sh
   leg 4-cluster "$v4 cluster of 3: the cluster scenarios" scripts/cluster/run.sh rabbitmq4
+  # A node cut off, not killed: nodes in network namespaces, iptables.
+  leg 3-partitions "$v3 cluster of 3 in namespaces: the partition scenarios" scripts/cluster/partitions.sh rabbitmq3
+  leg 4-partitions "$v4 cluster of 3 in namespaces: the partition scenarios" scripts/cluster/partitions.sh rabbitmq4
 
   if ((${#failed[@]})); then
     echo "test.sh: failed legs: ${failed[*]} (rerun one: scripts/test.sh LEG)" >&2

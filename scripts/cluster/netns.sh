@@ -7,8 +7,10 @@
 # as 10.246.0.1, so it reaches every node, also a cut-off one: the hard
 # case, a client on the minority side.
 #
-#   netns.sh up NAME=N...     create the bridge and one namespace per node, NAME at 10.246.0.N
-#   netns.sh down             delete every namespace this script made (also what a killed run left)
+#   netns.sh up NAME=N...     create the bridge (once) and one namespace per node, NAME at 10.246.0.N
+#                             (a namespace of that name left by a killed run is replaced)
+#   netns.sh down [NAME...]   delete those nodes' namespaces; without names, every namespace
+#                             this script made, the bridge's too (also what a killed run left)
 #   netns.sh partition NAME   cut NAME off from every other node (iptables DROP inside NAME's
 #                             namespace, both directions, as Jepsen does); clients still reach it
 #   netns.sh heal             remove every cut
@@ -36,22 +38,25 @@ ip_of() { cat "$DIR/$1" 2>/dev/null || { echo "netns.sh: no node $1" >&2; exit 2
 
 up() {
   need_tools
-  down >/dev/null 2>&1 || true
   mkdir -p "$DIR"
-  ip netns add $BR
-  ip -n $BR link add br0 type bridge
-  ip -n $BR link set br0 up
-  ip -n $BR link set lo up
-  # The root namespace's leg.
-  ip link add mp-root type veth peer name root0 netns $BR
-  ip -n $BR link set root0 master br0 up
-  ip addr add $NET.1/24 dev mp-root
-  ip link set mp-root up
+  if ! ip netns list | grep -qw $BR; then
+    ip link delete mp-root 2>/dev/null || true
+    ip netns add $BR
+    ip -n $BR link add br0 type bridge
+    ip -n $BR link set br0 up
+    ip -n $BR link set lo up
+    # The root namespace's leg.
+    ip link add mp-root type veth peer name root0 netns $BR
+    ip -n $BR link set root0 master br0 up
+    ip addr add $NET.1/24 dev mp-root
+    ip link set mp-root up
+  fi
   local spec name n
   for spec in "$@"; do
     name=${spec%%=*} n=${spec#*=}
     [[ $name =~ ^[a-z0-9]{1,8}$ && $n =~ ^[0-9]+$ && $n -ge 2 && $n -le 254 ]] ||
       { echo "netns.sh: want NAME=N (NAME a-z0-9, at most 8; N 2..254), got $spec" >&2; exit 2; }
+    remove "$name" # what a killed run left
     ip netns add "mp-$name"
     ip link add "mpv-$name" type veth peer name "p-$name" netns $BR
     ip link set "mpv-$name" netns "mp-$name"
@@ -62,6 +67,16 @@ up() {
     ip -n $BR link set "p-$name" master br0 up
     echo "$NET.$n" >"$DIR/$name"
   done
+}
+
+# remove deletes node NAME's namespace, killing what runs in it.
+remove() {
+  if ip netns list | grep -qw "mp-$1"; then
+    ip netns pids "mp-$1" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
+    ip netns delete "mp-$1" 2>/dev/null || true
+  fi
+  ip -n $BR link delete "p-$1" 2>/dev/null || true
+  rm -f "$DIR/$1"
 }
 
 down() {
@@ -99,7 +114,15 @@ heal() {
 
 case ${1:-} in
   up) shift; up "$@" ;;
-  down) down ;;
+  down)
+    shift
+    if (($#)); then
+      for n in "$@"; do remove "$n"; done
+      # The last node out takes the bridge with it.
+      if [[ -z $(ls -A "$DIR" 2>/dev/null) ]]; then down; fi
+    else
+      down
+    fi ;;
   partition) partition "$2" ;;
   heal) heal ;;
   exec) shift; name=$1; shift; exec ip netns exec "mp-$name" "$@" ;;

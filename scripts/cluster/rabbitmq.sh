@@ -148,7 +148,7 @@ stop() {
   # The private epmd was started by the first node; only ours listens on
   # 4382 (in the namespaces, deleting them ends each node's own).
   if [[ $NETNS == 1 ]]; then
-    "$NETNS_SH" down
+    "$NETNS_SH" down r1 r2 r3
   else
     local epmd; epmd=$(ss -ltnpH 'sport = :4382' 2>/dev/null | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u)
     for p in $epmd; do kill -TERM "$p" 2>/dev/null || true; done

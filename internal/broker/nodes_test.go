@@ -114,6 +114,44 @@ func setupTwoNodes(t *testing.T, cfg Config) *twoNodes {
 	return n
 }
 
+// channel is a plain channel of the broker's own (not through a proxy)
+// with queue q declared and bound to exchange x.
+func (n *twoNodes) channel(t *testing.T) *amqp.Channel {
+	t.Helper()
+	conn, err := amqp.Dial(n.b.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, ch.ExchangeDeclare("x", "direct", false, false, false, false, nil))
+	_, err = ch.QueueDeclare("q", true, false, false, false, testenv.QueueArgs(nil))
+	require.NoError(t, err)
+	require.NoError(t, ch.QueueBind("q", "q", "x", false, nil))
+	return ch
+}
+
+// consume runs a consumer of q on the session, configured by cfg, that
+// hands each body to got (dropping it when got is full) and acks; it
+// stops when t ends.
+func (n *twoNodes) consume(t *testing.T, cfg ConsumerConfig, got chan<- string) *Consumer {
+	t.Helper()
+	cfg.Session, cfg.Queue, cfg.Logger = n.s, "q", zaptest.NewLogger(t)
+	cfg.Handler = func(_ context.Context, d *amqp.Delivery) Action {
+		select {
+		case got <- string(d.Body):
+		default:
+		}
+		return Ack
+	}
+	c, err := NewConsumer(cfg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	return c
+}
+
 // A node that confirms nothing (cut off from its peers, its connection
 // and heartbeats alive until net_ticktime) is left after LeaveAfter:
 // publishes time out as "may have been kept" meanwhile, then go through
@@ -129,15 +167,7 @@ func TestPublisherLeavesANodeThatConfirmsNothing(t *testing.T) {
 			t.Parallel()
 			const confirmTimeout, leaveAfter = 300 * time.Millisecond, time.Second
 			n := setupTwoNodes(t, Config{LeaveAfter: leaveAfter})
-			conn, err := amqp.Dial(n.b.URL)
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = conn.Close() })
-			ch, err := conn.Channel()
-			require.NoError(t, err)
-			require.NoError(t, ch.ExchangeDeclare("x", "direct", false, false, false, false, nil))
-			_, err = ch.QueueDeclare("q", true, false, false, false, testenv.QueueArgs(nil))
-			require.NoError(t, err)
-			require.NoError(t, ch.QueueBind("q", "q", "x", false, nil))
+			n.channel(t)
 			pub, err := NewPublisher(PublisherConfig{Session: n.s, ConfirmTimeout: confirmTimeout})
 			require.NoError(t, err)
 			t.Cleanup(pub.Close)
@@ -199,29 +229,11 @@ func TestBatchOnANodeThatConfirmsNothingLeavesIt(t *testing.T) {
 func TestConsumerLeavesANodeThatDoesNotAnswerItsSubscription(t *testing.T) {
 	t.Parallel()
 	n := setupTwoNodes(t, Config{})
-	conn, err := amqp.Dial(n.b.URL)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	ch, err := conn.Channel()
-	require.NoError(t, err)
-	_, err = ch.QueueDeclare("q", true, false, false, false, testenv.QueueArgs(nil))
-	require.NoError(t, err)
+	ch := n.channel(t)
 
 	n.a.Blackhole() // before the consumer subscribes: its channel.open is never answered
 	got := make(chan string, 1)
-	c, err := NewConsumer(ConsumerConfig{Session: n.s, Queue: "q", SubscribeTimeout: 500 * time.Millisecond, Logger: zaptest.NewLogger(t),
-		Handler: func(_ context.Context, d *amqp.Delivery) Action {
-			select {
-			case got <- string(d.Body):
-			default:
-			}
-			return Ack
-		}})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	n.consume(t, ConsumerConfig{SubscribeTimeout: 500 * time.Millisecond}, got)
 
 	require.NoError(t, ch.PublishWithContext(testenv.Context(t, 5*time.Second), "", "q", false, false, amqp.Publishing{Body: []byte("hello")}))
 	select {
@@ -245,26 +257,10 @@ func TestIdleConsumerLeavesANodeThatStoppedAnswering(t *testing.T) {
 	// (and requeue what it had sent on it) within seconds; the probe
 	// leaves well before the client's own heartbeat check would.
 	n := setupTwoNodes(t, Config{Heartbeat: 2 * time.Second})
-	conn, err := amqp.Dial(n.b.URL)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	ch, err := conn.Channel()
-	require.NoError(t, err)
-	_, err = ch.QueueDeclare("q", true, false, false, false, testenv.QueueArgs(nil))
-	require.NoError(t, err)
+	ch := n.channel(t)
 
 	got := make(chan string, 16)
-	c, err := NewConsumer(ConsumerConfig{Session: n.s, Queue: "q", SubscribeTimeout: 500 * time.Millisecond, ProbeEvery: 100 * time.Millisecond,
-		Logger: zaptest.NewLogger(t),
-		Handler: func(_ context.Context, d *amqp.Delivery) Action {
-			got <- string(d.Body)
-			return Ack
-		}})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	c := n.consume(t, ConsumerConfig{SubscribeTimeout: 500 * time.Millisecond, ProbeEvery: 100 * time.Millisecond}, got)
 	publish := func(body string) {
 		require.NoError(t, ch.PublishWithContext(testenv.Context(t, 5*time.Second), "", "q", false, false, amqp.Publishing{Body: []byte(body)}))
 	}

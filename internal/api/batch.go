@@ -294,11 +294,10 @@ admission:
 	for _, id := range ids {
 		keys = append(keys, s.d.Status.Key(id))
 	}
-	durErr := s.durable(ctx, keys...)
-	if durErr == nil && takeover && s.d.Claims != nil {
-		durErr = s.durableDeleted(ctx, s.batchClaimKeys(req.channel, batchID, accepted)...)
+	if takeover && s.d.Claims != nil {
+		keys = append(keys, s.batchClaimKeys(req.channel, batchID, accepted)...)
 	}
-	if err := durErr; err != nil {
+	if err := s.durable(ctx, keys...); err != nil {
 		s.rollbackBatch(ctx, failedBatch{id: batchID, listed: true, accepted: accepted, held: held})
 		return notDurable(err)
 	}

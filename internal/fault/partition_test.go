@@ -178,10 +178,10 @@ func TestPartitionFlapping(t *testing.T) {
 // other Sentinels for 20 s, while the API and the consumer, which list
 // that Sentinel first, still reach them; the other two fail over, and at
 // the heal the old master rejoins as a replica, discarding what it took
-// meanwhile. With the fence (REDIS_WAIT_REPLICAS, 1 in sentinel mode)
-// and min-replicas-to-write as shipped, the isolated master's writes are
-// never acknowledged: the requests are 503s, nothing answered 202 is
-// lost or sent twice, and every accepted task's status is still there.
+// meanwhile. What must hold: nothing answered 202 is lost or sent twice,
+// and every accepted task's status is still there after the heal. It
+// fails on this main (docs/cluster.md, "A node cut off, not killed"), so
+// make test-partitions runs it only with MSGPULSE_PARTITIONS_REDIS=1.
 func TestPartitionRedisMaster(t *testing.T) {
 	url := os.Getenv("MSGPULSE_PARTITION_SENTINEL_URL")
 	if url == "" {

@@ -39,6 +39,7 @@ func TestRenewerKeepsManyLeasesWithOneGoroutine(t *testing.T) {
 
 	h := &pipelines{}
 	e.r.Client.AddHook(h)
+	ticksBefore := r.Ticks()
 
 	// Several leases long: each key would have expired without renewals.
 	testenv.WaitFor(t, 20*time.Second, "renewals for three leases", func() bool { return r.Ticks() >= 9 })
@@ -48,10 +49,22 @@ func TestRenewerKeepsManyLeasesWithOneGoroutine(t *testing.T) {
 	h.mu.Lock()
 	sizes := append([]int(nil), h.sizes...)
 	h.mu.Unlock()
+	ticks := r.Ticks() - ticksBefore
 	require.NotEmpty(t, sizes)
+	// Each tick renews every held lease in one pipeline. On a Redis
+	// Cluster, go-redis sends again the part of a pipeline a node could
+	// not take (a moved slot, a reset connection): such a retry is a
+	// smaller pipeline of the same tick, never a pipeline per lease.
+	full := 0
 	for _, size := range sizes {
-		require.Equal(t, n, size, "each tick renews every held lease in one pipeline: %v", sizes)
+		require.LessOrEqual(t, size, n, "renewals in one pipeline: %v", sizes)
+		if size == n {
+			full++
+		}
 	}
+	// The tick under way when the hook was added, or when ticks was read,
+	// may be seen by one side only.
+	require.GreaterOrEqual(t, int64(full), ticks-1, "each tick renews every held lease in one pipeline: %d ticks, %v", ticks, sizes)
 	t.Logf("%d ticks, pipelines of %v renewals", r.Ticks(), sizes)
 
 	// A lease someone else took away is lost, and no longer renewed.

@@ -155,7 +155,7 @@ type Session struct {
 	done    chan struct{}
 
 	// What the publishers tell about the current connection's confirms
-	// (see confirmed and unconfirmed).
+	// (see answered and unanswered), and the nodes left (Leave).
 	lastConfirm atomic.Int64 // UnixNano of the last confirm, or of the connect
 	silentMu    sync.Mutex
 	silentSince time.Time // send time of the first publish unconfirmed since lastConfirm

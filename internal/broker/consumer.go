@@ -427,49 +427,6 @@ func (c *Consumer) consumeOnce(ctx context.Context, conn *amqp.Connection, log *
 	return lost
 }
 
-// errSubscribeTimeout: a subscription took longer than SubscribeTimeout.
-var errSubscribeTimeout = errors.New("no answer to opening the channel or to basic.consume")
-
-// cannotServe reports whether a consume ended because its node cannot
-// serve the queue: no answer to the subscription (or a probe) in time,
-// RabbitMQ's 541 INTERNAL_ERROR (a quorum queue's consume timed out on a
-// node cut off from its leader), or nothing delivered while messages are
-// ready (watchNode).
-func cannotServe(err error) bool {
-	var ae *amqp.Error
-	return errors.Is(err, errSubscribeTimeout) || errors.Is(err, errNodeIdle) || (errors.As(err, &ae) && ae.Code == amqp.InternalError)
-}
-
-// subscribeWithin is subscribe, bounded by SubscribeTimeout. An abandoned
-// subscription finishes in the background and is closed then; its
-// deliveries, if any came, go back to the queue with its channel.
-func (c *Consumer) subscribeWithin(conn *amqp.Connection, q QueueShare, tag string, lost chan<- error, log *zap.Logger) (*inbox, error) {
-	type result struct {
-		in  *inbox
-		err error
-	}
-	res := make(chan result, 1)
-	go func() {
-		in, err := c.subscribe(conn, q, tag, lost, log)
-		res <- result{in, err}
-	}()
-	t := time.NewTimer(c.cfg.SubscribeTimeout)
-	defer t.Stop()
-	select {
-	case r := <-res:
-		return r.in, r.err
-	case <-t.C:
-		go func() {
-			if r := <-res; r.in != nil {
-				r.in.acks.close()
-				_ = r.in.ch.Close()
-				<-r.in.watched
-			}
-		}()
-		return nil, fmt.Errorf("consume %s: %w within %s", q.Name, errSubscribeTimeout, c.cfg.SubscribeTimeout)
-	}
-}
-
 // subscribe opens a channel for one queue, with the queue's prefetch, and
 // starts consuming it into an inbox. The channel's close is reported on
 // lost (nil closes, ours, are not).

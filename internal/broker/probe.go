@@ -7,7 +7,71 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/zap"
 )
+
+// errSubscribeTimeout: a subscription took longer than SubscribeTimeout.
+var errSubscribeTimeout = errors.New("no answer to opening the channel or to basic.consume")
+
+// cannotServe reports whether a consume ended because its node cannot
+// serve the queue: no answer to the subscription (or a probe) in time,
+// RabbitMQ's 541 INTERNAL_ERROR (a quorum queue's consume timed out on a
+// node cut off from its leader), or nothing delivered while messages are
+// ready (watchNode).
+func cannotServe(err error) bool {
+	var ae *amqp.Error
+	return errors.Is(err, errSubscribeTimeout) || errors.Is(err, errNodeIdle) || (errors.As(err, &ae) && ae.Code == amqp.InternalError)
+}
+
+// subscribeWithin is subscribe, bounded by SubscribeTimeout. An abandoned
+// subscription finishes in the background and is closed then; its
+// deliveries, if any came, go back to the queue with its channel.
+func (c *Consumer) subscribeWithin(conn *amqp.Connection, q QueueShare, tag string, lost chan<- error, log *zap.Logger) (*inbox, error) {
+	in, err := within(context.Background(), c.cfg.SubscribeTimeout,
+		func() (*inbox, error) { return c.subscribe(conn, q, tag, lost, log) },
+		func(in *inbox) {
+			if in != nil {
+				in.acks.close()
+				_ = in.ch.Close()
+				<-in.watched
+			}
+		})
+	if errors.Is(err, errSubscribeTimeout) {
+		return nil, fmt.Errorf("consume %s: %w within %s", q.Name, err, c.cfg.SubscribeTimeout)
+	}
+	return in, err
+}
+
+// within runs f, waiting for it at most d (errSubscribeTimeout past it)
+// or until ctx ends (ctx's error). f goes on in the background when abandoned, and hands what it
+// returns to abandon: amqp091-go's channel.open, basic.consume and
+// queue.declare wait for the broker's answer without a bound, which a
+// node behind a silent network never sends (they end when the connection
+// closes, as Session.Leave closes it).
+func within[T any](ctx context.Context, d time.Duration, f func() (T, error), abandon func(T)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		v, err := f()
+		res <- result{v, err}
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var zero T
+	select {
+	case r := <-res:
+		return r.v, r.err
+	case <-ctx.Done():
+		go func() { abandon((<-res).v) }()
+		return zero, ctx.Err()
+	case <-t.C:
+		go func() { abandon((<-res).v) }()
+		return zero, errSubscribeTimeout
+	}
+}
 
 // errNodeIdle: the node reports messages ready in the consumer's queues
 // and delivers none of them to a consumer that has room.
@@ -71,25 +135,11 @@ func (c *Consumer) watchNode(ctx context.Context, conn *amqp.Connection, stuck c
 // in the background (the connection's close ends it, when the consumer
 // leaves the node).
 func (c *Consumer) readyWithin(ctx context.Context, conn *amqp.Connection) (int, error) {
-	type result struct {
-		n   int
-		err error
+	n, err := within(ctx, c.cfg.SubscribeTimeout, func() (int, error) { return c.ready(conn) }, func(int) {})
+	if errors.Is(err, errSubscribeTimeout) {
+		return 0, fmt.Errorf("probing %s: %w within %s", c.cfg.queues, err, c.cfg.SubscribeTimeout)
 	}
-	res := make(chan result, 1)
-	go func() {
-		n, err := c.ready(conn)
-		res <- result{n, err}
-	}()
-	t := time.NewTimer(c.cfg.SubscribeTimeout)
-	defer t.Stop()
-	select {
-	case r := <-res:
-		return r.n, r.err
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	case <-t.C:
-		return 0, fmt.Errorf("probing %s: %w within %s", c.cfg.queues, errSubscribeTimeout, c.cfg.SubscribeTimeout)
-	}
+	return n, err
 }
 
 func (c *Consumer) ready(conn *amqp.Connection) (int, error) {

@@ -26,6 +26,9 @@ type RelayConfig struct {
 	Prefetch    int           // default 64
 	RetryWait   time.Duration // first pause before publishing again a message it could not forward; default 500ms
 	Grace       time.Duration
+	// SubscribeTimeout is broker.ConsumerConfig.SubscribeTimeout
+	// (AMQP_SUBSCRIBE_TIMEOUT); 0 is its default.
+	SubscribeTimeout time.Duration
 }
 
 // Validate fills defaults and checks the configuration.
@@ -75,7 +78,7 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 func (r *Relay) Run(ctx context.Context) error {
 	c, err := broker.NewConsumer(broker.ConsumerConfig{
 		Session: r.cfg.Session, Queue: r.cfg.Topology.RelayQueue, BatchHandler: r.HandleBatch,
-		Concurrency: r.cfg.Concurrency, Prefetch: r.cfg.Prefetch, Grace: r.cfg.Grace,
+		Concurrency: r.cfg.Concurrency, Prefetch: r.cfg.Prefetch, Grace: r.cfg.Grace, SubscribeTimeout: r.cfg.SubscribeTimeout,
 		Tag: "msgpulse-relay", Logger: r.cfg.Logger.Named("relay"),
 	})
 	if err != nil {

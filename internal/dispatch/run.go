@@ -342,7 +342,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	}
 	if cfg.Relay && model.Delay.RelayQueue != "" {
 		relay, err := delay.NewRelay(delay.RelayConfig{Session: session, Publisher: pub, Planner: planner, Topology: model.Delay,
-			Metrics: delayMetrics, Logger: log, Concurrency: cfg.RelayConcurrency, Grace: cfg.ShutdownTimeout})
+			Metrics: delayMetrics, Logger: log, Concurrency: cfg.RelayConcurrency, Grace: cfg.ShutdownTimeout, SubscribeTimeout: cfg.SubscribeTimeout})
 		if err != nil {
 			return err
 		}

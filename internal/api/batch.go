@@ -284,6 +284,23 @@ admission:
 			return unavailable(err, "claims are unavailable (Redis); nothing was sent, retry with the same %s", HeaderIdempotencyKey)
 		}
 	}
+	// Every record, the task list, the Idempotency-Key entry and (after a
+	// takeover) the cleared withdrawals, durable before anything is
+	// published: on a Redis Cluster, each of their masters is fenced.
+	keys := []string{s.d.Status.BatchKey(out.BatchID)}
+	if held != nil {
+		keys = append(keys, held.OnceKey)
+	}
+	for _, id := range ids {
+		keys = append(keys, s.d.Status.Key(id))
+	}
+	if takeover && s.d.Claims != nil {
+		keys = append(keys, s.batchClaimKeys(req.channel, batchID, accepted)...)
+	}
+	if err := s.durable(ctx, keys...); err != nil {
+		s.rollbackBatch(ctx, failedBatch{id: batchID, listed: true, accepted: accepted, held: held})
+		return notDurable(err)
+	}
 	if published, err := s.publishBatch(ctx, req, caller.Tenant, out.BatchID, accepted, now); err != nil {
 		s.rollbackBatch(ctx, failedBatch{id: batchID, listed: true, accepted: accepted, published: published, held: held})
 		return publishFailure(err)

@@ -7,7 +7,11 @@
 // publish whose message may have been kept (no confirm in time) says so.
 // Before publishing it admits the message against its level queue's depth
 // (broker.Gauge, {CH}_QUEUE_ADMIT_FILL), refusing with 503 rather than
-// accepting what drop-head would then throw away.
+// accepting what drop-head would then throw away. And before publishing,
+// what a 202 promises (the status record, the Idempotency-Key entry, the
+// code) is made durable on the Redis replicas (durable.go,
+// REDIS_WAIT_REPLICAS): a master cut off from its replicas gets a 503 with
+// everything rolled back, never a 202 that a failover later forgets.
 //
 // Every /api route names the scope it needs (send, read, admin) in the
 // route table in New, the one place scopes are checked; a key's tenant

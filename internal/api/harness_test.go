@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -113,6 +114,10 @@ type options struct {
 	// statusTTL is STATUS_TTL (0 = the default, 7 days)
 	statusTTL   time.Duration
 	wecomLimits map[string]wecom.Limits // WECOM_ACCOUNT_LIMITS
+	// replicated: the API's Redis is this master (its replica waited on
+	// with waitReplicas as REDIS_WAIT_REPLICAS; 0 = no fence)
+	replicated   *testenv.Replicated
+	waitReplicas int
 }
 
 func defaultLimits() config.Limits {
@@ -149,6 +154,12 @@ func setup(t *testing.T, o options) *harness {
 	} else {
 		t.Parallel()
 		h.broker, h.redis = testenv.NewBroker(t), testenv.NewRedis(t)
+		if r := o.replicated; r != nil {
+			c, err := rdb.Open(rdb.Single, r.URL(), rdb.FailFast(cmp.Or(o.redisTimeout, 500*time.Millisecond)))
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Close() })
+			h.redis = &testenv.Redis{Client: c, Prefix: h.redis.Prefix, URL: r.URL(), Mode: rdb.Single}
+		}
 	}
 	h.conn, err = amqp.Dial(h.broker.URL)
 	require.NoError(t, err)
@@ -227,11 +238,14 @@ func setup(t *testing.T, o options) *harness {
 	}
 	h.guard, err = fraud.New(h.apiRedis, h.redis.Prefix, o.fraud, h.limiter.ClockOffset)
 	require.NoError(t, err)
+	fence, err := rdb.NewFence(h.apiRedis, rdb.FenceConfig{Replicas: o.waitReplicas, Prefix: h.redis.Prefix})
+	require.NoError(t, err)
+	t.Cleanup(fence.Close)
 	h.srv, err = New(Deps{
 		// Stack traces as in production (logging.New): on errors only.
 		Log: zap.New(core, zap.AddStacktrace(zapcore.ErrorLevel)), Model: m, Publisher: pub, Delayed: delay.NewPublisher(bp, planner, m.Delay, nil), Fraud: h.guard,
 		Limiter: h.limiter, RateLimits: rl, Codes: codes, Keys: h.keys, Status: st, Redis: h.apiRedis, Templates: tpl,
-		Registry: reg, Claims: claims, DLQ: CachedDLQStats(s, m, st, 0),
+		Registry: reg, Claims: claims, DLQ: CachedDLQStats(s, m, st, 0), Fence: fence,
 		Inspect: func(ctx context.Context, names []string) ([]broker.QueueState, error) {
 			conn, err := s.Conn(ctx)
 			if err != nil {

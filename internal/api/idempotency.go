@@ -167,6 +167,8 @@ func (s *Server) answer(c *echo.Context, in *idem, res *ratelimit.Reservation, s
 	defer cancel()
 	if err := s.d.Limiter.Finish(ctx, res, in.ttl, status, b); err != nil {
 		s.log.Warn("could not store the answer of an idempotent request; a retry publishes again under the same task ids", zap.Error(err))
+	} else {
+		s.answerDurable(ctx, res.OnceKey)
 	}
 	s.metrics.idempotent.WithLabelValues("stored").Inc()
 	return c.Blob(status, echo.MIMEApplicationJSON, b)

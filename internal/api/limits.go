@@ -148,6 +148,11 @@ func (s *Server) limited(ctx context.Context, err error) *apiError {
 		}
 		return &apiError{Status: http.StatusTooManyRequests, Msg: le.Error(), RetryAfter: le.RetryAfter, Limit: label, cause: err}
 	}
+	if refusedForReplicas(err) {
+		// The master refused the writes (min-replicas-to-write, or it is
+		// a replica now): nothing was stored, as with Redis away.
+		return notDurable(err)
+	}
 	return unavailable(err, "frequency control is unavailable (Redis); nothing was sent, try again")
 }
 

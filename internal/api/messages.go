@@ -95,6 +95,10 @@ func (s *Server) sendMessage(c *echo.Context) error {
 	}
 	msg := s.message(&req.Message, caller.Tenant, now)
 	msg.TaskID, msg.Recipient = a.taskID, a.recipient
+	if err := s.durable(ctx, s.d.Status.Key(a.taskID), a.res.OnceKey); err != nil {
+		s.rollback(ctx, undo{reservation: a.res, taskID: a.taskID, once: a.res.OnceKey, onceIDs: a.taskID})
+		return notDurable(err)
+	}
 	if err := s.publish(ctx, req.channel, msg, req.delay); err != nil {
 		s.rollback(ctx, undo{reservation: a.res, taskID: a.taskID, once: a.res.OnceKey, onceIDs: a.taskID})
 		return publishFailure(err)

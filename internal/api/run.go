@@ -83,6 +83,14 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		return fmt.Errorf("REDIS_URL: %w", err)
 	}
 	defer func() { _ = redisClient.Close() }()
+	// Writes a 202 promises are made durable first (docs/cluster.md,
+	// "Redis durability"). Closed before the client (defers run last in,
+	// first out).
+	fence, err := rdb.NewFence(redisClient, cfg.RedisWait)
+	if err != nil {
+		return fmt.Errorf("REDIS_WAIT_REPLICAS: %w", err)
+	}
+	defer fence.Close()
 
 	// Background services outlive ctx until the HTTP server has drained.
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
@@ -176,6 +184,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	srv, err := New(Deps{
 		Log: log, Model: model, Publisher: pub, Delayed: delayed, Limiter: limiter, Fraud: guard,
 		RateLimits: rateLimits, Codes: codes, Keys: keys, Status: statuses, Redis: redisClient, Templates: tpl, Registry: reg, Claims: claims,
+		Fence:    fence,
 		DLQ:      CachedDLQStats(session, model, statuses, 5*time.Second),
 		Inspect:  inspect,
 		Ages:     queueAges(mc, vhost),

@@ -32,6 +32,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/logging"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
@@ -74,7 +75,10 @@ type Deps struct {
 	Templates *template.Store
 	// Claims withdraws what a failed batch had published (nil = the
 	// published part of a failed mail or SMS batch may still be sent).
-	Claims  *claim.Claimer
+	Claims *claim.Claimer
+	// Fence makes what a request wrote durable before it is published and
+	// answered 202 (rdb.Fence; nil or off: nothing is waited for).
+	Fence   *rdb.Fence
 	Inspect QueueInspector
 	// Ages, when set, gives the time of each queue's oldest message where
 	// the broker reports it (management API); nil or failing: no ages.

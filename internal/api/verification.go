@@ -113,6 +113,13 @@ again:
 		s.rollback(ctx, undo{reservation: res, code: iss, taskID: taskID, once: res.OnceKey, onceIDs: taskID})
 		return unavailable(err, "could not store the code (Redis); nothing was sent, try again")
 	}
+	// The code, its record and the Idempotency-Key entry survive a
+	// failover before the code is sent: a code that no longer verifies,
+	// or a retry that sends a second one, is what a lost write costs.
+	if err := s.durable(ctx, iss.Key(), s.d.Status.Key(taskID), res.OnceKey); err != nil {
+		s.rollback(ctx, undo{reservation: res, code: iss, taskID: taskID, once: res.OnceKey, onceIDs: taskID})
+		return notDurable(err)
+	}
 	// No level on the message: the codes' queue, which is theirs alone.
 	if err := s.publish(ctx, req.Channel, msg, 0); err != nil {
 		s.rollback(ctx, undo{reservation: res, code: iss, taskID: taskID, once: res.OnceKey, onceIDs: taskID})

@@ -14,6 +14,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/logging"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/topology"
@@ -73,6 +74,9 @@ type API struct {
 	MessageMaxAge   time.Duration
 	IdempotencyTTL  time.Duration
 	RedisTimeout    time.Duration
+	// RedisWait is how the API makes its writes durable before a 202
+	// (REDIS_WAIT_REPLICAS, REDIS_WAIT_TIMEOUT; rdb.Fence).
+	RedisWait       rdb.FenceConfig
 	PublishChannels int
 	PublishLanes    int
 	PublishWindow   int
@@ -196,6 +200,7 @@ func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	c.MessageMaxAge = l.Duration("MESSAGE_MAX_AGE", 24*time.Hour, time.Second, 30*24*time.Hour, "default ttlSeconds of POST /api/messages/send: a message not sent this long after it was due is dead-lettered as expired")
 	c.IdempotencyTTL = l.Duration("IDEMPOTENCY_TTL", 24*time.Hour, time.Minute, 30*24*time.Hour, "how long the answer to a request with an Idempotency-Key is kept and given again to the same key (send, batch, verification-codes)")
 	c.RedisTimeout = l.Duration("REDIS_TIMEOUT", 500*time.Millisecond, 10*time.Millisecond, 30*time.Second, "longest wait for each Redis call of a request (connect, read, write, free pooled connection), never retried, so a dead Redis is a quick 503; overrides REDIS_URL timeouts")
+	c.RedisWait = loadRedisWait(l, c.Common, c.RedisTimeout)
 	c.PublishChannels = l.Int("PUBLISH_CHANNELS", 32, 1, 2000, "confirm channels for batched publishes (delays), one batch in flight each")
 	c.PublishLanes = l.Int("PUBLISH_LANES", 4, 1, 64, "shared confirm channels for single publishes, per queue (a code never shares one with a notice)")
 	c.PublishWindow = l.Int("PUBLISH_WINDOW", 256, 1, 10_000, "unconfirmed publishes in flight per shared channel; more wait up to PUBLISH_TIMEOUT")

@@ -1,11 +1,14 @@
 package config
 
 import (
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/msgpulse/msgpulse/internal/envconf"
+	"github.com/msgpulse/msgpulse/internal/rdb"
 )
 
 // AMQP_URL and RABBITMQ_MANAGEMENT_URL take one URL per node; each item is
@@ -56,6 +59,44 @@ func TestRedisAutoPipeline(t *testing.T) {
 			}
 			require.NoError(t, l.Err())
 			require.Equal(t, tc.want, c.RedisAutoPipeline)
+		})
+	}
+}
+
+// REDIS_WAIT_REPLICAS follows REDIS_MODE unless set, on api and consumer
+// alike; REDIS_WAIT_TIMEOUT must leave REDIS_TIMEOUT room for the reply.
+func TestRedisWait(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		env      map[string]string
+		replicas int
+		timeout  time.Duration
+		errVar   string
+	}{
+		{name: "single: off", env: map[string]string{}, timeout: 250 * time.Millisecond},
+		{name: "sentinel: one replica", env: map[string]string{"REDIS_MODE": "sentinel"}, replicas: 1, timeout: 250 * time.Millisecond},
+		{name: "cluster: one replica", env: map[string]string{"REDIS_MODE": "cluster"}, replicas: 1, timeout: 250 * time.Millisecond},
+		{name: "set on a cluster", env: map[string]string{"REDIS_MODE": "cluster", "REDIS_WAIT_REPLICAS": "2", "REDIS_WAIT_TIMEOUT": "100ms"}, replicas: 2, timeout: 100 * time.Millisecond},
+		{name: "turned off on a cluster", env: map[string]string{"REDIS_MODE": "cluster", "REDIS_WAIT_REPLICAS": "0"}, timeout: 250 * time.Millisecond},
+		{name: "not a number", env: map[string]string{"REDIS_WAIT_REPLICAS": "one"}, errVar: "REDIS_WAIT_REPLICAS"},
+		{name: "negative", env: map[string]string{"REDIS_WAIT_REPLICAS": "-1"}, errVar: "REDIS_WAIT_REPLICAS"},
+		{name: "timeout not below REDIS_TIMEOUT", env: map[string]string{"REDIS_WAIT_TIMEOUT": "2s", "REDIS_TIMEOUT": "2s"}, errVar: "REDIS_WAIT_TIMEOUT"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.env["API_AUTH"] = "disabled" // the API's one required setting
+			api, la := LoadAPI(envconf.FromMap(tc.env))
+			consumer, lc := LoadConsumer(envconf.FromMap(tc.env))
+			if tc.errVar != "" {
+				require.ErrorContains(t, la.Errs(), tc.errVar)
+				require.ErrorContains(t, lc.Errs(), tc.errVar)
+				return
+			}
+			require.NoError(t, errors.Join(la.Err(), lc.Err()))
+			for _, got := range []rdb.FenceConfig{api.RedisWait, consumer.RedisWait} {
+				require.Equal(t, tc.replicas, got.Replicas)
+				require.Equal(t, tc.timeout, got.Timeout)
+				require.Equal(t, "msgpulse:", got.Prefix)
+			}
 		})
 	}
 }

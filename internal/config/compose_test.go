@@ -58,7 +58,7 @@ func TestComposeFile(t *testing.T) {
 	require.Equal(t, []string{"api", "consumer", "mailpit", "rabbitmq", "redis", "topology"}, names)
 	sort.Strings(cluster)
 	require.Equal(t, []string{"api-cluster", "consumer-cluster", "redis-cluster-create", "redis-node-1", "redis-node-2", "redis-node-3",
-		"redis-node-4", "redis-node-5", "redis-node-6", "rmq1", "rmq2", "rmq3", "topology-cluster"}, cluster)
+		"redis-node-4", "redis-node-5", "redis-node-6", "redis-node-7", "redis-node-8", "redis-node-9", "rmq1", "rmq2", "rmq3", "topology-cluster"}, cluster)
 	// RabbitMQ of a series make test runs (4.0.5 and 3.10.8, scripts/test.sh),
 	// so a developer's stack behaves as the tests saw it.
 	for _, n := range []string{"rabbitmq", "rmq1", "rmq2", "rmq3"} {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/msgpulse/msgpulse/internal/envconf"
@@ -92,4 +93,31 @@ func loadLeaveAfter(l *envconf.Loader) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// loadRedisWait reads REDIS_WAIT_REPLICAS and REDIS_WAIT_TIMEOUT, the
+// fence that makes a write durable before the API answers 202 or the
+// consumer calls a provider (rdb.Fence; docs/cluster.md, "Redis
+// durability"). The replicas' default follows REDIS_MODE: a Sentinel set
+// or a Cluster has replicas to wait for, one Redis has none.
+func loadRedisWait(l *envconf.Loader, c Common, redisTimeout time.Duration) rdb.FenceConfig {
+	def := 0
+	if c.RedisMode == rdb.Sentinel || c.RedisMode == rdb.Cluster {
+		def = 1
+	}
+	const name = "REDIS_WAIT_REPLICAS"
+	raw := l.Computed(name, strconv.Itoa(def), "1 with REDIS_MODE sentinel or cluster, else 0",
+		"replicas that must acknowledge the writes a caller is told about (the API's idempotency entry, status record and code before its 202; the consumer's claim before it calls a provider), by WAIT, at most as many as the master has online (0 = off, nothing is waited for); a write they do not acknowledge within REDIS_WAIT_TIMEOUT is a 503 (API) or a pause and retry (consumer), so an isolated master's writes are never acknowledged and then lost in a failover")
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 0 || n > 16 {
+		l.Fail(name, raw, "must be an integer between 0 and 16")
+		n = def
+	}
+	cfg := rdb.FenceConfig{Replicas: n, Prefix: c.RedisPrefix}
+	cfg.Timeout = l.Duration("REDIS_WAIT_TIMEOUT", rdb.DefaultWaitTimeout, time.Millisecond, 10*time.Second,
+		"longest wait for REDIS_WAIT_REPLICAS to acknowledge; a round that times out fails its callers. Must be below REDIS_TIMEOUT, which bounds the reply")
+	if cfg.Timeout >= redisTimeout {
+		l.Fail("REDIS_WAIT_TIMEOUT", envconf.FormatDuration(cfg.Timeout), "must be below REDIS_TIMEOUT (%s): WAIT's reply comes only after it", envconf.FormatDuration(redisTimeout))
+	}
+	return cfg
 }

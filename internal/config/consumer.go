@@ -16,6 +16,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider/sms"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
@@ -31,7 +32,10 @@ type Consumer struct {
 	RedisTimeout time.Duration
 	// AMQPLeaveAfter is broker.Config.LeaveAfter (negative: never).
 	AMQPLeaveAfter time.Duration
-	Concurrency    int
+	// RedisWait is how the consumer makes a claim durable before it calls
+	// a provider (REDIS_WAIT_REPLICAS, REDIS_WAIT_TIMEOUT; rdb.Fence).
+	RedisWait   rdb.FenceConfig
+	Concurrency int
 	// PriorityWeights are the levels' shares of a channel's workers while
 	// every level has work waiting.
 	PriorityWeights map[topology.Level]int
@@ -81,6 +85,7 @@ func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader
 	c.Telemetry = loadTelemetry(l, "msgpulse-consumer")
 	c.AMQPLeaveAfter = loadLeaveAfter(l)
 	c.RedisTimeout = l.Duration("REDIS_TIMEOUT", time.Second, 10*time.Millisecond, 30*time.Second, "longest wait for each Redis call (connect, read, write, free pooled connection), never retried: a worker notices a dead Redis within it and pauses; overrides REDIS_URL timeouts")
+	c.RedisWait = loadRedisWait(l, c.Common, c.RedisTimeout)
 	c.PprofAddr = l.String("PPROF_ADDR", "", "address of a net/http/pprof server for profiling under load (empty = off; keep it on localhost or a private network)")
 	c.Channels = l.List("CHANNELS", "mail,sms", "main queues to consume: any of "+strings.Join(topology.Channels, ", "))
 	if len(c.Channels) == 0 {

@@ -24,6 +24,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
@@ -87,7 +88,10 @@ type Config struct {
 	RateLimits *ratelimit.ConfigStore // per-provider limits; nil = none
 	Callbacks  *Callbacks             // nil = no callbacks
 	Redis      redis.UniversalClient  // pinged while paused, and pipelines claims with status updates
-	Retry      RetryPolicy
+	// Fence makes a claim durable before its provider is called (see
+	// durable.go); nil or off: a claim is trusted once Redis answered.
+	Fence *rdb.Fence
+	Retry RetryPolicy
 	// SendTimeout bounds one provider call; default 30s.
 	SendTimeout time.Duration
 	// MaxMessageBytes: a larger body is dead-lettered as malformed before
@@ -454,7 +458,7 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 	res, err := d.claim(cctx, j, key, len(rules) == 0 && len(j.msg.Recipients) == 0)
 	cspan.End()
 	if err != nil {
-		return fmt.Errorf("%w: claim: %w", errRedis, err)
+		return fmt.Errorf("%w: claim: %w", errRedis, notDurableIf(key, err))
 	}
 	switch res.Outcome {
 	case claim.AlreadySent:
@@ -465,6 +469,9 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 		return Snooze(res.HeldFor+time.Second, "claimed by "+res.HeldBy)
 	}
 	cl := res.Claim
+	if err := d.durable(ctx, cl); err != nil {
+		return err
+	}
 	if len(rules) > 0 {
 		if _, err := d.cfg.Limiter.Take(ctx, ratelimit.Request{Rules: rules}); err != nil {
 			d.release(ctx, cl)
@@ -1055,6 +1062,13 @@ func (d *Dispatcher) pause(ctx context.Context, cause error) bool {
 	d.cfg.Metrics.Paused.Set(1)
 	defer d.cfg.Metrics.Paused.Set(0)
 	d.log.Warn("Redis unavailable: pausing (nothing is sent or acked without the idempotency check)", zap.Error(cause))
+	// A master that answers but cannot make a claim durable answers a
+	// PING too: it is asked for what failed, a durable write.
+	probe := func(ctx context.Context) error { return d.cfg.Redis.Ping(ctx).Err() }
+	var nd *notDurableError
+	if errors.As(cause, &nd) && d.cfg.Fence.Replicas() > 0 {
+		probe = func(ctx context.Context) error { return d.cfg.Fence.Wait(ctx, nd.key) }
+	}
 	wait := 100 * time.Millisecond
 	for {
 		select {
@@ -1063,7 +1077,7 @@ func (d *Dispatcher) pause(ctx context.Context, cause error) bool {
 		case <-time.After(wait):
 		}
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		err := d.cfg.Redis.Ping(pctx).Err()
+		err := probe(pctx)
 		cancel()
 		if err == nil {
 			d.log.Info("Redis is back: resuming")

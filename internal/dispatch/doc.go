@@ -8,7 +8,10 @@
 // switch over control errors that carry the step's intent (Snooze, the
 // deadline, a malformed body, a provider failure's class).
 //
-// It never sends without a claim, never acks a message it did not either
+// It never sends without a claim, and with REDIS_WAIT_REPLICAS never
+// under one its Redis replicas have not acknowledged (durable.go): a claim
+// an isolated master took, and a failover then discarded, would let a
+// redelivery send the message again. It never acks a message it did not either
 // send, find already sent, or hand on (a confirmed retry or snooze), and
 // never keeps the only copy of a retry in memory: retries are published to
 // RabbitMQ with a confirm before the original is acked.

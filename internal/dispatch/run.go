@@ -115,6 +115,13 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 		return fmt.Errorf("REDIS_URL: %w", err)
 	}
 	defer func() { _ = redisClient.Close() }()
+	// A claim is made durable before its provider is called
+	// (docs/cluster.md, "Redis durability"); closed before the client.
+	fence, err := rdb.NewFence(redisClient, cfg.RedisWait)
+	if err != nil {
+		return fmt.Errorf("REDIS_WAIT_REPLICAS: %w", err)
+	}
+	defer fence.Close()
 
 	reg := o.reg
 	if reg == nil {
@@ -246,7 +253,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 		Media: mediaStore, MediaWorkers: wa.MediaWorkers, MediaTenantWorkers: wa.MediaTenantWorkers,
 		MediaMaxBytes: int64(wa.MediaMaxBytes), MediaTenantMaxBytes: int64(wa.MediaTenantMaxBytes),
 		Delayed: delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix).WithExactMax(cfg.LimitExactMax), RateLimits: rateLimits, Callbacks: callbacks,
-		Redis: redisClient, SendTimeout: cfg.SendTimeout, MaxMessageBytes: cfg.MaxMessageBytes, Owner: cfg.ConsumerID, Metrics: metrics, DelayMetrics: delayMetrics,
+		Redis: redisClient, Fence: fence, SendTimeout: cfg.SendTimeout, MaxMessageBytes: cfg.MaxMessageBytes, Owner: cfg.ConsumerID, Metrics: metrics, DelayMetrics: delayMetrics,
 		Logger: log, Retry: RetryPolicy{MaxRetries: cfg.MaxRetries, Backoff: cfg.RetryBackoff, Throttled: cfg.ThrottledBackoff},
 	})
 	if err != nil {

@@ -242,7 +242,7 @@ func TestClusterRabbitMQNodeKilled(t *testing.T) {
 // redisMaster returns a port of the Redis Cluster whose role is master.
 func redisMaster(t *testing.T) int {
 	t.Helper()
-	for port := 7101; port <= 7106; port++ {
+	for port := 7101; port <= 7109; port++ { // scripts/cluster/redis.sh
 		out, err := exec.Command("redis-cli", "-p", strconv.Itoa(port), "role").Output()
 		if err == nil && strings.HasPrefix(string(out), "master") {
 			return port

@@ -13,6 +13,9 @@ import (
 
 func (s *Store) batchKey(batchID string) string { return s.cfg.Prefix + "batch:" + batchID }
 
+// BatchKey is the key of a batch's task list (see Key).
+func (s *Store) BatchKey(batchID string) string { return s.batchKey(batchID) }
+
 // batchScript stores a batch's task list. KEYS: the list. ARGV: ttl ms,
 // then the task IDs.
 var batchScript = redis.NewScript(`

@@ -169,6 +169,10 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 // Redis Cluster.
 func (s *Store) key(taskID string) string { return s.cfg.Prefix + "status:{" + taskID + "}" }
 
+// Key is the key of taskID's record, for a caller that must make its
+// write durable (rdb.Fence.Wait).
+func (s *Store) Key(taskID string) string { return s.key(taskID) }
+
 // Hash fields are the JSON names; times are unix milliseconds.
 const (
 	fTaskID      = "taskId"

@@ -163,6 +163,10 @@ type Issued struct {
 	prev []string // the replaced code's fields and expiry, for rollback
 }
 
+// Key is the key the code is stored under, for a caller that must make
+// the write durable (rdb.Fence.Wait).
+func (iss *Issued) Key() string { return iss.key }
+
 // Issue generates a code, stores its digest, and returns it.
 func (s *Store) Issue(ctx context.Context, tenant, channel, recipient, purpose, taskID string) (*Issued, error) {
 	iss, err := s.Prepare(tenant, channel, recipient, purpose, taskID)

@@ -46,7 +46,7 @@ TEST_AMQP_URL=$(printf 'amqp://guest:guest@127.0.0.1:%s/,' "${AMQP_PORTS[@]}")
 TEST_RABBITMQ_MANAGEMENT_URL=$(printf 'http://guest:guest@127.0.0.1:%s,' "${MGMT_PORTS[@]}")
 export TEST_AMQP_URL=${TEST_AMQP_URL%,} TEST_RABBITMQ_MANAGEMENT_URL=${TEST_RABBITMQ_MANAGEMENT_URL%,}
 export TEST_REDIS_MODE=cluster
-export TEST_REDIS_URL='redis://127.0.0.1:7101?addr=127.0.0.1:7102&addr=127.0.0.1:7103&addr=127.0.0.1:7104&addr=127.0.0.1:7105&addr=127.0.0.1:7106'
+export TEST_REDIS_URL='redis://127.0.0.1:7101?addr=127.0.0.1:7102&addr=127.0.0.1:7103&addr=127.0.0.1:7104&addr=127.0.0.1:7105&addr=127.0.0.1:7106&addr=127.0.0.1:7107&addr=127.0.0.1:7108&addr=127.0.0.1:7109'
 export MSGPULSE_SENTINEL_URL='redis://127.0.0.1:27201?addr=127.0.0.1:27202&addr=127.0.0.1:27203&master_name=msgpulse'
 
 # The Redis integration tests, on the Redis Cluster (and the RabbitMQ

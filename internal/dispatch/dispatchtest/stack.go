@@ -36,6 +36,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom/wecomtest"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	rdbpkg "github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/template"
@@ -83,6 +84,11 @@ type Options struct {
 	// VHostDefaultType is the default queue type of the stack's vhost
 	// ("" = the broker's): what a declare without x-queue-type gets.
 	VHostDefaultType string
+	// Replicated, when set, is the stack's Redis (its master); the
+	// consumers make each claim durable on WaitReplicas of its replicas
+	// (REDIS_WAIT_REPLICAS; 0 = no fence).
+	Replicated   *testenv.Replicated
+	WaitReplicas int
 }
 
 // Stack is one isolated msgpulse deployment.
@@ -121,6 +127,12 @@ func New(t testing.TB, opts Options) *Stack {
 		opts.Logger = zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
 	}
 	s := &Stack{T: t, opts: opts, Broker: testenv.NewBrokerDefaultType(t, opts.VHostDefaultType), Redis: testenv.NewRedis(t)}
+	if r := opts.Replicated; r != nil {
+		c, err := rdbpkg.Open(rdbpkg.Single, r.URL(), rdbpkg.FailFast(time.Second))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		s.Redis = &testenv.Redis{Client: c, Prefix: s.Redis.Prefix, URL: r.URL(), Mode: rdbpkg.Single}
+	}
 	cfg := testenv.Topology()
 	if opts.Model != nil {
 		opts.Model(&cfg)
@@ -238,7 +250,7 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	d, err := dispatch.New(dispatch.Config{
 		Model: s.Model, Claims: claims, Status: statuses, Templates: tpl, Keys: s.Keys, Mail: m, SMS: sms, WeCom: wc,
 		Adaptive: s.Adaptive, Accounts: accounts, WeComLimits: s.opts.WeComLimits, MergeWindow: s.opts.MergeWindow, MergeMax: s.opts.MergeMax, Media: mediaStore,
-		Delayed: delayed, Limiter: ratelimit.New(rdb, s.Redis.Prefix), RateLimits: rl, Redis: rdb,
+		Delayed: delayed, Limiter: ratelimit.New(rdb, s.Redis.Prefix), RateLimits: rl, Redis: rdb, Fence: s.fence(rdb),
 		Retry: s.opts.Retry, SendTimeout: 5 * time.Second, Owner: name, Metrics: s.Metrics, DelayMetrics: s.DelayMet,
 		Logger: s.opts.Logger.Named(name),
 	})
@@ -286,6 +298,15 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	}()
 	t.Cleanup(c.Stop)
 	return c
+}
+
+// fence is a consumer's fence on c (Options.WaitReplicas), closed when
+// the test ends.
+func (s *Stack) fence(c redis.UniversalClient) *rdbpkg.Fence {
+	f, err := rdbpkg.NewFence(c, rdbpkg.FenceConfig{Replicas: s.opts.WaitReplicas, Prefix: s.Redis.Prefix})
+	require.NoError(s.T, err)
+	s.T.Cleanup(f.Close)
+	return f
 }
 
 func port(t testing.TB, addr string) int {

@@ -70,10 +70,10 @@ type API struct {
 	StatusTTL       time.Duration
 	PublishTimeout  time.Duration
 	// AMQPLeaveAfter is broker.Config.LeaveAfter (negative: never).
-	AMQPLeaveAfter  time.Duration
-	MessageMaxAge   time.Duration
-	IdempotencyTTL  time.Duration
-	RedisTimeout    time.Duration
+	AMQPLeaveAfter time.Duration
+	MessageMaxAge  time.Duration
+	IdempotencyTTL time.Duration
+	RedisTimeout   time.Duration
 	// RedisWait is how the API makes its writes durable before a 202
 	// (REDIS_WAIT_REPLICAS, REDIS_WAIT_TIMEOUT; rdb.Fence).
 	RedisWait       rdb.FenceConfig

@@ -294,10 +294,11 @@ admission:
 	for _, id := range ids {
 		keys = append(keys, s.d.Status.Key(id))
 	}
-	if takeover && s.d.Claims != nil {
-		keys = append(keys, s.batchClaimKeys(req.channel, batchID, accepted)...)
+	durErr := s.durable(ctx, keys...)
+	if durErr == nil && takeover && s.d.Claims != nil {
+		durErr = s.durableDeleted(ctx, s.batchClaimKeys(req.channel, batchID, accepted)...)
 	}
-	if err := s.durable(ctx, keys...); err != nil {
+	if err := durErr; err != nil {
 		s.rollbackBatch(ctx, failedBatch{id: batchID, listed: true, accepted: accepted, held: held})
 		return notDurable(err)
 	}

@@ -19,14 +19,28 @@ import (
 // discards them: without this, the 202's task id would later be unknown
 // and a retry with the same Idempotency-Key sent again (issue 46).
 // Frequency-control counts are not waited for: losing some is harmless.
+//
+// keys are keys the request wrote (created or set): the fence also checks
+// they are on the master it reached, so that a write the client sent to
+// the old master while following a failover is not taken for durable.
 func (s *Server) durable(ctx context.Context, keys ...string) error {
-	var nonEmpty []string
+	return s.d.Fence.WaitWritten(ctx, writtenKeys(keys)...)
+}
+
+// durableDeleted is durable for keys the request deleted (nothing to
+// find): only the hash tags count.
+func (s *Server) durableDeleted(ctx context.Context, keys ...string) error {
+	return s.d.Fence.Wait(ctx, writtenKeys(keys)...)
+}
+
+func writtenKeys(keys []string) []string {
+	out := keys[:0:0]
 	for _, k := range keys {
 		if k != "" {
-			nonEmpty = append(nonEmpty, k)
+			out = append(out, k)
 		}
 	}
-	return s.d.Fence.Wait(ctx, nonEmpty...)
+	return out
 }
 
 // notDurable is the 503 of a request whose writes Redis could not make

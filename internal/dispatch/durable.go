@@ -45,7 +45,7 @@ func notDurableIf(key string, err error) error {
 // delivery again, as for any Redis failure. A provider is called only
 // under a claim that a failover cannot take back.
 func (d *Dispatcher) durable(ctx context.Context, cl *claim.Claim) error {
-	if err := d.cfg.Fence.Wait(ctx, cl.Key()); err != nil {
+	if err := d.cfg.Fence.WaitWritten(ctx, cl.Key()); err != nil {
 		d.release(ctx, cl)
 		if !errors.Is(err, rdb.ErrFenceClosed) {
 			err = &notDurableError{key: cl.Key(), err: err}

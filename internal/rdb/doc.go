@@ -18,7 +18,7 @@
 // min-replicas-max-lag narrow that window to the lag but cannot close it,
 // so a write whose loss would break a promise (an idempotency entry, a
 // status record, an issued code, a consumer's claim) is followed by
-// Fence.Wait before anyone is told it happened: before the API's 202,
+// Fence.WaitWritten before anyone is told it happened: before the API's 202,
 // before the consumer calls a provider.
 //
 // WAIT counts the writes of the connection it runs on, and go-redis pools
@@ -31,6 +31,16 @@
 // callers share rounds (group commit), one runner per master; a caller
 // joins the next round that starts after its call, never one in flight,
 // whose write may have gone out before the caller's writes were answered.
+//
+// That covers the writes the round's master has. During a failover the
+// client moves its connections to the new master one by one, so a
+// caller's write can go to the old master on one connection while the
+// round runs on the new one and passes: the write is lost, the caller
+// told it is durable (the partition-redis-master scenario found one such
+// status in 671). WaitWritten, for keys the caller created or set, checks
+// in the same round, on the same connection, that each key exists on the
+// round's master, and fails that caller (ErrNotDurable) when one does not.
+// Wait, for keys a caller deleted, checks nothing but their hash tags.
 //
 // How many replicas: min(REDIS_WAIT_REPLICAS, the replicas the master has
 // online by ROLE at the previous round). WAIT for more replicas than are

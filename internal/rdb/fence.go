@@ -93,9 +93,21 @@ type fenceNode interface {
 
 // fenceRound is one INCR-and-WAIT, for every caller that joined it.
 type fenceRound struct {
-	key  string // a caller's key, whose hash tag the fence key takes
-	done chan struct{}
-	err  error
+	key     string // a caller's key, whose hash tag the fence key takes
+	callers []*fenceCaller
+	done    chan struct{}
+	err     error
+}
+
+// fenceCaller is one WaitWritten call's part of a round: the keys it wrote
+// on the round's master, which the round checks are there (EXISTS, on the
+// round's own connection). WAIT covers the writes of the server it runs
+// on: a write that went to another one (the old master, on a connection
+// the client had not yet moved when it followed a failover) is not
+// covered, and its key is missing here.
+type fenceCaller struct {
+	keys    []string
+	missing int // keys not on the round's master; set before done closes
 }
 
 // NewFence returns a fence for c, which may be auto-pipelined (the fence
@@ -148,19 +160,35 @@ func (f *Fence) Close() {
 // bounded by the timeout plus a round trip. ctx ending returns ctx's error
 // at once; the round goes on for the others.
 func (f *Fence) Wait(ctx context.Context, keys ...string) error {
+	return f.wait(ctx, keys, false)
+}
+
+// WaitWritten is Wait for keys the caller has just written (created or
+// set, not deleted): the round also checks that each of them is on the
+// master it ran on, and fails the caller (ErrNotDurable) when one is not,
+// which is a write that went to another server than the one the fence
+// reached, during a failover.
+func (f *Fence) WaitWritten(ctx context.Context, keys ...string) error {
+	return f.wait(ctx, keys, true)
+}
+
+func (f *Fence) wait(ctx context.Context, keys []string, check bool) error {
 	if f == nil || f.cfg.Replicas == 0 || len(keys) == 0 {
 		return nil
 	}
-	rounds, err := f.join(ctx, keys)
+	rounds, callers, err := f.join(ctx, keys, check)
 	if err != nil {
 		return err
 	}
 	var errs []error
-	for _, r := range rounds {
+	for i, r := range rounds {
 		select {
 		case <-r.done:
-			if r.err != nil {
+			switch {
+			case r.err != nil:
 				errs = append(errs, r.err)
+			case callers[i] != nil && callers[i].missing > 0:
+				errs = append(errs, fmt.Errorf("%w: %d of %d keys written are not on the master the fence reached (a failover under way?)", ErrNotDurable, callers[i].missing, len(callers[i].keys)))
 			}
 		case <-ctx.Done():
 			return ctx.Err()
@@ -170,35 +198,40 @@ func (f *Fence) Wait(ctx context.Context, keys ...string) error {
 }
 
 // join puts the caller in the next round of each master of keys.
-func (f *Fence) join(ctx context.Context, keys []string) ([]*fenceRound, error) {
+func (f *Fence) join(ctx context.Context, keys []string, check bool) ([]*fenceRound, []*fenceCaller, error) {
 	type target struct {
 		addr string
 		node fenceNode
 		key  string
+		keys []string // the caller's keys on this master
 	}
-	var targets []target
+	var targets []*target
 	if f.cluster == nil {
-		targets = []target{{node: f.client, key: keys[0]}}
+		targets = []*target{{node: f.client, key: keys[0], keys: keys}}
 	} else {
-		seen := map[string]bool{}
+		byAddr := map[string]*target{}
 		for _, k := range keys {
 			node, err := f.cluster.MasterForKey(ctx, k)
 			if err != nil {
-				return nil, fmt.Errorf("rdb: fence: master of a key: %w", err)
+				return nil, nil, fmt.Errorf("rdb: fence: master of a key: %w", err)
 			}
 			addr := node.Options().Addr
-			if !seen[addr] {
-				seen[addr] = true
-				targets = append(targets, target{addr: addr, node: node, key: k})
+			if t := byAddr[addr]; t != nil {
+				t.keys = append(t.keys, k)
+				continue
 			}
+			t := &target{addr: addr, node: node, key: k, keys: []string{k}}
+			byAddr[addr] = t
+			targets = append(targets, t)
 		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		return nil, ErrFenceClosed
+		return nil, nil, ErrFenceClosed
 	}
 	rounds := make([]*fenceRound, len(targets))
+	callers := make([]*fenceCaller, len(targets))
 	for i, t := range targets {
 		g := f.groups[t.addr]
 		if g == nil {
@@ -210,13 +243,17 @@ func (f *Fence) join(ctx context.Context, keys []string) ([]*fenceRound, error) 
 			g.next = &fenceRound{key: t.key, done: make(chan struct{})}
 		}
 		rounds[i] = g.next
+		if check {
+			callers[i] = &fenceCaller{keys: t.keys}
+			g.next.callers = append(g.next.callers, callers[i])
+		}
 		if !g.running {
 			g.running = true
 			f.wg.Add(1)
 			go f.run(g)
 		}
 	}
-	return rounds, nil
+	return rounds, callers, nil
 }
 
 // run serves g's rounds one after the other while callers wait, then
@@ -241,7 +278,7 @@ func (f *Fence) run(g *fenceGroup) {
 		connected := g.connected
 		f.mu.Unlock()
 		var err error
-		connected, err = f.round(node, r.key, connected)
+		connected, err = f.round(node, r, connected)
 		r.err = err
 		f.mu.Lock()
 		g.connected = connected
@@ -254,7 +291,7 @@ func (f *Fence) run(g *fenceGroup) {
 // pipeline (one connection, one round trip), asking for as many replicas
 // as the master had online at the previous round, up to Replicas. It
 // returns how many it has online now (ROLE), for the next round.
-func (f *Fence) round(node fenceNode, key string, connected int) (int, error) {
+func (f *Fence) round(node fenceNode, r *fenceRound, connected int) (int, error) {
 	ctx := f.ctx
 	if connected < 0 {
 		n, err := onlineReplicas(node.Do(ctx, "ROLE"))
@@ -265,12 +302,27 @@ func (f *Fence) round(node fenceNode, key string, connected int) (int, error) {
 	}
 	want := min(f.cfg.Replicas, connected)
 	p := node.Pipeline()
-	set := p.Set(ctx, f.fenceKey(key), "1", fenceKeyTTL)
+	set := p.Set(ctx, f.fenceKey(r.key), "1", fenceKeyTTL)
 	role := p.Do(ctx, "ROLE")
+	var exists [][]*redis.IntCmd
+	for _, c := range r.callers {
+		cmds := make([]*redis.IntCmd, len(c.keys))
+		for i, k := range c.keys {
+			cmds[i] = p.Exists(ctx, k) // one key each: a Cluster's keys of a master may be in several slots
+		}
+		exists = append(exists, cmds)
+	}
 	wait := p.Do(ctx, "WAIT", want, f.cfg.Timeout.Milliseconds())
 	_, _ = p.Exec(ctx) // each command's error is read below
 	if err := set.Err(); err != nil {
 		return -1, fmt.Errorf("rdb: fence write: %w", err)
+	}
+	for i, c := range r.callers {
+		for _, cmd := range exists[i] {
+			if n, err := cmd.Result(); err != nil || n == 0 {
+				c.missing++
+			}
+		}
 	}
 	now, rerr := onlineReplicas(role)
 	if rerr != nil {

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -284,8 +285,33 @@ func redisOutage(t *testing.T, s *system, port int, env ...string) {
 	s.report(cnt, 0, kv("killedMaster", port), kv("servesAgainIn", failing.Round(time.Millisecond)),
 		kv("failedAfterKill", len(l.startedIn(killedAt, killedAt.Add(failing)))-len(withStatus(l.startedIn(killedAt, killedAt.Add(failing)), 202))),
 		kv("settledIn", time.Since(settleStart).Round(time.Second)))
+	if failing >= 10*time.Second {
+		logRedisNodes(t)
+	}
 	require.Less(t, failing, 10*time.Second, "the API serves every request again within 10 s")
 	require.False(t, api.Exited(), "the API recovered without a restart")
+}
+
+// logRedisNodes logs the tail of every private Redis node's log
+// (scripts/cluster/redis.sh), to find out why a failover took long; the
+// scripts' output filter keeps lines with "redis log".
+func logRedisNodes(t *testing.T) {
+	t.Helper()
+	dir := os.Getenv("MSGPULSE_CLUSTER_DIR")
+	if dir == "" {
+		dir = "/tmp/msgpulse-cluster"
+	}
+	logs, _ := filepath.Glob(filepath.Join(dir, "redis", "*", "log"))
+	for _, f := range logs {
+		b, err := os.ReadFile(f) //nolint:gosec // the test cluster's own logs
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		for _, l := range lines[max(0, len(lines)-25):] {
+			t.Logf("redis log %s: %s", filepath.Base(filepath.Dir(f)), l) // one line each: scripts/cluster/run.sh shows these
+		}
+	}
 }
 
 // 3. A Redis Cluster master is SIGKILLed under load; its replica takes

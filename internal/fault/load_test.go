@@ -37,6 +37,9 @@ type load struct {
 	// sequence) delay later, through the delay exchange and the relay.
 	delayEvery int
 	delay      time.Duration
+	// idempotent, when set, sends every request with its recipient as its
+	// Idempotency-Key, so that a scenario can send it again (again).
+	idempotent bool
 
 	stopOnce sync.Once
 	stopc    chan struct{}
@@ -108,10 +111,14 @@ func (l *load) one(recipient string) outcome {
 func (l *load) request(seq int, recipient string) outcome {
 	o := outcome{seq: seq, recipient: recipient, start: time.Now()}
 	ctx := context.Background() // the client bounds each call (30 s)
+	var opts []client.CallOption
+	if l.idempotent {
+		opts = append(opts, client.WithIdempotencyKey(recipient))
+	}
 	var err error
-	if seq%5 == 4 {
+	if isCode(seq) {
 		var vc *client.VerificationCode
-		vc, err = l.c.RequestVerificationCode(ctx, client.VerificationCodeRequest{Channel: client.ChannelEmail, Recipient: o.recipient, Purpose: "login"})
+		vc, err = l.c.RequestVerificationCode(ctx, client.VerificationCodeRequest{Channel: client.ChannelEmail, Recipient: o.recipient, Purpose: "login"}, opts...)
 		if err == nil {
 			o.taskID = vc.TaskID
 		}
@@ -123,7 +130,7 @@ func (l *load) request(seq int, recipient string) outcome {
 			d := l.delay.Seconds()
 			req.DelaySeconds = &d
 		}
-		res, err = l.c.SendMessage(ctx, req)
+		res, err = l.c.SendMessage(ctx, req, opts...)
 		if err == nil {
 			o.taskID = res.TaskID
 		}
@@ -139,6 +146,16 @@ func (l *load) request(seq int, recipient string) outcome {
 	o.err = err
 	return o
 }
+
+// again sends request o once more, as a caller retrying it would (with
+// its Idempotency-Key when the load is idempotent), outside the load's
+// counting.
+func (l *load) again(o outcome) outcome {
+	return l.request(o.seq, o.recipient)
+}
+
+// isCode says whether the load's request seq asked for a verification code.
+func isCode(seq int) bool { return seq%5 == 4 }
 
 // stop stops sending and waits for the requests in flight.
 func (l *load) stop() {

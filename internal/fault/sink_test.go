@@ -23,6 +23,7 @@ type sink struct {
 	mu     sync.Mutex
 	byTask map[string]int
 	rcptOf map[string]string // taskId → recipient
+	text   map[string]string // recipient → the text of the last mail to it
 	total  int
 	// after, if set, runs for each accepted message before the client gets
 	// its 250: it may block, to hold a sender inside the window between the
@@ -32,7 +33,7 @@ type sink struct {
 
 func newSink(t *testing.T) *sink {
 	t.Helper()
-	k := &sink{byTask: map[string]int{}, rcptOf: map[string]string{}}
+	k := &sink{byTask: map[string]int{}, rcptOf: map[string]string{}, text: map[string]string{}}
 	srv, err := mailcatcher.New(mailcatcher.Config{SMTPAddr: "127.0.0.1:0", Max: 100, Timeout: 30 * time.Second, OnMessage: k.onMessage})
 	require.NoError(t, err)
 	k.srv = srv
@@ -51,11 +52,19 @@ func (k *sink) onMessage(m mailcatcher.Message) {
 	k.mu.Lock()
 	k.byTask[id]++
 	k.rcptOf[id] = rcpt
+	k.text[rcpt] = m.Text
 	k.total++
 	k.mu.Unlock()
 	if f := k.after.Load(); f != nil {
 		(*f)(id, rcpt)
 	}
+}
+
+// textTo is the text of the last mail to rcpt ("" if none came).
+func (k *sink) textTo(rcpt string) string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.text[rcpt]
 }
 
 // setHook decides every RCPT and DATA (nil: accept everything).

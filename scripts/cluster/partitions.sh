@@ -4,11 +4,10 @@
 # namespaces of their own (scripts/cluster/netns.sh), so that one node can
 # be cut off from the others while this machine's processes still reach
 # it. Each broker version in turn; everything is torn down on exit, also
-# when a test fails or the run is interrupted. With 3.10.8 and
-# MSGPULSE_PARTITIONS_REDIS=1 it also starts a Sentinel set in namespaces of
-# its own (scripts/cluster/sentinel-netns.sh) for partition-redis-master,
-# which fails on this main (docs/cluster.md: its fix is not merged), so it is
-# not run by default.
+# when a test fails or the run is interrupted. With 3.10.8 it also starts a
+# Sentinel set in namespaces of its own (scripts/cluster/sentinel-netns.sh)
+# and a Redis Cluster (scripts/cluster/rediscluster-netns.sh) for
+# partition-redis-master (MSGPULSE_PARTITIONS_REDIS=0 leaves them out).
 #
 #   partitions.sh              RabbitMQ 3.10.8 (the host's package), then 4.0.5 (scripts/rabbitmq4.sh)
 #   partitions.sh rabbitmq3    only 3.10.8
@@ -30,6 +29,7 @@ cleanup() {
   local rc=$?
   if ((${#RABBITMQ[@]})); then "${RABBITMQ[@]}" stop >/dev/null 2>&1 || true; fi
   "$HERE/sentinel-netns.sh" stop >/dev/null 2>&1 || true
+  "$HERE/rediscluster-netns.sh" stop >/dev/null 2>&1 || true
   "$HERE/netns.sh" down >/dev/null 2>&1 || true
   rmdir "$MSGPULSE_CLUSTER_DIR" 2>/dev/null || true
   exit $rc
@@ -48,10 +48,13 @@ for v in "${VERSIONS[@]}"; do
   start=$SECONDS
   "${RABBITMQ[@]}" start
   # The Redis scenario is about Redis: one broker version runs it.
-  unset MSGPULSE_PARTITION_SENTINEL_URL
-  if [[ $v == rabbitmq3 && ${MSGPULSE_PARTITIONS_REDIS:-0} == 1 ]]; then
+  unset MSGPULSE_PARTITION_SENTINEL_URL MSGPULSE_PARTITION_REDIS_CLUSTER_URL
+  if [[ $v == rabbitmq3 && ${MSGPULSE_PARTITIONS_REDIS:-1} == 1 ]]; then
     "$HERE/sentinel-netns.sh" start
-    export MSGPULSE_PARTITION_SENTINEL_URL; MSGPULSE_PARTITION_SENTINEL_URL=$("$HERE/sentinel-netns.sh" url)
+    "$HERE/rediscluster-netns.sh" start
+    export MSGPULSE_PARTITION_SENTINEL_URL MSGPULSE_PARTITION_REDIS_CLUSTER_URL
+    MSGPULSE_PARTITION_SENTINEL_URL=$("$HERE/sentinel-netns.sh" url)
+    MSGPULSE_PARTITION_REDIS_CLUSTER_URL=$("$HERE/rediscluster-netns.sh" url)
   fi
   amqp= mgmt=
   for i in 0 1 2; do
@@ -65,6 +68,7 @@ for v in "${VERSIONS[@]}"; do
   fi
   "${RABBITMQ[@]}" stop >/dev/null 2>&1 || true
   "$HERE/sentinel-netns.sh" stop >/dev/null 2>&1 || true
+  "$HERE/rediscluster-netns.sh" stop >/dev/null 2>&1 || true
   RABBITMQ=()
   echo "partition scenarios ($v) took $((SECONDS - start))s"
 done

@@ -59,5 +59,5 @@ fi
 # The scenarios, one at a time, in file order: they print FAULT lines.
 set -o pipefail
 $GO test -race -count=1 -p 1 -v -timeout "$TIMEOUT" -run 'TestCluster' ./internal/fault/ 2>&1 |
-  grep -E '^(FAULT |--- |ok |FAIL|panic:|\s+(Error|Messages):)' || { echo "cluster scenarios failed (rerun: $0 $VERSION)"; exit 1; }
+  grep -E '^(FAULT |--- |ok |FAIL|panic:|\s+(Error|Messages):)|redis log ' || { echo "cluster scenarios failed (rerun: $0 $VERSION)"; exit 1; }
 echo "cluster scenarios ($VERSION) took $((SECONDS - start))s"

@@ -2,8 +2,9 @@
 # make test: every test on the host's RabbitMQ (3.10.8, scripts/services.sh),
 # then the suites that touch the broker on RabbitMQ 4.0.5 (Debian trixie's,
 # scripts/rabbitmq4.sh), each on classic and on quorum queues
-# (TEST_QUEUE_TYPE), the fault scenarios likewise, and the cluster
-# scenarios on a 3-node cluster of each version. Each leg prints how long
+# (TEST_QUEUE_TYPE), the fault scenarios likewise, the cluster scenarios
+# on a 3-node cluster of each version, and the partition scenarios on a
+# 3-node cluster of each version whose nodes run in network namespaces. Each leg prints how long
 # it took; a failed leg does not stop the others, and the run fails at the
 # end naming them. Whatever this starts is stopped on exit, also when a
 # test fails or the run is interrupted.
@@ -15,7 +16,7 @@
 # Legs: 3-all (every package, classic), fuzz (each request decoder's fuzz
 # target for FUZZ_TIME, 15s), 3-quorum, 3-faults-classic,
 # 3-faults-quorum, 4-classic, 4-quorum, 4-faults-classic, 4-faults-quorum,
-# 3-cluster, 4-cluster; 3-partitions and 4-partitions only when named.
+# 3-cluster, 4-cluster, 3-partitions, 4-partitions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
@@ -28,10 +29,10 @@ R4=$PWD/scripts/rabbitmq4.sh
 BROKER_PKGS=(./internal/api/... ./internal/broker/... ./internal/declare/... ./internal/delay/...
   ./internal/dispatch/... ./internal/dlq/... ./internal/e2e/... ./internal/console/...)
 
-ALL_LEGS=(3-all fuzz 3-quorum 3-faults-classic 3-faults-quorum 4-classic 4-quorum 4-faults-classic 4-faults-quorum 3-cluster 4-cluster)
-# Legs run only when named: the partition scenarios (make test-partitions)
-# are not yet stable enough for every run (docs/cluster.md).
-NAMED_LEGS=(3-partitions 4-partitions)
+ALL_LEGS=(3-all fuzz 3-quorum 3-faults-classic 3-faults-quorum 4-classic 4-quorum 4-faults-classic 4-faults-quorum 3-cluster 4-cluster
+  3-partitions 4-partitions)
+# Legs run only when named (none today).
+NAMED_LEGS=()
 if (($#)); then LEGS=("$@"); else LEGS=("${ALL_LEGS[@]}"); fi
 for l in "${LEGS[@]}"; do
   [[ " ${ALL_LEGS[*]} ${NAMED_LEGS[*]} " == *" $l "* ]] || { echo "test.sh: no leg $l (legs: ${ALL_LEGS[*]} ${NAMED_LEGS[*]})" >&2; exit 2; }

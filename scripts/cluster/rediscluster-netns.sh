@@ -6,7 +6,8 @@
 # refuses writes while no replica has acknowledged within 3 s
 # (min-replicas-to-write 1, min-replicas-max-lag 3), as shipped
 # (docs/cluster.md, "Redis durability"), and a node that cannot reach the
-# majority of masters for cluster-node-timeout (2 s here) stops serving. Data under $MSGPULSE_CLUSTER_DIR/rediscluster-netns.
+# majority of masters for cluster-node-timeout (2 s here) stops serving.
+# Data under $MSGPULSE_CLUSTER_DIR/rediscluster-netns.
 #
 #   rediscluster-netns.sh start          start the nodes, create the cluster, wait until it is ok
 #   rediscluster-netns.sh stop           stop it and delete its namespaces

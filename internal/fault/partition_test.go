@@ -290,10 +290,7 @@ func TestPartitionFlapping(t *testing.T) {
 // answered 202 during the cut, sent again with its key after the heal,
 // gets its first taskId back (its idempotency entry survived).
 func TestPartitionRedisMaster(t *testing.T) {
-	url := os.Getenv("MSGPULSE_PARTITION_SENTINEL_URL")
-	if url == "" {
-		t.Skip("MSGPULSE_PARTITION_SENTINEL_URL not set (make test-partitions sets it)")
-	}
+	url := partitionEnv(t, "MSGPULSE_PARTITION_SENTINEL_URL")
 	s := newPartitionSystem(t, "partition-redis-master")
 	script := "../../scripts/cluster/sentinel-netns.sh"
 	redisPartition(t, s, "d1", func() string { return runScript(t, script, "master") }, "REDIS_MODE=sentinel", "REDIS_URL="+url)
@@ -303,10 +300,7 @@ func TestPartitionRedisMaster(t *testing.T) {
 // rediscluster-netns.sh): the master of slot 0 is cut off from the other
 // eight nodes; a replica of it takes over after cluster-node-timeout.
 func TestPartitionRedisClusterMaster(t *testing.T) {
-	url := os.Getenv("MSGPULSE_PARTITION_REDIS_CLUSTER_URL")
-	if url == "" {
-		t.Skip("MSGPULSE_PARTITION_REDIS_CLUSTER_URL not set (make test-partitions sets it)")
-	}
+	url := partitionEnv(t, "MSGPULSE_PARTITION_REDIS_CLUSTER_URL")
 	s := newPartitionSystem(t, "partition-redis-cluster-master")
 	script := "../../scripts/cluster/rediscluster-netns.sh"
 	cutNode := runScript(t, script, "master")
@@ -315,6 +309,17 @@ func TestPartitionRedisClusterMaster(t *testing.T) {
 		other = "rc2"
 	}
 	redisPartition(t, s, cutNode, func() string { return runScript(t, script, "owner", other) }, "REDIS_MODE=cluster", "REDIS_URL="+url)
+}
+
+// partitionEnv is variable name's value, skipping the test when it is
+// unset.
+func partitionEnv(t *testing.T, name string) string {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		t.Skip(name + " not set (make test-partitions sets it)")
+	}
+	return v
 }
 
 // redisPartition runs partition-redis-master: under an idempotent load,

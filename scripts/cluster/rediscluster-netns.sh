@@ -22,6 +22,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 DIR=${MSGPULSE_CLUSTER_DIR:-/tmp/msgpulse-cluster}/rediscluster-netns
 NODES=(rc1 rc2 rc3 rc4 rc5 rc6 rc7 rc8 rc9)
 ip_of() { echo "10.246.0.3${1#rc}"; }
+# shellcheck source=redisconf.sh
+. "$HERE/redisconf.sh"
 
 start() {
   stop >/dev/null 2>&1 || true
@@ -30,25 +32,10 @@ start() {
   "$HERE/netns.sh" up "${specs[@]}"
   mkdir -p "$DIR"
   for n in "${NODES[@]}"; do
-    local d=$DIR/$n
-    mkdir -p "$d"
-    {
-      echo "port 6379"
-      echo "bind $(ip_of "$n")"
-      echo "protected-mode no"
-      echo "dir $d"
-      echo "pidfile $d/pid"
-      echo "logfile $d/log"
-      echo "daemonize yes"
-      echo "save \"\""
-      echo "appendonly no"
-      echo "cluster-enabled yes"
-      echo "cluster-config-file $d/nodes.conf"
-      echo "cluster-node-timeout 2000"
-      echo "min-replicas-to-write 1"
-      echo "min-replicas-max-lag 3"
-    } >"$d/redis.conf"
-    "$HERE/netns.sh" exec "$n" redis-server "$d/redis.conf"
+    local c
+    c=$(redis_conf "$DIR/$n" "$(ip_of "$n")" 6379 "cluster-enabled yes" "cluster-config-file $DIR/$n/nodes.conf" \
+      "cluster-node-timeout 2000" "min-replicas-to-write 1" "min-replicas-max-lag 3")
+    "$HERE/netns.sh" exec "$n" redis-server "$c"
   done
   local deadline=$((SECONDS + 30)) hosts=()
   for n in "${NODES[@]}"; do
@@ -77,15 +64,6 @@ all_replicated() {
       return 1
     fi
   done
-}
-
-stop() {
-  local f
-  for f in "$DIR"/*/pid; do
-    [[ -e $f ]] && kill -KILL "$(cat "$f")" 2>/dev/null || true
-  done
-  "$HERE/netns.sh" down "${NODES[@]}"
-  rm -rf "$DIR"
 }
 
 url() {

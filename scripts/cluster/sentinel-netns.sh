@@ -21,24 +21,9 @@ DIR=${MSGPULSE_CLUSTER_DIR:-/tmp/msgpulse-cluster}/sentinel-netns
 NODES=(d1 d2 d3)
 ip_of() { echo "10.246.0.2${1#d}"; }
 
-conf() { # name, port, extra lines...
-  local name=$1 port=$2; shift 2
-  local d=$DIR/$name-$port
-  mkdir -p "$d"
-  {
-    echo "port $port"
-    echo "bind $(ip_of "$name")"
-    echo "protected-mode no"
-    echo "dir $d"
-    echo "pidfile $d/pid"
-    echo "logfile $d/log"
-    echo "daemonize yes"
-    echo "save \"\""
-    echo "appendonly no"
-    printf '%s\n' "$@"
-  } >"$d/redis.conf"
-  echo "$d/redis.conf"
-}
+# shellcheck source=redisconf.sh
+. "$HERE/redisconf.sh"
+conf() { local name=$1 port=$2; shift 2; redis_conf "$DIR/$name-$port" "$(ip_of "$name")" "$port" "$@"; }
 
 cli() { local name=$1 port=$2; shift 2; redis-cli -h "$(ip_of "$name")" -p "$port" "$@"; }
 
@@ -68,15 +53,6 @@ start() {
     sleep 0.2
   done
   echo "sentinel set up: $(url)"
-}
-
-stop() {
-  local f
-  for f in "$DIR"/*/pid; do
-    [[ -e $f ]] && kill -KILL "$(cat "$f")" 2>/dev/null || true
-  done
-  "$HERE/netns.sh" down "${NODES[@]}"
-  rm -rf "$DIR"
 }
 
 master() { cli d2 26379 sentinel get-master-addr-by-name msgpulse | head -1; }

@@ -119,7 +119,7 @@ func getJSON(raw string, out any) error {
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("%s: %s", u.Redacted(), resp.Status)
 	}

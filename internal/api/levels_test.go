@@ -224,6 +224,13 @@ func TestBatchPicksTheLevelQueue(t *testing.T) {
 // (drop-head) or refuse a notice. Requests sent at once never overshoot:
 // each reserves its place against the estimate.
 func TestAdmissionRefusesBeforeTheBound(t *testing.T) {
+	settled := func(t *testing.T, h *harness, queue string) {
+		t.Helper()
+		testenv.WaitFor(t, 10*time.Second, "the gauge's estimate of "+queue+" equal to its depth", func() bool {
+			d, ok := h.gauge.Depth(queue)
+			return ok && d == h.depth(queue)
+		})
+	}
 	h := setup(t, options{admitFill: 0.5, model: func(c *topology.Config) {
 		cc := c.Channels[topology.Mail]
 		cc.MaxLength = 20
@@ -267,12 +274,17 @@ func TestAdmissionRefusesBeforeTheBound(t *testing.T) {
 			require.Equal(t, accepted, h.depth(tc.queue), "every 202 is queued, none dropped")
 			require.Zero(t, h.depth("queue.mail.dlq"))
 
-			// One by one from here, the estimate is exact: the queue fills
-			// to the limit, and the next is refused.
+			// One by one from here, the estimate is exact once a reading
+			// has caught up with the burst (one taken while its publishes
+			// were confirmed counts them twice until the next: the gauge
+			// errs high, never low): the queue fills to the limit, and the
+			// next is refused.
 			for i := n; h.depth(tc.queue) < 10; i++ {
+				settled(t, h, tc.queue)
 				r := h.do("POST", tc.path, tc.body(i))
 				require.Equal(t, http.StatusAccepted, r.Status, r.Msg)
 			}
+			settled(t, h, tc.queue)
 			r := h.do("POST", tc.path, tc.body(2*n))
 			require.Equal(t, http.StatusServiceUnavailable, r.Status, r.Msg)
 			require.Contains(t, r.Msg, tc.queue+" is nearly full")

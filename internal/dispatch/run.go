@@ -24,6 +24,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/delay"
+	mailchannel "github.com/msgpulse/msgpulse/internal/dispatch/mail"
 	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/media"
 	"github.com/msgpulse/msgpulse/internal/profile"
@@ -136,8 +137,8 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 				return fmt.Errorf("SMTP: %w", err)
 			}
 			defer func() { _ = m.Close() }()
-			gm := guardedMailer{Mailer: m, b: breaker.New(cfg.SMS.Breaker, nil)}
-			breakers = append(breakers, func() map[string]breaker.State { return map[string]breaker.State{gm.Name(): gm.b.State()} })
+			gm := mailchannel.Guard{Mailer: m, Breaker: breaker.New(cfg.SMS.Breaker, nil)}
+			breakers = append(breakers, func() map[string]breaker.State { return map[string]breaker.State{gm.Name(): gm.Breaker.State()} })
 			mailer = gm
 		case topology.SMS:
 			if o.sms != nil {

@@ -1,4 +1,4 @@
-package dispatch
+package mail
 
 import (
 	"context"
@@ -8,16 +8,16 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider"
 )
 
-// guardedMailer puts a circuit breaker in front of a mailer (seed 000): when
+// Guard puts a circuit breaker in front of a mailer (seed 000): when
 // the SMTP server keeps failing, sends stop for a while and messages wait in
 // the retry path instead of piling onto a dead server.
-type guardedMailer struct {
+type Guard struct {
 	provider.Mailer
-	b *breaker.Breaker
+	Breaker *breaker.Breaker
 }
 
-func (g guardedMailer) SendMail(ctx context.Context, m provider.Mail) (provider.Receipt, error) {
-	ok, retryIn := g.b.Allow()
+func (g Guard) SendMail(ctx context.Context, m provider.Mail) (provider.Receipt, error) {
+	ok, retryIn := g.Breaker.Allow()
 	if !ok {
 		return provider.Receipt{}, &provider.Error{Provider: g.Name(), Class: provider.Transient, Code: "circuit_open",
 			Message: "circuit breaker open after repeated failures", RetryAfter: retryIn, Err: breaker.ErrOpen}
@@ -28,12 +28,12 @@ func (g guardedMailer) SendMail(ctx context.Context, m provider.Mail) (provider.
 	case ctx.Err() != nil:
 		// We gave up (shutdown, send timeout): says nothing about the server.
 	case err == nil:
-		g.b.Success()
+		g.Breaker.Success()
 	case errors.As(err, &pe) && pe.Class != provider.Transient:
 		// A rejected recipient or a throttle says the server is alive.
-		g.b.Success()
+		g.Breaker.Success()
 	default:
-		g.b.Failure()
+		g.Breaker.Failure()
 	}
 	return r, err
 }

@@ -1,0 +1,186 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/zap"
+
+	"github.com/msgpulse/msgpulse/internal/broker"
+	"github.com/msgpulse/msgpulse/internal/claim"
+	"github.com/msgpulse/msgpulse/internal/dispatch/channel"
+	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/provider"
+	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/telemetry"
+	"github.com/msgpulse/msgpulse/internal/topology"
+)
+
+// Dispatcher processes deliveries.
+type Dispatcher struct {
+	cfg Config
+	log *zap.Logger
+	now func() time.Time
+	// channels sends each topology channel's messages (channels.go).
+	channels map[string]channel.Channel
+	// renew keeps every lease of this consumer alive in one round trip per
+	// tick, instead of a goroutine per message (issue 22).
+	renew *claim.Renewer
+	hot   hotMetrics
+	// burst sends the claims, and the sent marks, of deliveries arriving
+	// together as one script (burst.go).
+	burst *burst
+}
+
+// New validates cfg and returns a Dispatcher.
+func New(cfg Config) (*Dispatcher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	d := &Dispatcher{cfg: cfg, log: cfg.Logger, now: time.Now, renew: cfg.Claims.NewRenewer(), hot: newHotMetrics(cfg.Metrics), burst: newBurst(cfg.Redis)}
+	d.channels = channels(&d.cfg)
+	return d, nil
+}
+
+// Drain makes the work handed off (WeCom's merge buffer and media pool)
+// finish as soon as it can: merged sends go at once, and media not yet
+// downloading come back later (a snooze). Call it when the consumers start
+// to stop; they wait for the deliveries it holds (broker.Hold), within
+// their grace.
+func (d *Dispatcher) Drain() {
+	for _, ch := range d.channels {
+		ch.Drain()
+	}
+}
+
+// channel is the channel that sends a topology channel's messages.
+func (d *Dispatcher) channel(name string) channel.Channel {
+	if ch, ok := d.channels[name]; ok {
+		return ch
+	}
+	return channel.Unconfigured{What: name}
+}
+
+func (d *Dispatcher) providerName(channel string) string { return d.channel(channel).Provider() }
+
+// LevelHandler returns the broker handler for one level's queue of a
+// channel: the pipeline is the same, the level labels its metrics. Like
+// river's executor it names no channel: the channel's Send does its
+// work, and complete turns the outcome into the delivery's action.
+func (d *Dispatcher) LevelHandler(name string, level topology.Level) broker.Handler {
+	queue := d.queueName(name, level)
+	ch := d.channel(name)
+	holds := ch.Holds(level) > 0
+	return func(ctx context.Context, del *amqp.Delivery) broker.Action {
+		ctx, span := telemetry.StartProcess(ctx, queue, del)
+		d.cfg.Metrics.InFlight.Inc()
+		d.hot.consumed(name, level).Inc()
+		if due, ok := envelope.HeaderTime(del.Headers, envelope.HeaderDueAt); ok {
+			d.cfg.DelayMetrics.Accuracy.Observe(d.now().Sub(due).Seconds())
+		}
+		j := &job{channel: name, level: level, del: del, provider: ch.Provider(), ch: ch, queue: queue, span: span}
+		j.task.Level = level
+		if holds {
+			j.hold = broker.HoldDelivery(ctx)
+		}
+		if j.hold != nil {
+			j.task.Finish = func(rcpt provider.Receipt, err error) { d.finish(ctx, j, rcpt, err) }
+		}
+		handedOff := false
+		defer func() {
+			if !handedOff {
+				d.end(j)
+			}
+		}()
+		var a broker.Action
+		a, handedOff = d.complete(ctx, j, d.process(ctx, j))
+		return a
+	}
+}
+
+// complete turns the outcome of a run of the pipeline into the delivery's
+// action (decide). A Redis that did not answer pauses the work and runs
+// the pipeline again, here, until it has another outcome; handedOff says
+// the channel holds the job (Held: whoever holds it calls finish).
+func (d *Dispatcher) complete(ctx context.Context, j *job, err error) (a broker.Action, handedOff bool) {
+	for errors.Is(err, channel.ErrRedis) {
+		if !d.pause(ctx, err) {
+			return broker.Requeue, false
+		}
+		err = d.process(ctx, j)
+	}
+	if errors.Is(err, channel.ErrHandedOff) {
+		return broker.Held, true
+	}
+	return d.decideInSpan(ctx, j.queue, j, err), false
+}
+
+// finish completes a job that was handed off, once its send is done, in
+// the goroutine of whoever held it (Task.Finish): what the handler would
+// have done after the send, then the delivery's settle. From here on the
+// job finishes where it is: a Redis pause runs it again in this goroutine,
+// never handed off again.
+func (d *Dispatcher) finish(ctx context.Context, j *job, rcpt provider.Receipt, err error) {
+	defer d.end(j)
+	j.task.Finish = nil
+	a, _ := d.complete(ctx, j, d.afterSend(ctx, j, d.sent(j, rcpt, err)))
+	if a != broker.Held { // held: its publish settles it (holdLater)
+		j.hold.Settle(a)
+	}
+}
+
+// end ends what the handler started for j (its span, the in-flight
+// count, what its channel reserved): when the handler returns, or, for a
+// job handed off, when it is finished.
+func (d *Dispatcher) end(j *job) {
+	// Also on a panic: OnPanic then writes "failed", which a late
+	// "sending" must not overwrite.
+	j.waitSending()
+	j.ch.Release(&j.task)
+	d.cfg.Metrics.InFlight.Dec()
+	j.span.End()
+}
+
+// OnPanic records a handler panic; the consumer then rejects the delivery.
+func (d *Dispatcher) OnPanic(channel string) func(*amqp.Delivery, any) {
+	return func(del *amqp.Delivery, recovered any) {
+		d.log.Error("panic while processing; dead-lettering", zap.String("task_id", del.MessageId), telemetry.HeaderField(del.Headers), zap.Any("panic", recovered))
+		// A WeCom batch's records are its recipients', not its own.
+		j := &job{channel: channel, level: topology.Code, del: del}
+		if msg, err := envelope.Decode(del.Body); err == nil && msg.TaskID == del.MessageId {
+			j.msg = msg
+			if msg.Level != "" {
+				j.level = topology.Level(msg.Level)
+			}
+		}
+		d.cfg.Metrics.DeadLettered.WithLabelValues(channel, string(j.level), d.providerName(channel), ReasonPanic).Inc()
+		d.recordJob(context.Background(), j, status.Update{Status: status.Failed, Reason: ptr(ReasonPanic), ErrorClass: ptr("panic"), LastError: ptr(fmt.Sprint("panic: ", recovered))})
+	}
+}
+
+// pause waits until Redis answers again. It returns false when ctx ended
+// first; the delivery then goes back to the queue untouched.
+func (d *Dispatcher) pause(ctx context.Context, cause error) bool {
+	d.cfg.Metrics.Paused.Set(1)
+	defer d.cfg.Metrics.Paused.Set(0)
+	d.log.Warn("Redis unavailable: pausing (nothing is sent or acked without the idempotency check)", zap.Error(cause))
+	wait := 100 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(wait):
+		}
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := d.cfg.Redis.Ping(pctx).Err()
+		cancel()
+		if err == nil {
+			d.log.Info("Redis is back: resuming")
+			return true
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
+}

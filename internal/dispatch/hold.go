@@ -43,7 +43,7 @@ const (
 // spending one attempt, as a channel closing with it unacked would.
 func (d *Dispatcher) holdLater(ctx context.Context, j *job, out broker.Outgoing, due time.Time, cause error) broker.Action {
 	taskID := j.msg.TaskID
-	h := j.hold // a job handed on holds its delivery already, past its handler
+	h := j.hold // a job handed off holds its delivery already, past its handler
 	if h == nil {
 		h = broker.HoldDelivery(ctx)
 	}

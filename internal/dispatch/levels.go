@@ -26,10 +26,10 @@ import (
 // per-queue buffers, high first by weight, not from one stream in arrival
 // order.
 //
-// The WeCom queues hold more: what their handlers hand on (the media
+// The WeCom queues hold more: what their handlers hand off (the media
 // pool's jobs, and, for the notices' levels, the merge buffer's members)
 // keeps its place in the window until it is finished, so each queue's
-// prefetch grows by what may be handed on (broker.QueueShare.Hold): the
+// prefetch grows by what may be handed off (broker.QueueShare.Hold): the
 // media pool's capacity (8 per media worker: 128 by default),
 // and the merge buffer's (WECOM_MERGE_MAX, 1,000 by default). Memory: each
 // such delivery is its body, which the API bounds (BODY_LIMIT, 64 KiB; a

@@ -25,6 +25,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/delay"
 	mailchannel "github.com/msgpulse/msgpulse/internal/dispatch/mail"
+	wecomchannel "github.com/msgpulse/msgpulse/internal/dispatch/wecom"
 	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/media"
 	"github.com/msgpulse/msgpulse/internal/profile"
@@ -72,7 +73,7 @@ func newWeCom(cfg config.Consumer, redisClient redis.UniversalClient) (*wecom.Cl
 	// One token per application (corp and agent), whichever account
 	// names it: WeCom issues one per corp and secret.
 	return wecom.NewAccounts(cfg.WeCom, func(a wecom.Account, fetch func(context.Context) (string, time.Duration, error)) (wecom.Tokens, error) {
-		return token.New(redisClient, token.Config{Prefix: cfg.RedisPrefix, Name: "wecom:" + a.Key()}, fetch)
+		return token.New(redisClient, token.Config{Prefix: cfg.RedisPrefix, Name: wecomchannel.TokenName(a)}, fetch)
 	})
 }
 
@@ -362,7 +363,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	if o.ready != nil {
 		o.ready()
 	}
-	go func() { <-ctx.Done(); consuming.Store(false); d.Drain() }() // ends with ctx: stopping is not ready, and what is handed on finishes
+	go func() { <-ctx.Done(); consuming.Store(false); d.Drain() }() // ends with ctx: stopping is not ready, and what is handed off finishes
 	wg.Wait()
 	close(errs)
 	var all []error

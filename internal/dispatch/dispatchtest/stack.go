@@ -27,6 +27,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/delay"
 	"github.com/msgpulse/msgpulse/internal/dispatch"
+	wecomchannel "github.com/msgpulse/msgpulse/internal/dispatch/wecom"
 	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/mailcatcher"
@@ -437,7 +438,7 @@ func (s *Stack) weCom(rdb redis.UniversalClient) dispatch.WeComClient {
 	}
 	c, err := wecom.NewAccounts(cfg,
 		func(a wecom.Account, fetch func(context.Context) (string, time.Duration, error)) (wecom.Tokens, error) {
-			return token.New(rdb, token.Config{Prefix: s.Redis.Prefix, Name: "wecom:" + a.Key()}, fetch)
+			return token.New(rdb, token.Config{Prefix: s.Redis.Prefix, Name: wecomchannel.TokenName(a)}, fetch)
 		})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })

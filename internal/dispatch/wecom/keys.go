@@ -26,3 +26,8 @@ func robotLimitKey(r *wecomapi.Robot) string { return "provider:" + wecomapi.Rob
 // accountLimitKey is the Limiter's log of an application's
 // WECOM_ACCOUNT_LIMITS.
 func accountLimitKey(account string) string { return "wecom-account:" + account }
+
+// TokenName names an application's access token in the token package's
+// keys (shared by every consumer): one per corp and agent, whichever
+// account names it, as WeCom issues one per corp and secret.
+func TokenName(a wecomapi.Account) string { return "wecom:" + a.Key() }

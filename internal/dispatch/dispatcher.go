@@ -3,7 +3,6 @@ package dispatch
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -14,7 +13,6 @@ import (
 	"github.com/msgpulse/msgpulse/internal/dispatch/channel"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/provider"
-	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
@@ -142,23 +140,6 @@ func (d *Dispatcher) end(j *job) {
 	j.ch.Release(&j.task)
 	d.cfg.Metrics.InFlight.Dec()
 	j.span.End()
-}
-
-// OnPanic records a handler panic; the consumer then rejects the delivery.
-func (d *Dispatcher) OnPanic(channel string) func(*amqp.Delivery, any) {
-	return func(del *amqp.Delivery, recovered any) {
-		d.log.Error("panic while processing; dead-lettering", zap.String("task_id", del.MessageId), telemetry.HeaderField(del.Headers), zap.Any("panic", recovered))
-		// A WeCom batch's records are its recipients', not its own.
-		j := &job{channel: channel, level: topology.Code, del: del}
-		if msg, err := envelope.Decode(del.Body); err == nil && msg.TaskID == del.MessageId {
-			j.msg = msg
-			if msg.Level != "" {
-				j.level = topology.Level(msg.Level)
-			}
-		}
-		d.cfg.Metrics.DeadLettered.WithLabelValues(channel, string(j.level), d.providerName(channel), ReasonPanic).Inc()
-		d.recordJob(context.Background(), j, status.Update{Status: status.Failed, Reason: ptr(ReasonPanic), ErrorClass: ptr("panic"), LastError: ptr(fmt.Sprint("panic: ", recovered))})
-	}
 }
 
 // pause waits until Redis answers again. It returns false when ctx ended

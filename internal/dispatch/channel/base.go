@@ -44,21 +44,32 @@ func (u Unconfigured) Send(context.Context, context.Context, *Task) (provider.Re
 	return provider.Receipt{}, fmt.Errorf("%w: this consumer has no %s provider", ErrTemplate, u.What)
 }
 
-// Render runs a channel's render in its span; a failure is ErrTemplate.
-func Render[T any](ctx context.Context, render func() (T, error)) (T, error) {
-	_, span := telemetry.Start(ctx, "render")
-	out, err := render()
-	span.End()
-	if err != nil {
-		return out, fmt.Errorf("%w: %w", ErrTemplate, err)
-	}
-	return out, nil
+// Rendered is a channel that renders a message and sends it in one
+// provider call (mail, SMS): the render in its span, a failure of it
+// ErrTemplate, then the call in the provider call's span.
+type Rendered[T any] struct {
+	Base
+	Channel string        // the topology channel, for the call's span
+	Name    func() string // the provider's
+	// Render renders t (its message, with its Vars); Call sends what it
+	// rendered.
+	Render func(t *Task) (T, error)
+	Call   func(ctx context.Context, t *Task, rendered T) (provider.Receipt, error)
 }
 
-// Call makes a provider call of channel inside its span.
-func Call(call context.Context, channel, providerName string, send func(context.Context) (provider.Receipt, error)) (provider.Receipt, error) {
-	pctx, span := telemetry.StartProviderCall(call, channel, providerName)
-	rcpt, err := send(pctx)
+// Provider is the provider's name.
+func (r *Rendered[T]) Provider() string { return r.Name() }
+
+// Send renders t and sends it.
+func (r *Rendered[T]) Send(ctx, call context.Context, t *Task) (provider.Receipt, error) {
+	_, rspan := telemetry.Start(ctx, "render")
+	out, err := r.Render(t)
+	rspan.End()
+	if err != nil {
+		return provider.Receipt{}, fmt.Errorf("%w: %w", ErrTemplate, err)
+	}
+	pctx, span := telemetry.StartProviderCall(call, r.Channel, r.Name())
+	rcpt, err := r.Call(pctx, t, out)
 	EndCall(span, err)
 	return rcpt, err
 }

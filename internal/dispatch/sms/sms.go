@@ -13,32 +13,18 @@ import (
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
-// Channel sends SMS.
-type Channel struct {
-	channel.Base
-	sender    provider.SMSSender
-	templates *template.Store
-}
-
-// New returns the SMS channel sending through s.
-func New(s provider.SMSSender, templates *template.Store) *Channel {
-	return &Channel{sender: s, templates: templates}
-}
-
-// Provider is the sender's name.
-func (c *Channel) Provider() string { return c.sender.Name() }
-
-// Send renders t's text and sends it; the vendor gets the template's name
-// and variables too (for vendors that render on their side).
-func (c *Channel) Send(ctx, call context.Context, t *channel.Task) (provider.Receipt, error) {
-	msg := t.Msg
-	text, err := channel.Render(ctx, func() (string, error) {
-		return c.templates.RenderSMS(msg.Template, msg.Locale, t.Vars)
-	})
-	if err != nil {
-		return provider.Receipt{}, err
+// New returns the SMS channel sending through s. The vendor gets the
+// template's name and variables too, for vendors that render on their
+// side.
+func New(s provider.SMSSender, templates *template.Store) channel.Channel {
+	return &channel.Rendered[string]{
+		Channel: topology.SMS,
+		Name:    s.Name,
+		Render: func(t *channel.Task) (string, error) {
+			return templates.RenderSMS(t.Msg.Template, t.Msg.Locale, t.Vars)
+		},
+		Call: func(ctx context.Context, t *channel.Task, text string) (provider.Receipt, error) {
+			return s.SendSMS(ctx, provider.SMS{To: t.Msg.Recipient, Text: text, TaskID: t.Msg.TaskID, Template: t.Msg.Template, Params: t.Vars})
+		},
 	}
-	return channel.Call(call, topology.SMS, c.Provider(), func(ctx context.Context) (provider.Receipt, error) {
-		return c.sender.SendSMS(ctx, provider.SMS{To: msg.Recipient, Text: text, TaskID: msg.TaskID, Template: msg.Template, Params: t.Vars})
-	})
 }

@@ -8,15 +8,6 @@ import (
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
-// WeComClient is what the WeCom channel sends with (wecom.Client).
-type WeComClient = wecomchannel.Client
-
-// Adaptive rate bounds of WeCom accounts (sends per second).
-var (
-	DefaultAppRate   = wecomchannel.DefaultAppRate
-	DefaultRobotRate = wecomchannel.DefaultRobotRate
-)
-
 // channels registers each topology channel's Channel, built from cfg: the
 // one place that names every channel. A topology channel without a
 // provider gets one that fails every send for good. Adding a channel
@@ -34,15 +25,7 @@ func channels(cfg *Config) map[string]channel.Channel {
 		chs[topology.SMS] = smschannel.New(cfg.SMS, cfg.Templates)
 	}
 	if cfg.WeCom != nil {
-		chs[topology.WeCom] = wecomchannel.New(wecomchannel.Config{
-			Client: cfg.WeCom, Templates: cfg.Templates, Limiter: cfg.Limiter,
-			Adaptive: cfg.Adaptive, AppRate: cfg.AppRate, RobotRate: cfg.RobotRate, Accounts: cfg.Accounts, Limits: cfg.WeComLimits,
-			MergeWindow: cfg.MergeWindow, MergeMax: cfg.MergeMax,
-			Media: cfg.Media, MediaWorkers: cfg.MediaWorkers, MediaTenantWorkers: cfg.MediaTenantWorkers,
-			MediaMaxBytes: cfg.MediaMaxBytes, MediaTenantMaxBytes: cfg.MediaTenantMaxBytes,
-			SendTimeout: cfg.SendTimeout, AccountRate: cfg.Metrics.AccountRate, AccountHealth: cfg.Metrics.AccountHealth,
-			MergedSends: cfg.Metrics.MergedSends, MergedUsers: cfg.Metrics.MergedUsers, Logger: cfg.Logger,
-		})
+		chs[topology.WeCom] = wecomchannel.New(*cfg.WeCom)
 	}
 	return chs
 }

@@ -9,14 +9,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/msgpulse/msgpulse/internal/accountstate"
 	"github.com/msgpulse/msgpulse/internal/claim"
-	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/delay"
+	wecomchannel "github.com/msgpulse/msgpulse/internal/dispatch/wecom"
 	"github.com/msgpulse/msgpulse/internal/envelope"
-	"github.com/msgpulse/msgpulse/internal/media"
 	"github.com/msgpulse/msgpulse/internal/provider"
-	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
@@ -59,7 +56,8 @@ func (p RetryPolicy) Wait(n int, throttled bool, hint time.Duration) time.Durati
 	return max(w, hint, time.Millisecond)
 }
 
-// Config wires a Dispatcher.
+// Config wires a Dispatcher. Mail, SMS and WeCom register the channels
+// (channels.go): each nil = this consumer has no provider for it.
 type Config struct {
 	Model     *topology.Model
 	Claims    *claim.Claimer
@@ -68,13 +66,10 @@ type Config struct {
 	Keys      *seal.Keys
 	Mail      provider.Mailer
 	SMS       provider.SMSSender
-	WeCom     WeComClient
-	// Adaptive holds each WeCom account (application, robot) to its
-	// adaptive rate; nil = no adaptive rate. AppRate and RobotRate bound
-	// it (defaults: DefaultAppRate, DefaultRobotRate).
-	Adaptive   *ratelimit.Adaptive
-	AppRate    ratelimit.Bounds
-	RobotRate  ratelimit.Bounds
+	// WeCom is the WeCom channel's own configuration: its client, accounts,
+	// merge and media. Its Templates, Limiter, SendTimeout, metrics and
+	// Logger are this Config's.
+	WeCom      *wecomchannel.Config
 	Delayed    *delay.Publisher
 	Limiter    *ratelimit.Limiter
 	RateLimits *ratelimit.ConfigStore // per-provider limits; nil = none
@@ -90,37 +85,6 @@ type Config struct {
 	Metrics         *Metrics
 	DelayMetrics    *delay.Metrics
 	Logger          *zap.Logger
-
-	// Accounts is the WeCom accounts' shared state (down marks, health);
-	// nil = accounts are never marked down and their health is 1.
-	Accounts *accountstate.Store
-	// WeComLimits are each account's limits per second, minute, hour and
-	// day (WECOM_ACCOUNT_LIMITS), by account name.
-	WeComLimits map[string]wecom.Limits
-	// MergeWindow: single WeCom application messages (not high) with the
-	// same account, type and content arriving within it of each other go
-	// out as one call (WECOM_MERGE_WINDOW); 0 = off.
-	MergeWindow time.Duration
-	// MergeMax is how many messages the merge buffer holds at most
-	// (WECOM_MERGE_MAX); default wecom.MaxUsers. They wait there, not in
-	// workers: each normal and low WeCom queue may hold that many more
-	// deliveries (Pools).
-	MergeMax int
-	// Media fetches the files of WeCom media messages and caches their
-	// media ids; nil = media messages fail permanently.
-	Media *media.Store
-	// MediaWorkers is how many WeCom media files are downloaded and
-	// uploaded at once (WECOM_MEDIA_CONCURRENCY), in a pool of their own,
-	// off the send workers; default 16. MediaTenantWorkers is how many of
-	// them one tenant's files may take (WECOM_MEDIA_TENANT_CONCURRENCY);
-	// default 4.
-	MediaWorkers       int
-	MediaTenantWorkers int
-	// MediaMaxBytes is what the pool's files may hold at once, from before
-	// their download to the end of their upload (WECOM_MEDIA_MAX_BYTES);
-	// MediaTenantMaxBytes is one tenant's share of it
-	// (WECOM_MEDIA_TENANT_MAX_BYTES). Defaults 192 MiB and 64 MiB.
-	MediaMaxBytes, MediaTenantMaxBytes int64
 }
 
 // Validate fills defaults and checks the wiring.
@@ -131,15 +95,6 @@ func (c *Config) Validate() error {
 	if c.Mail == nil && c.SMS == nil && c.WeCom == nil {
 		return errors.New("dispatch: no provider")
 	}
-	if c.AppRate == (ratelimit.Bounds{}) {
-		c.AppRate = DefaultAppRate
-	}
-	if c.RobotRate == (ratelimit.Bounds{}) {
-		c.RobotRate = DefaultRobotRate
-	}
-	if !c.AppRate.Valid() || !c.RobotRate.Valid() {
-		return errors.New("dispatch: invalid adaptive rate bounds")
-	}
 	c.Retry.setDefaults()
 	if c.Retry.MaxRetries < 0 {
 		return errors.New("dispatch: MaxRetries must not be negative")
@@ -149,30 +104,6 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = 1 << 20
-	}
-	if c.MergeMax == 0 {
-		c.MergeMax = wecom.MaxUsers
-	}
-	if c.MediaWorkers == 0 {
-		c.MediaWorkers = config.DefaultMediaWorkers
-	}
-	if c.MediaTenantWorkers == 0 {
-		c.MediaTenantWorkers = config.DefaultMediaTenantWorkers
-	}
-	if c.MediaMaxBytes == 0 {
-		c.MediaMaxBytes = config.DefaultMediaMaxBytes
-	}
-	if c.MediaTenantMaxBytes == 0 {
-		c.MediaTenantMaxBytes = min(config.DefaultMediaTenantMaxBytes, c.MediaMaxBytes)
-	}
-	// A share below the largest file would never hold one: its messages
-	// would come back for ever.
-	if c.MediaTenantMaxBytes < media.MaxFileBytes || c.MediaTenantMaxBytes > c.MediaMaxBytes || c.MediaMaxBytes > config.MaxMediaBytes {
-		return fmt.Errorf("dispatch: MediaMaxBytes %d or MediaTenantMaxBytes %d out of range (at least %d, the largest file; a tenant's at most the whole)", c.MediaMaxBytes, c.MediaTenantMaxBytes, media.MaxFileBytes)
-	}
-	if c.MergeMax < 1 || c.MergeMax > config.MaxMergeHeld || c.MediaWorkers < 1 || c.MediaWorkers > config.MaxMediaWorkers ||
-		c.MediaTenantWorkers < 1 || c.MediaTenantWorkers > c.MediaWorkers {
-		return fmt.Errorf("dispatch: MergeMax %d, MediaWorkers %d or MediaTenantWorkers %d out of range", c.MergeMax, c.MediaWorkers, c.MediaTenantWorkers)
 	}
 	if c.MaxMessageBytes > envelope.MaxBrokerBytes {
 		return fmt.Errorf("dispatch: MaxMessageBytes %d over %d, RabbitMQ 4.x's default max_message_size: no broker left at its default delivers one", c.MaxMessageBytes, envelope.MaxBrokerBytes)
@@ -188,6 +119,15 @@ func (c *Config) Validate() error {
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
+	}
+	if c.WeCom != nil {
+		w := *c.WeCom // the caller's stays as it was
+		w.Templates, w.Limiter, w.SendTimeout, w.Logger = c.Templates, c.Limiter, c.SendTimeout, c.Logger
+		w.AccountRate, w.AccountHealth, w.MergedSends, w.MergedUsers = c.Metrics.AccountRate, c.Metrics.AccountHealth, c.Metrics.MergedSends, c.Metrics.MergedUsers
+		if err := w.Validate(); err != nil {
+			return fmt.Errorf("dispatch: %w", err)
+		}
+		c.WeCom = &w
 	}
 	return nil
 }

@@ -128,7 +128,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 
 	var mailer provider.Mailer
 	var smsSender provider.SMSSender
-	var weCom WeComClient
+	var weCom wecomchannel.Client
 	var breakers []func() map[string]breaker.State // for msgpulse_breaker_state
 	for _, ch := range cfg.Channels {
 		switch ch {
@@ -242,11 +242,15 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	if err != nil {
 		return err
 	}
+	adaptive := ratelimit.NewAdaptive(redisClient, cfg.RedisPrefix, reg)
+	var weComCfg *wecomchannel.Config
+	if weCom != nil {
+		weComCfg = &wecomchannel.Config{Client: weCom, Adaptive: adaptive, Accounts: accounts, Limits: wa.Limits, MergeWindow: wa.MergeWindow, MergeMax: wa.MergeMax,
+			Media: mediaStore, MediaWorkers: wa.MediaWorkers, MediaTenantWorkers: wa.MediaTenantWorkers,
+			MediaMaxBytes: int64(wa.MediaMaxBytes), MediaTenantMaxBytes: int64(wa.MediaTenantMaxBytes)}
+	}
 	d, err := New(Config{
-		Model: model, Claims: claims, Status: statuses, Templates: tpl, Keys: keys, Mail: mailer, SMS: smsSender, WeCom: weCom,
-		Adaptive: ratelimit.NewAdaptive(redisClient, cfg.RedisPrefix, reg), Accounts: accounts, WeComLimits: wa.Limits, MergeWindow: wa.MergeWindow, MergeMax: wa.MergeMax,
-		Media: mediaStore, MediaWorkers: wa.MediaWorkers, MediaTenantWorkers: wa.MediaTenantWorkers,
-		MediaMaxBytes: int64(wa.MediaMaxBytes), MediaTenantMaxBytes: int64(wa.MediaTenantMaxBytes),
+		Model: model, Claims: claims, Status: statuses, Templates: tpl, Keys: keys, Mail: mailer, SMS: smsSender, WeCom: weComCfg,
 		Delayed: delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix).WithExactMax(cfg.LimitExactMax), RateLimits: rateLimits, Callbacks: callbacks,
 		Redis: redisClient, SendTimeout: cfg.SendTimeout, MaxMessageBytes: cfg.MaxMessageBytes, Owner: cfg.ConsumerID, Metrics: metrics, DelayMetrics: delayMetrics,
 		Logger: log, Retry: RetryPolicy{MaxRetries: cfg.MaxRetries, Backoff: cfg.RetryBackoff, Throttled: cfg.ThrottledBackoff},

@@ -15,74 +15,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/msgpulse/msgpulse/internal/accountstate"
 	"github.com/msgpulse/msgpulse/internal/dispatch/channel"
-	"github.com/msgpulse/msgpulse/internal/media"
 	"github.com/msgpulse/msgpulse/internal/provider"
-	wecomapi "github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
-	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
-
-// Adaptive rate bounds of WeCom accounts (sends per second). An
-// application starts at 20 a second and may climb to 50; a robot never
-// goes above its documented 20 a minute.
-var (
-	DefaultAppRate   = ratelimit.Bounds{Start: 20, Min: 0.5, Max: 50, Decrease: 0.5, Increase: 0.5}
-	DefaultRobotRate = ratelimit.Bounds{Start: wecomapi.RobotPerMinute / 60.0, Min: 1 / 60.0, Max: wecomapi.RobotPerMinute / 60.0, Decrease: 0.5, Increase: 0.01}
-)
-
-// Client is what the channel sends WeCom messages with (wecom.Client):
-// robots' posts and applications' messages and media, each from an
-// account it resolved once.
-type Client interface {
-	Name() string
-	Apps() []*wecomapi.App
-	Robots() []*wecomapi.Robot
-	SendRobot(ctx context.Context, r *wecomapi.Robot, m provider.WeCom) (provider.WeComReceipt, error)
-	SendApp(ctx context.Context, a *wecomapi.App, m provider.WeCom) (provider.WeComReceipt, error)
-	UploadMedia(ctx context.Context, a *wecomapi.App, kind, filename string, size int64, open func() io.Reader) (string, error)
-}
-
-// Config wires the WeCom channel; the pipeline's Config validated it
-// (dispatch.Config: its fields of the same names).
-type Config struct {
-	Client    Client
-	Templates *template.Store
-	Limiter   *ratelimit.Limiter // takes a merged send's limits
-	// Adaptive holds each account to its adaptive rate; nil = none.
-	// AppRate and RobotRate bound it.
-	Adaptive  *ratelimit.Adaptive
-	AppRate   ratelimit.Bounds
-	RobotRate ratelimit.Bounds
-	// Accounts is the accounts' shared state (down marks, health); nil =
-	// accounts are never marked down and their health is 1.
-	Accounts *accountstate.Store
-	Limits   map[string]wecomapi.Limits // WECOM_ACCOUNT_LIMITS, by account
-	// MergeWindow (0: no merge) and MergeMax: see merger.
-	MergeWindow time.Duration
-	MergeMax    int
-	// Media fetches media files and caches their ids (nil: media messages
-	// fail permanently), with the pool's workers and bytes (mediaPool).
-	Media                              *media.Store
-	MediaWorkers, MediaTenantWorkers   int
-	MediaMaxBytes, MediaTenantMaxBytes int64
-	SendTimeout                        time.Duration // of a call made off the pipeline (merged, after a download)
-	// AccountRate and AccountHealth are the accounts' gauges, MergedSends
-	// and MergedUsers the merge's (dispatch.Metrics).
-	AccountRate, AccountHealth *prometheus.GaugeVec
-	MergedSends                prometheus.Counter
-	MergedUsers                prometheus.Observer
-	Logger                     *zap.Logger
-}
 
 // Channel sends WeCom messages.
 type Channel struct {

@@ -20,10 +20,12 @@ import (
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
-// process runs the pipeline up to and including the send: check, the
-// channel's admission and rules, claim, provider limit, send. It returns
-// nil when the provider accepted the message, or an error whose kind tells
-// decide what to do.
+// process runs the pipeline for j: check, the channel's admission, then
+// the channel's send wrapped in the cross-cutting steps, each of which
+// does its part, calls the rest and sees its outcome (as watermill's
+// middleware wraps a handler): the claim, then the provider limits. It
+// returns nil when the provider accepted the message, or an error whose
+// kind tells decide what to do.
 func (d *Dispatcher) process(ctx context.Context, j *job) error {
 	if err := d.check(j); err != nil {
 		return err
@@ -32,19 +34,11 @@ func (d *Dispatcher) process(ctx context.Context, j *job) error {
 	if err != nil {
 		return err
 	}
-	cl, err := d.claimFor(ctx, j, len(rules) == 0)
-	if err != nil {
-		return err
-	}
-	if err := d.takeLimits(ctx, j, cl, rules); err != nil {
-		return err
-	}
-	j.claimed, j.stopRenew = cl, d.renew.Hold(cl)
-	err = d.send(ctx, j)
-	if errors.Is(err, channel.ErrHandedOff) {
-		return err // finish completes it
-	}
-	return d.afterSend(ctx, j, err)
+	return d.withClaim(ctx, j, len(rules) == 0, func(ctx context.Context) error {
+		return d.withLimits(ctx, j, rules, func(ctx context.Context) error {
+			return d.send(ctx, j)
+		})
+	})
 }
 
 // check decodes the delivery's message and refuses one that is malformed
@@ -85,12 +79,14 @@ func (d *Dispatcher) admit(ctx context.Context, j *job) ([]ratelimit.Rule, error
 	return j.ch.Admit(ctx, &j.task, channel.ReserveForCodes(j.level, rules))
 }
 
-// claimFor takes the message's claim, or says why not: sent already, or
-// held by another consumer (a snooze until its lease can have expired).
-// The sending mark rides with the claim only when no provider limit may
-// still hold the message back (noLimits), and only for a message of one
-// task: a batch's id has no status record of its own.
-func (d *Dispatcher) claimFor(ctx context.Context, j *job, noLimits bool) (*claim.Claim, error) {
+// withClaim runs next holding the message's claim, its lease renewed
+// while next runs (afterSend stops it, and gives the claim back unless the
+// message was sent), or says why there is none: sent already, or held by
+// another consumer (a snooze until its lease can have expired). The
+// sending mark rides with the claim only when no provider limit may still
+// hold the message back (noLimits), and only for a message of one task: a
+// batch's id has no status record of its own.
+func (d *Dispatcher) withClaim(ctx context.Context, j *job, noLimits bool, next func(context.Context) error) error {
 	key := d.cfg.Claims.TaskKey(j.channel, j.msg.TaskID)
 	if j.msg.Kind == envelope.Verification {
 		key = d.cfg.Claims.VerificationKey(j.channel, j.msg.Recipient, j.msg.CodeDigest, j.msg.Purpose, j.msg.TaskID)
@@ -99,39 +95,42 @@ func (d *Dispatcher) claimFor(ctx context.Context, j *job, noLimits bool) (*clai
 	res, err := d.claim(cctx, j, key, noLimits && len(j.msg.Recipients) == 0)
 	cspan.End()
 	if err != nil {
-		return nil, fmt.Errorf("%w: claim: %w", channel.ErrRedis, err)
+		return fmt.Errorf("%w: claim: %w", channel.ErrRedis, err)
 	}
 	switch res.Outcome {
 	case claim.AlreadySent:
-		return nil, ErrAlreadySent
+		return ErrAlreadySent
 	case claim.Held:
 		// Another consumer is sending it now. Come back once its lease
 		// can have expired: by then it is either marked sent or free.
-		return nil, Snooze(res.HeldFor+time.Second, "claimed by "+res.HeldBy)
+		return Snooze(res.HeldFor+time.Second, "claimed by "+res.HeldBy)
 	}
-	return res.Claim, nil
+	j.claimed, j.stopRenew = res.Claim, d.renew.Hold(res.Claim)
+	err = next(ctx)
+	if errors.Is(err, channel.ErrHandedOff) {
+		return err // finish completes it
+	}
+	return d.afterSend(ctx, j, err)
 }
 
-// takeLimits takes the provider limits, giving the claim back when they
-// hold the message back (a snooze) or cannot be read.
-func (d *Dispatcher) takeLimits(ctx context.Context, j *job, cl *claim.Claim, rules []ratelimit.Rule) error {
-	if len(rules) == 0 {
-		return nil
+// withLimits runs next once the provider limits let the message go; when
+// they hold it back, it comes back when they would let it (a snooze).
+func (d *Dispatcher) withLimits(ctx context.Context, j *job, rules []ratelimit.Rule, next func(context.Context) error) error {
+	if len(rules) > 0 {
+		if _, err := d.cfg.Limiter.Take(ctx, ratelimit.Request{Rules: rules}); err != nil {
+			var le *ratelimit.LimitError
+			if errors.As(err, &le) {
+				return Snooze(le.RetryAfter, "provider "+j.provider+" "+le.Error())
+			}
+			return fmt.Errorf("%w: provider limit: %w", channel.ErrRedis, err)
+		}
 	}
-	_, err := d.cfg.Limiter.Take(ctx, ratelimit.Request{Rules: rules})
-	if err == nil {
-		return nil
-	}
-	d.release(ctx, cl)
-	var le *ratelimit.LimitError
-	if errors.As(err, &le) {
-		return Snooze(le.RetryAfter, "provider "+j.provider+" "+le.Error())
-	}
-	return fmt.Errorf("%w: provider limit: %w", channel.ErrRedis, err)
+	return next(ctx)
 }
 
-// afterSend stops renewing the claim of a send that is done, releasing it
-// when the send failed.
+// afterSend stops renewing the claim of a send that is done (or never
+// made: a provider limit held it back), releasing it unless the message
+// was sent.
 func (d *Dispatcher) afterSend(ctx context.Context, j *job, err error) error {
 	j.stopRenew()
 	if err != nil {

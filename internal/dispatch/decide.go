@@ -35,7 +35,7 @@ func jobFields(ctx context.Context, taskID string, j *job) []zap.Field {
 // dead-letter.
 func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Action {
 	j.waitSending()
-	var snooze *SnoozeError
+	var snooze *channel.SnoozeError
 	taskID := j.del.MessageId
 	if j.msg != nil {
 		taskID = j.msg.TaskID
@@ -80,7 +80,7 @@ func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Actio
 	case errors.Is(err, channel.ErrAccountDown):
 		return d.waitForAccount(ctx, j, log, err)
 
-	case errors.Is(err, ErrTemplate), errors.Is(err, provider.ErrPermanent):
+	case errors.Is(err, channel.ErrTemplate), errors.Is(err, provider.ErrPermanent):
 		return d.deadLetter(ctx, j, log, ReasonPermanent, channel.Class(err), err)
 
 	case errors.Is(err, breaker.ErrOpen):

@@ -103,7 +103,7 @@ func (d *Dispatcher) withClaim(ctx context.Context, j *job, noLimits bool, next 
 	case claim.Held:
 		// Another consumer is sending it now. Come back once its lease
 		// can have expired: by then it is either marked sent or free.
-		return Snooze(res.HeldFor+time.Second, "claimed by "+res.HeldBy)
+		return channel.Snooze(res.HeldFor+time.Second, "claimed by "+res.HeldBy)
 	}
 	j.claimed, j.stopRenew = res.Claim, d.renew.Hold(res.Claim)
 	err = next(ctx)
@@ -120,7 +120,7 @@ func (d *Dispatcher) withLimits(ctx context.Context, j *job, rules []ratelimit.R
 		if _, err := d.cfg.Limiter.Take(ctx, ratelimit.Request{Rules: rules}); err != nil {
 			var le *ratelimit.LimitError
 			if errors.As(err, &le) {
-				return Snooze(le.RetryAfter, "provider "+j.provider+" "+le.Error())
+				return channel.Snooze(le.RetryAfter, "provider "+j.provider+" "+le.Error())
 			}
 			return fmt.Errorf("%w: provider limit: %w", channel.ErrRedis, err)
 		}
@@ -224,13 +224,13 @@ func (d *Dispatcher) variables(msg *envelope.Message) (map[string]string, error)
 	if msg.Kind == envelope.Verification {
 		code, err := d.cfg.Keys.Open(msg.SealedCode, msg.TaskID)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrTemplate, err)
+			return nil, fmt.Errorf("%w: %w", channel.ErrTemplate, err)
 		}
 		vars["code"] = code
 	} else if d.cfg.Templates.IsCode(msg.Template) {
 		// The API refuses these; a message that got here anyway (an older
 		// API, a hand-made publish) would carry a code its sender chose.
-		return nil, fmt.Errorf("%w: template %s carries a verification code and is sent only by POST /api/verification-codes", ErrTemplate, msg.Template)
+		return nil, fmt.Errorf("%w: template %s carries a verification code and is sent only by POST /api/verification-codes", channel.ErrTemplate, msg.Template)
 	}
 	return vars, nil
 }

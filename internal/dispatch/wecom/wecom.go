@@ -41,11 +41,9 @@ type Channel struct {
 	accounts *accounts
 }
 
-// New returns the WeCom channel of cfg.
+// New returns the WeCom channel of cfg, which Config.Validate checked
+// (dispatch.Config.Validate does).
 func New(cfg Config) *Channel {
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
-	}
 	c := &Channel{cfg: cfg, log: cfg.Logger, now: time.Now}
 	c.accounts = newAccounts(&c.cfg)
 	if cfg.MergeWindow > 0 {

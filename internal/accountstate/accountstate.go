@@ -77,11 +77,6 @@ func New(rdb redis.UniversalClient, cfg Config) (*Store, error) {
 // Window is the health window.
 func (s *Store) Window() time.Duration { return s.cfg.Window }
 
-// Each account's keys share a hash tag: one Redis Cluster slot per account.
-func (s *Store) key(account, what string) string {
-	return s.cfg.Prefix + "wecom:account:{" + account + "}:" + what
-}
-
 func (s *Store) bucketLen() time.Duration { return s.cfg.Window / buckets }
 
 // Account is one account's state as a consumer keeps it: its keys, built
@@ -110,7 +105,7 @@ type cachedDown struct {
 
 // Account returns account's state; keep it (its answers are cached in it).
 func (s *Store) Account(name string) *Account {
-	return &Account{s: s, name: name, down: s.key(name, "down"), rate: s.key(name, "rate")}
+	return &Account{s: s, name: name, down: downKey(s.cfg.Prefix, name), rate: rateKey(s.cfg.Prefix, name)}
 }
 
 // MarkDown marks the account down for DownFor, with why (WeCom's words;
@@ -153,7 +148,7 @@ func (a *Account) Down(ctx context.Context) (string, error) {
 func (a *Account) Record(ctx context.Context, ok bool) error {
 	s := a.s
 	b := s.bucketLen()
-	k := s.key(a.name, "sends:"+strconv.FormatInt(s.now().UnixMilli()/b.Milliseconds(), 10))
+	k := sendsKey(s.cfg.Prefix, a.name, s.now().UnixMilli()/b.Milliseconds())
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HIncrBy(ctx, k, "all", 1)
 		if ok {
@@ -204,7 +199,7 @@ func (s *Store) counts(ctx context.Context, account string) (all, ok int64, err 
 	cmds := make([]*redis.SliceCmd, 0, buckets)
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range int64(buckets) {
-			cmds = append(cmds, p.HMGet(ctx, s.key(account, "sends:"+strconv.FormatInt(now-i, 10)), "all", "ok"))
+			cmds = append(cmds, p.HMGet(ctx, sendsKey(s.cfg.Prefix, account, now-i), "all", "ok"))
 		}
 		return nil
 	})
@@ -253,13 +248,13 @@ type State struct {
 // Get reads account's state from Redis (no cache).
 func (s *Store) Get(ctx context.Context, account string) (State, error) {
 	st := State{Account: account, Status: "up", Health: 1}
-	why, err := s.rdb.Get(ctx, s.key(account, "down")).Result()
+	why, err := s.rdb.Get(ctx, downKey(s.cfg.Prefix, account)).Result()
 	switch {
 	case err == nil:
 		st.Status, st.DownReason = "down", redact.Text(why)
 		// A read only: PTTL never touches the mark. A mark that lapsed
 		// between the two reads (-2) or has no expiry (-1) gets no time.
-		if ttl, err := s.rdb.PTTL(ctx, s.key(account, "down")).Result(); err == nil && ttl > 0 {
+		if ttl, err := s.rdb.PTTL(ctx, downKey(s.cfg.Prefix, account)).Result(); err == nil && ttl > 0 {
 			until := s.now().Add(ttl).UTC().Truncate(time.Millisecond)
 			st.DownUntil = &until
 		}
@@ -272,7 +267,7 @@ func (s *Store) Get(ctx context.Context, account string) (State, error) {
 	if st.Sends > 0 {
 		st.Health = float64(st.Succeeded) / float64(st.Sends)
 	}
-	if v, err := s.rdb.Get(ctx, s.key(account, "rate")).Float64(); err == nil {
+	if v, err := s.rdb.Get(ctx, rateKey(s.cfg.Prefix, account)).Float64(); err == nil {
 		st.RatePerSecond = &v
 	}
 	return st, nil

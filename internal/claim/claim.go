@@ -60,23 +60,6 @@ func New(rdb redis.UniversalClient, cfg Config) (*Claimer, error) {
 	return &Claimer{rdb: rdb, cfg: cfg}, nil
 }
 
-// VerificationKey is the key of one verification code sent to recipient for
-// purpose, by the task taskID. codeDigest must be a digest (e.g. HMAC) of
-// the code: the key is readable by anyone with Redis access.
-//
-// Claim keys carry the task's hash tag, as status records do (status.Store),
-// so that on a Redis Cluster a claim and its task's status update run as
-// one script; the tag comes before the recipient, so that a '{' in an
-// address cannot take its place.
-func (c *Claimer) VerificationKey(channel, recipient, codeDigest, purpose, taskID string) string {
-	return c.cfg.Prefix + channel + ":sent:mq:{" + taskID + "}:" + recipient + ":" + codeDigest + ":" + purpose
-}
-
-// TaskKey is the key of one task (a notification with a task id).
-func (c *Claimer) TaskKey(channel, taskID string) string {
-	return c.cfg.Prefix + channel + ":sent:task:{" + taskID + "}"
-}
-
 // Outcome is what Acquire found.
 type Outcome int
 
@@ -108,11 +91,6 @@ type Result struct {
 	HeldBy  string        // when Held: the other owner
 	HeldFor time.Duration // when Held: the rest of its lease
 }
-
-// Values: "lease:<token>:<owner>" while claimed, "sent:<owner>:<unix ms>"
-// once sent. Any other value (a legacy SETNX marker) counts as sent: when in
-// doubt, do not send twice.
-const leasePrefix = "lease:"
 
 var acquireScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])

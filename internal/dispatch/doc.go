@@ -11,17 +11,22 @@
 // It never sends without a claim, and with REDIS_WAIT_REPLICAS never
 // under one its Redis replicas have not acknowledged (durable.go): a claim
 // an isolated master took, and a failover then discarded, would let a
-// redelivery send the message again. It never acks a message it did not either
-// send, find already sent, or hand on (a confirmed retry or snooze), and
+// redelivery send the message again. It never acks a message it did not
+// either send, find already sent, or pass on (a confirmed retry or snooze),
+// and
 // never keeps the only copy of a retry in memory: retries are published to
 // RabbitMQ with a confirm before the original is acked.
 //
-// A WeCom job that must wait (for others to merge with, for its media
-// file's download) is handed on, with its claim and unsettled delivery,
-// to the merge buffer or the media pool, and its worker takes the next
-// delivery: whoever holds the job finishes it (finish) and settles the
-// delivery then (through its broker.Hold), never before. Each WeCom job resolves its
-// account once (accounts.go) and hands that object down.
+// The pipeline names no channel. Each channel (mail, sms, wecom, in the
+// packages of those names below this one) sits behind one interface,
+// channel.Channel, registered in channels.go: it owns its send, its
+// provider's rules, its hand-offs and its outcomes, and reports them as
+// errors decide reads. A WeCom job that must wait (for others to merge
+// with, for its media file's download) is handed off, with its claim and
+// unsettled delivery, to the channel's merge buffer or media pool, and its
+// worker takes the next delivery: whoever holds the job calls its
+// Task.Finish (finish here) once its send is done, and the delivery is
+// settled then (through its broker.Hold), never before.
 //
 // The one window no design closes: a crash after the provider accepted a
 // message and before the claim is marked sent. The lease then expires and a

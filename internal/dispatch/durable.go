@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/msgpulse/msgpulse/internal/claim"
+	"github.com/msgpulse/msgpulse/internal/dispatch/channel"
 	"github.com/msgpulse/msgpulse/internal/rdb"
 )
 
@@ -50,7 +51,7 @@ func (d *Dispatcher) durable(ctx context.Context, cl *claim.Claim) error {
 		if !errors.Is(err, rdb.ErrFenceClosed) {
 			err = &notDurableError{key: cl.Key(), err: err}
 		}
-		return fmt.Errorf("%w: %w", errRedis, err)
+		return fmt.Errorf("%w: %w", channel.ErrRedis, err)
 	}
 	return nil
 }

@@ -1,5 +1,12 @@
 package dispatch
 
+import (
+	wecomchannel "github.com/msgpulse/msgpulse/internal/dispatch/wecom"
+	"github.com/msgpulse/msgpulse/internal/topology"
+)
+
 // AccountResolutions counts the WeCom accounts the dispatcher resolved:
-// one per job (accounts.resolve).
-func (d *Dispatcher) AccountResolutions() int64 { return d.accounts.resolved.Load() }
+// one per job.
+func (d *Dispatcher) AccountResolutions() int64 {
+	return d.channels[topology.WeCom].(*wecomchannel.Channel).Resolutions()
+}

@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"github.com/msgpulse/msgpulse/internal/broker"
-	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
@@ -27,11 +26,11 @@ import (
 // per-queue buffers, high first by weight, not from one stream in arrival
 // order.
 //
-// The WeCom queues hold more: what their handlers hand on (the media
+// The WeCom queues hold more: what their handlers hand off (the media
 // pool's jobs, and, for the notices' levels, the merge buffer's members)
 // keeps its place in the window until it is finished, so each queue's
-// prefetch grows by what may be handed on (broker.QueueShare.Hold): the
-// media pool's capacity (mediaHeld, 8, per media worker: 128 by default),
+// prefetch grows by what may be handed off (broker.QueueShare.Hold): the
+// media pool's capacity (8 per media worker: 128 by default),
 // and the merge buffer's (WECOM_MERGE_MAX, 1,000 by default). Memory: each
 // such delivery is its body, which the API bounds (BODY_LIMIT, 64 KiB; a
 // WeCom notice is about 1 KB), so 1,128 held cost about 1 MB typically
@@ -50,16 +49,11 @@ func (d *Dispatcher) Pools(ct topology.ChannelTopology, weights map[topology.Lev
 	return []Pool{{Name: "codes", Queues: codes}, {Name: "notices", Queues: notices}}
 }
 
-// withHold gives a WeCom notices' queue room for what its handler hands
-// on: the media pool's jobs, and the merge buffer's members where the level
-// is merged (see mergeable).
+// withHold gives a queue room for what its channel hands off
+// (Channel.Holds: WeCom's media pool's jobs, and the merge buffer's
+// members where the level is merged).
 func (d *Dispatcher) withHold(channel string, l topology.Level, q broker.QueueShare) broker.QueueShare {
-	if d.handsOnQueue(channel, l) {
-		q.Hold = d.media.capacity()
-		if d.merge != nil && !urgent(l) { // urgent notices are never merged
-			q.Hold += d.merge.max
-		}
-	}
+	q.Hold = d.channel(channel).Holds(l)
 	return q
 }
 
@@ -68,21 +62,4 @@ func (d *Dispatcher) withHold(channel string, l topology.Level, q broker.QueueSh
 type Pool struct {
 	Name   string
 	Queues []broker.QueueShare
-}
-
-// urgent says whether a level's Redis work goes out at once rather than
-// with a burst: codes and urgent notices.
-func urgent(l topology.Level) bool { return l == topology.Code || l == topology.High }
-
-// codeReserve is the share of every per-provider limit that only codes may
-// use (seed 004's traffic shaper): notices, whatever their level, stop
-// below it and wait (a snooze through the delay queues, never a failure),
-// so when a provider is at its limit the next tokens go to codes.
-const codeReserve = 0.2
-
-// reserveForCodes returns the rules a notice is checked against: the same
-// keys, so that codes and notices count in the same log, with each
-// window's limit lowered by the codes' reserve.
-func reserveForCodes(rules []ratelimit.Rule) []ratelimit.Rule {
-	return ratelimit.Reserve(rules, codeReserve, "codes")
 }

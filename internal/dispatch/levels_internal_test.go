@@ -2,30 +2,11 @@ package dispatch
 
 import (
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
-
-func TestReserveForCodes(t *testing.T) {
-	for _, tc := range []struct{ limit, lower int }{
-		{1, 1}, // left whole: the lower levels must still move
-		{2, 1},
-		{5, 4},
-		{10, 8},
-		{200, 160},
-	} {
-		in := []ratelimit.Rule{{Name: "r", Key: "k", Windows: []ratelimit.Window{{Length: time.Second, Limit: tc.limit}}}}
-		out := reserveForCodes(in)
-		require.Equal(t, tc.lower, out[0].Windows[0].Limit, "limit %d", tc.limit)
-		require.Equal(t, tc.limit, out[0].Windows[0].Full, "counted as the full limit is")
-		require.Equal(t, "k", out[0].Key, "the same log as codes")
-		require.Equal(t, tc.limit, in[0].Windows[0].Limit, "the store's rules are not changed")
-	}
-}
 
 // Issue 36: codes have a pool of their own, with the consumer's PREFETCH
 // (0 here: the consumer's default); the notices' levels share the other,

@@ -24,6 +24,8 @@ import (
 	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/delay"
+	mailchannel "github.com/msgpulse/msgpulse/internal/dispatch/mail"
+	wecomchannel "github.com/msgpulse/msgpulse/internal/dispatch/wecom"
 	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/media"
 	"github.com/msgpulse/msgpulse/internal/profile"
@@ -71,7 +73,7 @@ func newWeCom(cfg config.Consumer, redisClient redis.UniversalClient) (*wecom.Cl
 	// One token per application (corp and agent), whichever account
 	// names it: WeCom issues one per corp and secret.
 	return wecom.NewAccounts(cfg.WeCom, func(a wecom.Account, fetch func(context.Context) (string, time.Duration, error)) (wecom.Tokens, error) {
-		return token.New(redisClient, token.Config{Prefix: cfg.RedisPrefix, Name: "wecom:" + a.Key()}, fetch)
+		return token.New(redisClient, token.Config{Prefix: cfg.RedisPrefix, Name: wecomchannel.TokenName(a)}, fetch)
 	})
 }
 
@@ -133,7 +135,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 
 	var mailer provider.Mailer
 	var smsSender provider.SMSSender
-	var weCom WeComClient
+	var weCom wecomchannel.Client
 	var breakers []func() map[string]breaker.State // for msgpulse_breaker_state
 	for _, ch := range cfg.Channels {
 		switch ch {
@@ -143,8 +145,8 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 				return fmt.Errorf("SMTP: %w", err)
 			}
 			defer func() { _ = m.Close() }()
-			gm := guardedMailer{Mailer: m, b: breaker.New(cfg.SMS.Breaker, nil)}
-			breakers = append(breakers, func() map[string]breaker.State { return map[string]breaker.State{gm.Name(): gm.b.State()} })
+			gm := mailchannel.Guard{Mailer: m, Breaker: breaker.New(cfg.SMS.Breaker, nil)}
+			breakers = append(breakers, func() map[string]breaker.State { return map[string]breaker.State{gm.Name(): gm.Breaker.State()} })
 			mailer = gm
 		case topology.SMS:
 			if o.sms != nil {
@@ -247,11 +249,15 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	if err != nil {
 		return err
 	}
+	adaptive := ratelimit.NewAdaptive(redisClient, cfg.RedisPrefix, reg)
+	var weComCfg *wecomchannel.Config
+	if weCom != nil {
+		weComCfg = &wecomchannel.Config{Client: weCom, Adaptive: adaptive, Accounts: accounts, Limits: wa.Limits, MergeWindow: wa.MergeWindow, MergeMax: wa.MergeMax,
+			Media: mediaStore, MediaWorkers: wa.MediaWorkers, MediaTenantWorkers: wa.MediaTenantWorkers,
+			MediaMaxBytes: int64(wa.MediaMaxBytes), MediaTenantMaxBytes: int64(wa.MediaTenantMaxBytes)}
+	}
 	d, err := New(Config{
-		Model: model, Claims: claims, Status: statuses, Templates: tpl, Keys: keys, Mail: mailer, SMS: smsSender, WeCom: weCom,
-		Adaptive: ratelimit.NewAdaptive(redisClient, cfg.RedisPrefix, reg), Accounts: accounts, WeComLimits: wa.Limits, MergeWindow: wa.MergeWindow, MergeMax: wa.MergeMax,
-		Media: mediaStore, MediaWorkers: wa.MediaWorkers, MediaTenantWorkers: wa.MediaTenantWorkers,
-		MediaMaxBytes: int64(wa.MediaMaxBytes), MediaTenantMaxBytes: int64(wa.MediaTenantMaxBytes),
+		Model: model, Claims: claims, Status: statuses, Templates: tpl, Keys: keys, Mail: mailer, SMS: smsSender, WeCom: weComCfg,
 		Delayed: delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix).WithExactMax(cfg.LimitExactMax), RateLimits: rateLimits, Callbacks: callbacks,
 		Redis: redisClient, Fence: fence, SendTimeout: cfg.SendTimeout, MaxMessageBytes: cfg.MaxMessageBytes, Owner: cfg.ConsumerID, Metrics: metrics, DelayMetrics: delayMetrics,
 		Logger: log, Retry: RetryPolicy{MaxRetries: cfg.MaxRetries, Backoff: cfg.RetryBackoff, Throttled: cfg.ThrottledBackoff},
@@ -368,7 +374,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	if o.ready != nil {
 		o.ready()
 	}
-	go func() { <-ctx.Done(); consuming.Store(false); d.Drain() }() // ends with ctx: stopping is not ready, and what is handed on finishes
+	go func() { <-ctx.Done(); consuming.Store(false); d.Drain() }() // ends with ctx: stopping is not ready, and what is handed off finishes
 	wg.Wait()
 	close(errs)
 	var all []error

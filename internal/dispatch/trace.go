@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/msgpulse/msgpulse/internal/broker"
+	"github.com/msgpulse/msgpulse/internal/dispatch/channel"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
@@ -17,25 +18,16 @@ func (d *Dispatcher) queueName(channel string, level topology.Level) string {
 	return ct.Level(level).Queue
 }
 
-// settle is decide inside the span of the delivery's outcome, named after
-// it (ack, reject, requeue): the retry's publish and the callback are its
-// children, so they stay in the request's trace.
-func (d *Dispatcher) settle(ctx context.Context, queue string, j *job, err error) broker.Action {
+// decideInSpan is decide inside the span of the delivery's outcome, named
+// after it (ack, reject, requeue): the retry's publish and the callback
+// are its children, so they stay in the request's trace.
+func (d *Dispatcher) decideInSpan(ctx context.Context, queue string, j *job, err error) broker.Action {
 	ctx, span := telemetry.StartSettle(ctx, queue, j.del.MessageId)
 	defer span.End()
 	a := d.decide(ctx, j, err)
 	if err != nil {
-		span.Set("msgpulse.error_class", classOf(err))
+		span.Set("msgpulse.error_class", channel.Class(err))
 	}
 	span.Settled(a.String(), queue)
 	return a
-}
-
-// endCall ends a provider call's span, failed by the error's class (never
-// its text: a provider's answer can quote the recipient).
-func endCall(span telemetry.Span, err error) {
-	if err != nil {
-		span.Fail(classOf(err))
-	}
-	span.End()
 }

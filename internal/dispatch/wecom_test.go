@@ -9,8 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
-	"github.com/msgpulse/msgpulse/internal/dispatch"
 	"github.com/msgpulse/msgpulse/internal/dispatch/dispatchtest"
+	wecomchannel "github.com/msgpulse/msgpulse/internal/dispatch/wecom"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom/wecomtest"
 	"github.com/msgpulse/msgpulse/internal/status"
@@ -191,9 +191,9 @@ func TestWeComThrottlingDelaysButDoesNotFail(t *testing.T) {
 	require.Len(t, srv.ReceivedBy("bob"), 1)
 	require.Equal(t, 3.0, testutil.ToFloat64(s.Metrics.Retried.WithLabelValues("wecom", "code", "wecom", "throttled")))
 	// The application's adaptive rate went down three times and up once.
-	rate, err := s.Adaptive.For("wecom-app:"+wecomtest.CorpID+":1000002", dispatch.DefaultAppRate).Rate(context.Background())
+	rate, err := s.Adaptive.For("wecom-app:"+wecomtest.CorpID+":1000002", wecomchannel.DefaultAppRate).Rate(context.Background())
 	require.NoError(t, err)
-	require.InDelta(t, dispatch.DefaultAppRate.Start/8+dispatch.DefaultAppRate.Increase, rate, 1e-9)
+	require.InDelta(t, wecomchannel.DefaultAppRate.Start/8+wecomchannel.DefaultAppRate.Increase, rate, 1e-9)
 }
 
 func TestWeComUnknownUserFailsWithTheReason(t *testing.T) {

@@ -27,6 +27,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/delay"
 	"github.com/msgpulse/msgpulse/internal/dispatch"
+	wecomchannel "github.com/msgpulse/msgpulse/internal/dispatch/wecom"
 	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/mailcatcher"
@@ -221,10 +222,6 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	}
 	tpl, err := template.Load("", "en")
 	require.NoError(t, err)
-	var wc dispatch.WeComClient
-	if s.opts.WeComBase != "" {
-		wc = s.weCom(rdb)
-	}
 	// The test servers listen on loopback: allowed, as with
 	// CALLBACK_ALLOW_PRIVATE=true.
 	medc := media.Config{Prefix: s.Redis.Prefix, Egress: egress.Policy{AllowPrivate: true}, CacheTTL: s.opts.MediaCacheTTL}
@@ -247,9 +244,13 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	pub, err := broker.NewPublisher(broker.PublisherConfig{Session: session})
 	require.NoError(t, err)
 	delayed := delay.NewPublisher(pub, s.Planner, s.Model.Delay, s.DelayMet)
+	var wc *wecomchannel.Config
+	if s.opts.WeComBase != "" {
+		wc = &wecomchannel.Config{Client: s.weCom(rdb), Adaptive: s.Adaptive, Accounts: accounts, Limits: s.opts.WeComLimits,
+			MergeWindow: s.opts.MergeWindow, MergeMax: s.opts.MergeMax, Media: mediaStore}
+	}
 	d, err := dispatch.New(dispatch.Config{
 		Model: s.Model, Claims: claims, Status: statuses, Templates: tpl, Keys: s.Keys, Mail: m, SMS: sms, WeCom: wc,
-		Adaptive: s.Adaptive, Accounts: accounts, WeComLimits: s.opts.WeComLimits, MergeWindow: s.opts.MergeWindow, MergeMax: s.opts.MergeMax, Media: mediaStore,
 		Delayed: delayed, Limiter: ratelimit.New(rdb, s.Redis.Prefix), RateLimits: rl, Redis: rdb, Fence: s.fence(rdb),
 		Retry: s.opts.Retry, SendTimeout: 5 * time.Second, Owner: name, Metrics: s.Metrics, DelayMetrics: s.DelayMet,
 		Logger: s.opts.Logger.Named(name),
@@ -446,7 +447,7 @@ func (r *RecordingSMS) Count() int {
 
 // weCom is one consumer's WeCom client: its own HTTP client, the access
 // token shared through Redis.
-func (s *Stack) weCom(rdb redis.UniversalClient) dispatch.WeComClient {
+func (s *Stack) weCom(rdb redis.UniversalClient) wecomchannel.Client {
 	t := s.T
 	cfg := wecom.Config{CorpID: wecomtest.CorpID, CorpSecret: wecomtest.CorpSecret, AgentID: wecomtest.AgentID, APIBase: s.opts.WeComBase,
 		Robots:       map[string]string{"ops": wecomtest.RobotKey, "shop-ops": wecomtest.RobotKey},
@@ -458,7 +459,7 @@ func (s *Stack) weCom(rdb redis.UniversalClient) dispatch.WeComClient {
 	}
 	c, err := wecom.NewAccounts(cfg,
 		func(a wecom.Account, fetch func(context.Context) (string, time.Duration, error)) (wecom.Tokens, error) {
-			return token.New(rdb, token.Config{Prefix: s.Redis.Prefix, Name: "wecom:" + a.Key()}, fetch)
+			return token.New(rdb, token.Config{Prefix: s.Redis.Prefix, Name: wecomchannel.TokenName(a)}, fetch)
 		})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })

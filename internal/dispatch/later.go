@@ -2,14 +2,103 @@ package dispatch
 
 import (
 	"context"
+	"maps"
 	"math/rand/v2"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/msgpulse/msgpulse/internal/broker"
+	"github.com/msgpulse/msgpulse/internal/dispatch/channel"
+	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
+	"github.com/msgpulse/msgpulse/internal/topology"
 )
+
+// A message's next attempt (a retry, a snooze, a wait for a breaker or an
+// account) is a copy published through the delay queues with a confirm,
+// and only then is the delivery acked; a copy the broker will not take
+// holds its delivery until it does.
+
+// retryLater records u (a "retrying" status) and then schedules the
+// message for later (see later).
+//
+// In that order: the copy can be back at once (a wait cut short by its
+// deadline comes back in a millisecond) and reach a final status in
+// another worker, expired or failed. A "retrying" written after that
+// overwrote it for good (the status script keeps only "sent" from being
+// overwritten): TestRefusedAccountWaitsAndExpiresWithoutSlowingTheOther
+// once found a message dead-lettered for its deadline whose record still
+// said retrying. When the publish fails the delivery is held until it
+// works, so "retrying" is still true.
+func (d *Dispatcher) retryLater(ctx context.Context, j *job, wait time.Duration, isRetry bool, u status.Update) broker.Action {
+	d.recordJob(ctx, j, u)
+	return d.later(ctx, j, wait, isRetry)
+}
+
+// later publishes the message again, to arrive after wait: Ack once the
+// broker confirmed the copy. When the broker refuses or blocks it (a full
+// delay queue, a resource alarm), the delivery is held and the publish
+// tried again in the background until it works (Held; see holdLater),
+// never handed back to spend a delivery attempt. A retry counts the
+// attempt it follows.
+func (d *Dispatcher) later(ctx context.Context, j *job, wait time.Duration, isRetry bool) broker.Action {
+	out, err := d.laterMessage(j, isRetry)
+	if err != nil {
+		// Not the broker's refusal: nothing to wait for. Hand it back after
+		// a pause rather than ack a message whose next attempt exists
+		// nowhere.
+		d.log.Error("could not build the message's next attempt; handing it back", zap.String("task_id", j.msg.TaskID), telemetry.LogField(ctx), zap.Error(err))
+		sleep(ctx, time.Second)
+		return broker.Requeue
+	}
+	due := d.now().Add(min(max(wait, time.Millisecond), d.cfg.Model.Delay.Max))
+	if err = d.publishLater(ctx, out, due); err == nil {
+		return broker.Ack
+	}
+	return d.holdLater(ctx, j, out, due, err)
+}
+
+// laterMessage is the copy later publishes: back to the level it left (an
+// empty level is the channel's first, codes'), with the attempt counted for
+// a retry.
+func (d *Dispatcher) laterMessage(j *job, isRetry bool) (broker.Outgoing, error) {
+	m := *j.msg
+	if isRetry {
+		m.Attempt++
+	}
+	pub, err := envelope.Publishing(&m)
+	if err != nil {
+		return broker.Outgoing{}, err
+	}
+	if isRetry {
+		pub.Headers[envelope.HeaderRetryOf] = int32(j.msg.Attempt + 1)
+	}
+	if r, ok := j.del.Headers[envelope.HeaderReplays]; ok {
+		pub.Headers[envelope.HeaderReplays] = r
+	}
+	ct, err := d.cfg.Model.Channel(j.channel)
+	if err != nil {
+		return broker.Outgoing{}, err
+	}
+	return broker.Outgoing{Exchange: ct.Exchange, RoutingKey: ct.Level(topology.Level(m.Level)).RoutingKey, Msg: pub}, nil
+}
+
+// publishLater publishes out through the delay queues, to be delivered at
+// due (at once when due has passed), and waits for the confirm.
+func (d *Dispatcher) publishLater(ctx context.Context, out broker.Outgoing, due time.Time) error {
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	// The copy carries this attempt's trace context: its own spans join the
+	// request's trace after the delay queues. Headers are copied: a held
+	// delivery publishes out again.
+	out.Msg.Headers = maps.Clone(out.Msg.Headers)
+	pctx, pspan := telemetry.StartPublish(pctx, out.Exchange, out.RoutingKey, &out.Msg)
+	err := d.cfg.Delayed.PublishDelayed(pctx, out, max(due.Sub(d.now()), time.Millisecond))
+	channel.EndCall(pspan, err)
+	return err
+}
 
 // Backoff of a held delivery's publish: from holdFirst, doubling, at most
 // holdMax between two tries (with jitter, so many held deliveries do not
@@ -43,7 +132,7 @@ const (
 // spending one attempt, as a channel closing with it unacked would.
 func (d *Dispatcher) holdLater(ctx context.Context, j *job, out broker.Outgoing, due time.Time, cause error) broker.Action {
 	taskID := j.msg.TaskID
-	h := j.hold // a job handed on holds its delivery already, past its handler
+	h := j.hold // a job handed off holds its delivery already, past its handler
 	if h == nil {
 		h = broker.HoldDelivery(ctx)
 	}

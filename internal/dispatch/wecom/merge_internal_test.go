@@ -1,4 +1,4 @@
-package dispatch
+package wecom
 
 import (
 	"context"
@@ -6,27 +6,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
+	"github.com/msgpulse/msgpulse/internal/dispatch/channel"
 	"github.com/msgpulse/msgpulse/internal/provider"
-	"github.com/msgpulse/msgpulse/internal/provider/wecom"
+	wecomapi "github.com/msgpulse/msgpulse/internal/provider/wecom"
 )
 
 // callCounter is a WeCom client that accepts every application message
 // and remembers how many users each call had. Only the merge's accounting
 // is under test here; wecomtest checks what WeCom checks elsewhere.
 type callCounter struct {
-	WeComClient
+	Client
 	mu    sync.Mutex
 	calls []int
 }
 
-func (c *callCounter) SendApp(_ context.Context, _ *wecom.App, m provider.WeCom) (provider.WeComReceipt, error) {
+func (c *callCounter) SendApp(_ context.Context, _ *wecomapi.App, m provider.WeCom) (provider.WeComReceipt, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.calls = append(c.calls, len(m.ToUsers))
-	return provider.WeComReceipt{Receipt: provider.Receipt{Provider: wecom.Name}}, nil
+	return provider.WeComReceipt{Receipt: provider.Receipt{Provider: wecomapi.Name}}, nil
 }
 
 // A group that leaves the buffer (full, or sent) stops counting in it at
@@ -34,13 +36,13 @@ func (c *callCounter) SendApp(_ context.Context, _ *wecom.App, m provider.WeCom)
 // newcomer to a buffer still counted full is sent in a group of one.
 func TestMergeBufferCountsOnlyWhatItHolds(t *testing.T) {
 	wc := &callCounter{}
-	d := &Dispatcher{cfg: Config{WeCom: wc, Metrics: NewMetrics(nil), SendTimeout: time.Second}, log: zap.NewNop()}
-	mg := newMerger(d, time.Hour, 3)
-	acct := &account{name: "default", app: &wecom.App{Account: wecom.Account{Name: "default"}}}
+	c := &Channel{cfg: Config{Client: wc, SendTimeout: time.Second, MergedSends: prometheus.NewCounter(prometheus.CounterOpts{Name: "merged"}), MergedUsers: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "users"})}, log: zap.NewNop()}
+	mg := newMerger(c, time.Hour, 3)
+	acct := &account{name: "default", app: &wecomapi.App{Account: wecomapi.Account{Name: "default"}}}
 	var wg sync.WaitGroup
 	add := func(user string) {
 		wg.Add(1)
-		mg.add(context.Background(), &job{acct: acct}, provider.WeCom{Format: "text", Content: "same", ToUsers: []string{user}}, func(mergeOutcome) { wg.Done() })
+		mg.add(context.Background(), &job{Task: &channel.Task{}, acct: acct}, provider.WeCom{Format: "text", Content: "same", ToUsers: []string{user}}, func(mergeOutcome) { wg.Done() })
 	}
 	held := func() int { mg.mu.Lock(); defer mg.mu.Unlock(); return mg.held }
 	for i, u := range []string{"a", "b", "c", "d", "e", "f"} {

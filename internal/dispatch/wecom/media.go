@@ -1,4 +1,4 @@
-package dispatch
+package wecom
 
 import (
 	"cmp"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/msgpulse/msgpulse/internal/apikey"
+	"github.com/msgpulse/msgpulse/internal/dispatch/channel"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/media"
 	"github.com/msgpulse/msgpulse/internal/provider"
@@ -18,13 +19,13 @@ import (
 
 // mediaPool downloads the files of WeCom media messages off the send path
 // (issue 37: one tenant's images, served a byte a second, held every send
-// worker for 30 s). A media job is handed on to the pool and its worker
+// worker for 30 s). A media job is handed off to the pool and its worker
 // goes back to the queue. The pool runs at most workers downloads at once,
 // at most perTenant of them one tenant's, and keeps the others waiting, in
 // turn by tenant; the jobs of one tenant's file (same URL and kind) share
 // one download. After its download each job goes on in its own goroutine:
 // the upload (WECOM_MEDIA_UPLOAD_TIMEOUT, once per file across the fleet),
-// the call or the merge, finish.
+// the call or the merge, Task.Finish.
 //
 // The pool holds at most capacity jobs (mediaHeld per worker), one tenant
 // at most half of them, and at most maxBytes of files, one tenant at most
@@ -44,7 +45,7 @@ import (
 // WeCom queues keep for the pool (Pools), or more than its share of the
 // bytes.
 type mediaPool struct {
-	d                     *Dispatcher
+	c                     *Channel
 	workers, perTenant    int
 	maxBytes, tenantBytes int64
 
@@ -112,15 +113,15 @@ const (
 	mediaSubmitted           // the pool has it, and frees its place
 )
 
-func newMediaPool(d *Dispatcher, workers, perTenant int, maxBytes, tenantBytes int64) *mediaPool {
-	return &mediaPool{d: d, workers: workers, perTenant: perTenant, maxBytes: maxBytes, tenantBytes: tenantBytes,
+func newMediaPool(c *Channel, workers, perTenant int, maxBytes, tenantBytes int64) *mediaPool {
+	return &mediaPool{c: c, workers: workers, perTenant: perTenant, maxBytes: maxBytes, tenantBytes: tenantBytes,
 		tenants: map[string]*tenantMedia{}, files: map[string]*mediaFile{}}
 }
 
 // capacity is how many deliveries the pool may hold at once.
 func (p *mediaPool) capacity() int { return mediaHeld * p.workers }
 
-func tenantOf(j *job) string { return cmp.Or(j.msg.Tenant, apikey.DefaultTenant) }
+func tenantOf(j *job) string { return cmp.Or(j.Msg.Tenant, apikey.DefaultTenant) }
 
 // reserve takes a place for j, before its claim; when the pool, or j's
 // tenant's part of it, has no room for j, or for one more file of its kind
@@ -134,13 +135,13 @@ func (p *mediaPool) reserve(j *job) error {
 	defer p.mu.Unlock()
 	name := tenantOf(j)
 	t := p.tenant(name)
-	md := j.msg.Media
+	md := j.Msg.Media
 	key := name + "\x00" + md.Type + "\x00" + md.URL
 	f := p.files[key]
 	var busy error
 	switch {
 	case p.draining:
-		busy = Snooze(time.Second, "the consumer is stopping")
+		busy = channel.Snooze(time.Second, "the consumer is stopping")
 	case p.held >= p.capacity() || 2*t.held >= p.capacity():
 		busy = p.busy(name, "WECOM_MEDIA_CONCURRENCY, WECOM_MEDIA_TENANT_CONCURRENCY")
 	case f == nil:
@@ -202,7 +203,7 @@ func (p *mediaPool) holdLocked(f *mediaFile, t *tenantMedia, n int64) {
 // settings that are full.
 func (p *mediaPool) busy(tenant, full string) error {
 	wait := mediaBusyWait + time.Duration(rand.Int64N(int64(mediaBusyWait/2))) //nolint:gosec // spreading returns, not a secret
-	return Snooze(wait, "the WeCom media pool is full for tenant "+strconv.Quote(tenant)+" ("+full+")")
+	return channel.Snooze(wait, "the WeCom media pool is full for tenant "+strconv.Quote(tenant)+" ("+full+")")
 }
 
 // unreserve gives back the place of a job that ended before the pool
@@ -260,20 +261,20 @@ func (p *mediaPool) submit(ctx context.Context, j *job, m provider.WeCom) error 
 	switch f.state {
 	case fileDone:
 		go p.finishJob(mj, f.file, f.err)
-		return errHandedOn
+		return channel.ErrHandedOff
 	case fileWaiting, fileFetching:
 		f.jobs = append(f.jobs, mj)
-		return errHandedOn
+		return channel.ErrHandedOff
 	}
 	f.ctx, f.jobs = ctx, []*mediaJob{mj}
 	t := p.tenants[f.tenant]
 	if p.running < p.workers && p.startsLocked(f, t) {
 		p.running++
 		go p.work(f)
-		return errHandedOn
+		return channel.ErrHandedOff
 	}
 	p.queueLocked(f, t)
-	return errHandedOn
+	return channel.ErrHandedOff
 }
 
 // queueLocked makes f's download wait its turn.
@@ -289,7 +290,7 @@ func (p *mediaPool) queueLocked(f *mediaFile, t *tenantMedia) {
 // until none is left.
 func (p *mediaPool) work(f *mediaFile) {
 	for f != nil {
-		file, err := p.d.cfg.Media.Fetch(f.ctx, f.md.URL, f.md.Type)
+		file, err := p.c.cfg.Media.Fetch(f.ctx, f.md.URL, f.md.Type)
 		p.mu.Lock()
 		jobs := p.doneLocked(f, file, err)
 		p.tenants[f.tenant].running--
@@ -365,7 +366,7 @@ func (p *mediaPool) startLocked() {
 }
 
 // finishJob is one job after its file's download: the upload, then the
-// message's call (or its merge), then finish. Its hold on the file ends
+// message's call (or its merge), then Task.Finish. Its hold on the file ends
 // with the upload (the file's bytes are free once its last job's has), its
 // place in the pool when it is finished.
 func (p *mediaPool) finishJob(mj *mediaJob, file media.Fetched, err error) {
@@ -375,18 +376,18 @@ func (p *mediaPool) finishJob(mj *mediaJob, file media.Fetched, err error) {
 		p.mu.Unlock()
 	}()
 	if err == nil {
-		err = p.d.uploadMedia(mj.ctx, mj.j.acct, mj.j.msg.Media, file, &mj.m)
+		err = p.c.uploadMedia(mj.ctx, mj.j.acct, mj.j.Msg.Media, file, &mj.m)
 	}
 	p.mu.Lock()
 	p.dropFileLocked(mj.j)
 	p.mu.Unlock()
-	p.d.sendMedia(mj.ctx, mj.j, mj.m, err)
+	p.c.sendMedia(mj.ctx, mj.j, mj.m, err)
 }
 
 // drain sends back (a snooze) every job whose download has not started:
 // a stopping consumer finishes what runs, within its grace.
 func (p *mediaPool) drain() {
-	stopping := Snooze(time.Second, "the consumer is stopping")
+	stopping := channel.Snooze(time.Second, "the consumer is stopping")
 	p.mu.Lock()
 	p.draining = true
 	var back []*mediaJob
@@ -405,7 +406,7 @@ func (p *mediaPool) drain() {
 }
 
 // holdBytes reserves n bytes of tenant's for a file fetched outside the
-// pool (wecomMedia); release gives them back. With no room it returns the
+// pool (fetchAndUpload); release gives them back. With no room it returns the
 // pool's snooze.
 func (p *mediaPool) holdBytes(tenant string, n int64) (release func(), err error) {
 	p.mu.Lock()
@@ -428,97 +429,63 @@ func (p *mediaPool) holdBytes(tenant string, n int64) (release func(), err error
 
 // sendMedia makes a media message's call (or adds it to a merge) once its
 // file is uploaded (err: why it could not be), then finishes it.
-func (d *Dispatcher) sendMedia(ctx context.Context, j *job, m provider.WeCom, err error) {
+func (c *Channel) sendMedia(ctx context.Context, j *job, m provider.WeCom, err error) {
 	var rcpt provider.Receipt
 	if err == nil {
-		sctx, cancel := context.WithTimeout(ctx, d.cfg.SendTimeout)
+		sctx, cancel := context.WithTimeout(ctx, c.cfg.SendTimeout)
 		defer cancel()
-		rcpt, err = d.callOrMerge(ctx, sctx, j, m)
-		if errors.Is(err, errHandedOn) {
+		rcpt, err = c.callOrMerge(ctx, sctx, j, m)
+		if errors.Is(err, channel.ErrHandedOff) {
 			return // the merged send finishes it
 		}
 	}
-	d.finish(ctx, j, rcpt, err)
+	j.Finish(rcpt, err)
 }
 
-// wecomMedia fetches a media message's file (through the egress guard,
+// fetchAndUpload fetches a media message's file (through the egress guard,
 // within WeCom's limits and Media's rate and time) and uploads it
-// (uploadMedia): for a job that is not handed on to the pool. Its bytes
+// (uploadMedia): for a job that is not handed off to the pool. Its bytes
 // count in the pool's all the same, reserved before the download; with no
 // room the job comes back later (a snooze).
-func (d *Dispatcher) wecomMedia(ctx context.Context, j *job, m *provider.WeCom) error {
-	md := j.msg.Media
-	if d.cfg.Media == nil {
-		return fmt.Errorf("%w: this consumer cannot send WeCom media", ErrTemplate)
+func (c *Channel) fetchAndUpload(ctx context.Context, j *job, m *provider.WeCom) error {
+	md := j.Msg.Media
+	if c.cfg.Media == nil {
+		return fmt.Errorf("%w: this consumer cannot send WeCom media", channel.ErrTemplate)
 	}
-	release, err := d.media.holdBytes(tenantOf(j), media.MaxBytes[md.Type])
+	release, err := c.media.holdBytes(tenantOf(j), media.MaxBytes[md.Type])
 	if err != nil {
 		return err
 	}
 	defer release()
-	f, err := d.cfg.Media.Fetch(ctx, md.URL, md.Type)
+	f, err := c.cfg.Media.Fetch(ctx, md.URL, md.Type)
 	if err != nil {
 		return err
 	}
-	return d.uploadMedia(ctx, j.acct, md, f, m)
+	return c.uploadMedia(ctx, j.acct, md, f, m)
 }
 
 // uploadMedia sets m's media_id for the fetched file f: the one cached for
 // the same bytes and name in a's corp, else a fresh upload, made once by
 // the fleet (Media.Upload), then cached.
-func (d *Dispatcher) uploadMedia(ctx context.Context, a *account, md *envelope.Media, f media.Fetched, m *provider.WeCom) error {
-	if d.cfg.Media == nil || a.app == nil {
-		return fmt.Errorf("%w: this consumer cannot send WeCom media", ErrTemplate)
+func (c *Channel) uploadMedia(ctx context.Context, a *account, md *envelope.Media, f media.Fetched, m *provider.WeCom) error {
+	if c.cfg.Media == nil || a.app == nil {
+		return fmt.Errorf("%w: this consumer cannot send WeCom media", channel.ErrTemplate)
 	}
 	corp := a.app.CorpID
 	// The same file for many users at once (single messages about to be
 	// merged) is asked for once in this process; Upload makes it once in
 	// the fleet.
-	id, err := d.uploads.do(corp+"\x00"+md.Type+"\x00"+f.SHA256+"\x00"+md.Filename, func() (string, error) {
-		return d.cfg.Media.Upload(ctx, corp, md.Type, f.SHA256, md.Filename, func(uctx context.Context) (string, error) {
-			return d.cfg.WeCom.UploadMedia(uctx, a.app, md.Type, md.Filename, f.Size, f.Open)
+	id, err := c.uploads.do(corp+"\x00"+md.Type+"\x00"+f.SHA256+"\x00"+md.Filename, func() (string, error) {
+		return c.cfg.Media.Upload(ctx, corp, md.Type, f.SHA256, md.Filename, func(uctx context.Context) (string, error) {
+			return c.cfg.Client.UploadMedia(uctx, a.app, md.Type, md.Filename, f.Size, f.Open)
 		})
 	})
 	if errors.Is(err, media.ErrRedis) {
-		return fmt.Errorf("%w: %w", errRedis, err)
+		return fmt.Errorf("%w: %w", channel.ErrRedis, err)
 	}
 	if err != nil {
 		return err
 	}
 	m.Format, m.MediaID = md.Type, id
 	return nil
-}
-
-// flight runs one call per key at a time in this process; callers with the
-// same key while it runs get its result.
-type flight struct {
-	mu    sync.Mutex
-	calls map[string]*flightCall
-}
-
-type flightCall struct {
-	done chan struct{}
-	val  string
-	err  error
-}
-
-func (f *flight) do(key string, fn func() (string, error)) (string, error) {
-	f.mu.Lock()
-	if f.calls == nil {
-		f.calls = map[string]*flightCall{}
-	}
-	if c, ok := f.calls[key]; ok {
-		f.mu.Unlock()
-		<-c.done
-		return c.val, c.err
-	}
-	c := &flightCall{done: make(chan struct{})}
-	f.calls[key] = c
-	f.mu.Unlock()
-	c.val, c.err = fn()
-	f.mu.Lock()
-	delete(f.calls, key)
-	f.mu.Unlock()
-	close(c.done)
-	return c.val, c.err
 }

@@ -1,4 +1,4 @@
-package dispatch
+package wecom
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/msgpulse/msgpulse/internal/dispatch/channel"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/media"
 )
@@ -13,7 +14,7 @@ import (
 const mib = 1 << 20
 
 func mediaJobOf(tenant, kind, url string) *job {
-	return &job{msg: &envelope.Message{Tenant: tenant, Media: &envelope.Media{Type: kind, URL: url}}}
+	return &job{Task: &channel.Task{Msg: &envelope.Message{Tenant: tenant, Media: &envelope.Media{Type: kind, URL: url}}}}
 }
 
 // Issue 43: a job comes into the pool only while its tenant, and the
@@ -47,7 +48,7 @@ func TestMediaPoolAdmitsWithinItsBytes(t *testing.T) {
 			require.NoError(t, err, tc.name)
 			p.unreserve(tc.job)
 		} else {
-			var se *SnoozeError
+			var se *channel.SnoozeError
 			require.True(t, errors.As(err, &se), "%s: %v", tc.name, err)
 			require.Contains(t, err.Error(), tc.snoozed, tc.name)
 			require.Equal(t, mediaNone, tc.job.media, "%s: holds nothing", tc.name)

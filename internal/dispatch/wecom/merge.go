@@ -1,4 +1,4 @@
-package dispatch
+package wecom
 
 import (
 	"context"
@@ -9,9 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/msgpulse/msgpulse/internal/dispatch/channel"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/provider"
-	"github.com/msgpulse/msgpulse/internal/provider/wecom"
+	wecomapi "github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
@@ -23,12 +24,12 @@ const mergeHold = 10
 // merger gathers single WeCom application messages with the same account,
 // type and rendered content that arrive within the merge window of each
 // other, and sends them as one message/send (seed 004's
-// BatchSendingOptimizer): up to wecom.MaxUsers users a call. Each member
+// BatchSendingOptimizer): up to wecomapi.MaxUsers users a call. Each member
 // keeps its delivery, claim, status record and callback; only the call is
 // shared.
 //
 // Members wait in the merge buffer, not in workers (issue 37): their
-// handlers hand them on (errHandedOn) and return, and the group's send
+// handlers hand them off (channel.ErrHandedOff) and return, and the group's send
 // finishes each. So a merge gathers as many messages as arrive in its
 // window, up to max in the buffer at once, whatever the worker count; the
 // normal and low WeCom queues may hold that many deliveries more than
@@ -36,7 +37,7 @@ const mergeHold = 10
 // (the body, up to the API's BODY_LIMIT; a WeCom notice is about 1 KB)
 // and a few hundred bytes of state.
 type merger struct {
-	d      *Dispatcher
+	c      *Channel
 	window time.Duration
 	max    int
 
@@ -74,16 +75,16 @@ type mergeOutcome struct {
 	err      error
 }
 
-func newMerger(d *Dispatcher, window time.Duration, maxHeld int) *merger {
-	return &merger{d: d, window: window, max: maxHeld, groups: map[[32]byte]*group{}}
+func newMerger(c *Channel, window time.Duration, maxHeld int) *merger {
+	return &merger{c: c, window: window, max: maxHeld, groups: map[[32]byte]*group{}}
 }
 
 // mergeable reports whether j may wait for others to share its send: a
-// single WeCom application message that is not high (codes and urgent
-// notices are never held).
-func (d *Dispatcher) mergeable(j *job) bool {
-	return d.merge != nil && j.channel == topology.WeCom && j.msg != nil && !j.msg.Robot && len(j.msg.Recipients) == 0 &&
-		j.msg.Kind == envelope.Notification && !urgent(j.level) && j.acct != nil && j.acct.app != nil
+// single application message that is not high (codes and urgent notices
+// are never held).
+func (c *Channel) mergeable(j *job) bool {
+	return c.merge != nil && j.Msg != nil && !j.Msg.Robot && len(j.Msg.Recipients) == 0 &&
+		j.Msg.Kind == envelope.Notification && !channel.Urgent(j.Level) && j.acct != nil && j.acct.app != nil
 }
 
 // add puts j's one user (m) in the group of its account, type and content;
@@ -113,7 +114,7 @@ func (mg *merger) add(ctx context.Context, j *job, m provider.WeCom, done func(m
 		for _, g := range mg.groups {
 			mg.sendNowLocked(g)
 		}
-	case len(g.members) >= wecom.MaxUsers:
+	case len(g.members) >= wecomapi.MaxUsers:
 		// Full (WeCom's 1,000 users): the next member starts a new group.
 		mg.sendNowLocked(g)
 	}
@@ -179,10 +180,10 @@ func (mg *merger) run(g *group) {
 
 // send takes the group's provider limits once, its account's rate
 // included (read now, once for the group), and makes the one call. A
-// Redis that cannot answer gives every member errRedis, as it would have
+// Redis that cannot answer gives every member channel.ErrRedis, as it would have
 // before its claim: the claim is given back and the message runs again.
 func (mg *merger) send(g *group, members []*member) mergeOutcome {
-	d := mg.d
+	c := mg.c
 	m := g.m
 	for _, me := range members {
 		// The same user twice with the same content: WeCom's duplicate
@@ -191,26 +192,26 @@ func (mg *merger) send(g *group, members []*member) mergeOutcome {
 			m.ToUsers = append(m.ToUsers, me.user)
 		}
 	}
-	acctRules, err := d.accountRules(g.ctx, g.acct)
+	acctRules, err := c.noteRateAndRules(g.ctx, g.acct)
 	if err != nil {
-		return mergeOutcome{err: fmt.Errorf("%w: adaptive rate: %w", errRedis, err)}
+		return mergeOutcome{err: fmt.Errorf("%w: adaptive rate: %w", channel.ErrRedis, err)}
 	}
 	// Merged members are never codes: the account's rate keeps its last
 	// tokens for them, as every other provider limit of theirs does.
-	rules := append(slices.Clip(g.rules), reserveForCodes(acctRules)...)
+	rules := append(slices.Clip(g.rules), channel.ReserveForCodes(topology.Normal, acctRules)...)
 	if len(rules) > 0 {
-		if _, err := d.cfg.Limiter.Take(g.ctx, ratelimit.Request{Rules: rules}); err != nil {
+		if _, err := c.cfg.Limiter.Take(g.ctx, ratelimit.Request{Rules: rules}); err != nil {
 			var le *ratelimit.LimitError
 			if errors.As(err, &le) {
-				return mergeOutcome{err: Snooze(le.RetryAfter, "provider "+wecom.Name+" "+le.Error()+" (merged send)")}
+				return mergeOutcome{err: channel.Snooze(le.RetryAfter, "provider "+wecomapi.Name+" "+le.Error()+" (merged send)")}
 			}
-			return mergeOutcome{err: fmt.Errorf("%w: provider limit: %w", errRedis, err)}
+			return mergeOutcome{err: fmt.Errorf("%w: provider limit: %w", channel.ErrRedis, err)}
 		}
 	}
-	sctx, cancel := context.WithTimeout(g.ctx, d.cfg.SendTimeout)
+	sctx, cancel := context.WithTimeout(g.ctx, c.cfg.SendTimeout)
 	defer cancel()
-	rcpt, err := d.callWeCom(g.ctx, sctx, g.acct, m)
-	d.cfg.Metrics.MergedSends.Inc()
-	d.cfg.Metrics.MergedUsers.Observe(float64(len(m.ToUsers)))
+	rcpt, err := c.call(g.ctx, sctx, g.acct, m)
+	c.cfg.MergedSends.Inc()
+	c.cfg.MergedUsers.Observe(float64(len(m.ToUsers)))
 	return mergeOutcome{rcpt: rcpt.Receipt, rejected: rcpt.Rejected, err: err}
 }

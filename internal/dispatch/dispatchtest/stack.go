@@ -360,7 +360,9 @@ func (s *Stack) publish(m *envelope.Message) {
 	require.NoError(t, err)
 	ct, err := s.Model.Channel(m.Channel)
 	require.NoError(t, err)
-	apiChannel := map[string]string{topology.Mail: "email", topology.SMS: "sms", topology.WeCom: "wecom"}[m.Channel]
+	names, ok := topology.ByQueue(m.Channel, m.Robot)
+	require.True(t, ok, "channel %q", m.Channel)
+	apiChannel := names.API
 	ids := []string{m.TaskID}
 	if len(m.Recipients) > 0 {
 		ids = ids[:0]

@@ -190,31 +190,6 @@ func (l *Limiter) ClockOffset() time.Duration {
 	return time.Duration(l.offset.Load()) * time.Millisecond
 }
 
-// Each key's hash tag is what it protects (a recipient, an IP, an API key, a
-// global limit), so that a Redis Cluster spreads the limits over its
-// shards; a rule and a cooldown with the same tag share a slot, so that
-// one script checks both atomically. "log:" and "cooldown:" keep rule and
-// cooldown keys apart.
-func (l *Limiter) logKey(tag, k string) string {
-	return l.prefix + "ratelimit:{" + tagOr(tag, k) + "}:log:" + k
-}
-func (l *Limiter) counterKey(tag, k string) string {
-	return l.prefix + "ratelimit:{" + tagOr(tag, k) + "}:ctr:" + k
-}
-func (l *Limiter) markKey(tag, id string) string {
-	return l.prefix + "ratelimit:{" + tag + "}:rsv:" + id
-}
-func (l *Limiter) cooldownKey(tag, k string) string {
-	return l.prefix + "ratelimit:{" + tagOr(tag, k) + "}:cooldown:" + k
-}
-
-func tagOr(tag, key string) string {
-	if tag == "" {
-		return key
-	}
-	return tag
-}
-
 // ceilMS rounds up so that a sub-millisecond remainder makes a window
 // stricter, never looser.
 func ceilMS(d time.Duration) int64 {

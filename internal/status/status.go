@@ -164,11 +164,6 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	return &Store{rdb: client, cfg: cfg, comp: rdb.NewComposer()}, nil
 }
 
-// key carries the task's hash tag, like the task's claim keys (see
-// claim.Claimer.TaskKey), so that a guarded update is one script on a
-// Redis Cluster.
-func (s *Store) key(taskID string) string { return s.cfg.Prefix + "status:{" + taskID + "}" }
-
 // Hash fields are the JSON names; times are unix milliseconds.
 const (
 	fTaskID      = "taskId"

@@ -3,61 +3,14 @@ package status
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/msgpulse/msgpulse/internal/redact"
 )
 
-// What a record is: its states, its fields, and how it is kept as a Redis
+// What a record is: its fields, and how it is kept as a Redis
 // hash (the field names, fields and parse) and checked before it is.
-
-// State is where a message is in its life.
-type State string
-
-const (
-	Queued    State = "queued"
-	Scheduled State = "scheduled"
-	Sending   State = "sending"
-	Sent      State = "sent"
-	Retrying  State = "retrying"
-	Failed    State = "failed"
-	Expired   State = "expired"
-)
-
-// Final reports whether s is an outcome: sent, failed or expired. A
-// record in a final state never goes back to an earlier one (a late
-// "retrying" or "sending" from a delivery that lost its race): sent takes
-// no update at all, failed and expired only another outcome (a replay's).
-func (s State) Final() bool { return slices.Contains(finalStates, s) }
-
-// finalStates are the outcomes; the update script is written from them.
-var finalStates = []State{Sent, Failed, Expired}
-
-// luaFinal is a Lua table of the final states, for the update script.
-func luaFinal() string {
-	var b strings.Builder
-	b.WriteString("\nlocal final = {")
-	for i, st := range finalStates {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "[%q] = true", st)
-	}
-	b.WriteString("}\n")
-	return b.String()
-}
-
-// Valid reports whether s is one of the states above.
-func (s State) Valid() bool {
-	switch s {
-	case Queued, Scheduled, Sending, Sent, Retrying, Failed, Expired:
-		return true
-	}
-	return false
-}
 
 // Record is the status of one message. Times have millisecond precision.
 type Record struct {

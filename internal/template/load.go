@@ -7,8 +7,10 @@ import (
 	"fmt"
 	htmltemplate "html/template"
 	"io/fs"
+	"maps"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	texttemplate "text/template"
@@ -223,7 +225,7 @@ func loadLocale(fsys fs.FS, e *entry, locale string, where func(string) string) 
 		}
 		// A stray or misspelled file would otherwise be silently unused.
 		if !want[f.Name()] {
-			return nil, fmt.Errorf("templates: %s: unexpected file; for channels %v a locale holds %s", where(dir+"/"+f.Name()), e.channels, strings.Join(sortedKeys(want), ", "))
+			return nil, fmt.Errorf("templates: %s: unexpected file; for channels %v a locale holds %s", where(dir+"/"+f.Name()), e.channels, strings.Join(slices.Sorted(maps.Keys(want)), ", "))
 		}
 	}
 	sample := make(map[string]string, len(e.vars))
@@ -231,7 +233,7 @@ func loadLocale(fsys fs.FS, e *entry, locale string, where func(string) string) 
 		sample[v] = "x"
 	}
 	l := &localized{name: locale}
-	for _, f := range sortedKeys(want) {
+	for _, f := range slices.Sorted(maps.Keys(want)) {
 		rel := dir + "/" + f
 		src, err := fs.ReadFile(fsys, rel)
 		if err != nil {
@@ -278,13 +280,4 @@ func loadLocale(fsys fs.FS, e *entry, locale string, where func(string) string) 
 		}
 	}
 	return l, nil
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	htmltemplate "html/template"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -162,7 +163,7 @@ func (s *Store) Locales() []string {
 			set[l.name] = true
 		}
 	}
-	return sortedKeys(set)
+	return slices.Sorted(maps.Keys(set))
 }
 
 // HasLocale reports whether some template has exactly this locale (case

@@ -70,7 +70,7 @@ func TestOpenRefuses(t *testing.T) {
 		change func(*startup.Config)
 		want   string
 	}{
-		"no connection name": {func(c *startup.Config) { c.ConnectionName = "" }, "ConnectionName is required"},
+		"no connection name":               {func(c *startup.Config) { c.ConnectionName = "" }, "ConnectionName is required"},
 		"a dev secret without its warning": {func(c *startup.Config) { c.CodeSecretIsDev = true }, "DevSecretWarning"},
 		"a short secret":                   {func(c *startup.Config) { c.CodeSecret = "short" }, "CODE_SECRET"},
 		"a missing templates dir":          {func(c *startup.Config) { c.Templates.Dir = t.TempDir() + "/none" }, "TEMPLATES_DIR"},

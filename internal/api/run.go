@@ -110,7 +110,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	}
 	srv, err := New(Deps{
 		Log: log, Model: model, Publisher: pub, Delayed: delayed, Limiter: limiter, Fraud: guard,
-		RateLimits: rateLimits, Codes: codes, Keys: keys, Status: statuses, Redis: redisClient, Templates: tpl, Registry: reg, Claims: claims,
+		RateLimits: rateLimits, Codes: codes, Status: statuses, Redis: redisClient, Templates: tpl, Registry: reg, Claims: claims,
 		DLQ:      CachedDLQStats(session, model, statuses, 5*time.Second),
 		Inspect:  inspect,
 		Ages:     queueAges(mc, vhost),

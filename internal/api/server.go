@@ -32,7 +32,6 @@ import (
 	"github.com/msgpulse/msgpulse/internal/logging"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
-	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/template"
@@ -66,7 +65,6 @@ type Deps struct {
 	Limiter    *ratelimit.Limiter
 	RateLimits *ratelimit.ConfigStore
 	Codes      *verify.Store
-	Keys       *seal.Keys
 	Status     *status.Store
 	// Redis is the client Codes and Status use: a code request writes both
 	// in one pipelined round trip.
@@ -180,7 +178,7 @@ func New(d Deps, opts Options) (*Server, error) {
 		d.Log = zap.NewNop()
 	}
 	if d.Model == nil || d.Publisher == nil || d.Delayed == nil || d.Limiter == nil || d.RateLimits == nil || d.Codes == nil ||
-		d.Keys == nil || d.Status == nil || d.Redis == nil || d.Templates == nil || d.Inspect == nil || d.Ready == nil || d.Registry == nil {
+		d.Status == nil || d.Redis == nil || d.Templates == nil || d.Inspect == nil || d.Ready == nil || d.Registry == nil {
 		return nil, errors.New("api: missing dependency")
 	}
 	if len(opts.APIKeys) == 0 && !opts.AuthDisabled {

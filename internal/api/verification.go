@@ -73,17 +73,13 @@ type admittedCode struct {
 	msg *envelope.Message
 }
 
-// admitCode draws the code of req under taskID, seals it into its message
+// admitCode draws the code of req under taskID, sealed for its message,
 // and admits it: the limits and, only if they admit it, the code and its
 // status record, in one round trip (admit).
 func (s *Server) admitCode(ctx context.Context, caller apikey.Key, req *VerificationCodeRequest, in *idem, taskID string, now time.Time) (admittedCode, error) {
 	// Under an Idempotency-Key the code comes from the task id, so a retry
 	// of an ambiguous 503 (its copy may be queued) seals the same code.
 	code, err := s.d.Codes.Draft(caller.Tenant, req.Channel, req.Recipient, req.Purpose, taskID, in != nil)
-	if err != nil {
-		return admittedCode{}, internal(err)
-	}
-	sealed, err := s.d.Keys.Seal(code.Code, taskID)
 	if err != nil {
 		return admittedCode{}, internal(err)
 	}
@@ -97,17 +93,17 @@ func (s *Server) admitCode(ctx context.Context, caller apikey.Key, req *Verifica
 	if err != nil {
 		return admittedCode{}, err
 	}
-	return admittedCode{admitted: a, msg: s.codeMessage(caller, req, code, sealed, now)}, nil
+	return admittedCode{admitted: a, msg: s.codeMessage(caller, req, code, now)}, nil
 }
 
 // codeMessage is the envelope that carries code, sealed.
-func (s *Server) codeMessage(caller apikey.Key, req *VerificationCodeRequest, code *verify.Issued, sealed string, now time.Time) *envelope.Message {
+func (s *Server) codeMessage(caller apikey.Key, req *VerificationCodeRequest, code *verify.Issued, now time.Time) *envelope.Message {
 	ttlMinutes := int((s.d.Codes.TTL() + time.Minute - 1) / time.Minute)
 	return &envelope.Message{
 		Version: envelope.SchemaVersion, TaskID: code.TaskID, Kind: envelope.Verification,
 		Channel: topologyChannel(req.Channel), Recipient: req.Recipient, Template: "verify_code", Locale: req.Locale,
 		Variables: map[string]string{"ttlMinutes": strconv.Itoa(ttlMinutes)},
-		Purpose:   req.Purpose, SealedCode: sealed, CodeDigest: code.Digest, Deadline: &code.ExpiresAt, Tenant: caller.Tenant, CreatedAt: now,
+		Purpose:   req.Purpose, SealedCode: code.Sealed, CodeDigest: code.Digest, Deadline: &code.ExpiresAt, Tenant: caller.Tenant, CreatedAt: now,
 	}
 }
 

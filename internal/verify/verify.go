@@ -134,10 +134,11 @@ func (s *Store) code(next func() ([]byte, error)) (string, error) {
 	}
 }
 
-// Issued is a freshly stored code. Code is returned once, to be sealed into
-// the message; it is never stored.
+// Issued is a freshly stored code. Code is returned once, and never
+// stored; Sealed is the code as the message that carries it holds it.
 type Issued struct {
 	Code      string
+	Sealed    string // Code sealed for that message, its task id as associated data (seal.Keys.Seal)
 	Digest    string
 	TaskID    string
 	ExpiresAt time.Time
@@ -174,11 +175,12 @@ func (s *Store) Issue(ctx context.Context, tenant, channel, recipient, purpose, 
 	return iss, nil
 }
 
-// Draft is the code of the request with task id taskID, not stored yet
-// (IssueWith stores it). Without an Idempotency-Key (keyed false) it is a
-// random code. Under one it is For(taskID), so that a retry of an
-// ambiguous failure (its first copy may be queued) seals the same code:
-// the two copies are one claim, one message, a code that works.
+// Draft is the code of the request with task id taskID, sealed for the
+// message that carries it, and not stored yet (IssueWith stores it).
+// Without an Idempotency-Key (keyed false) it is a random code. Under one
+// it is For(taskID), so that a retry of an ambiguous failure (its first
+// copy may be queued) seals the same code: the two copies are one claim,
+// one message, a code that works.
 func (s *Store) Draft(tenant, channel, recipient, purpose, taskID string, keyed bool) (*Issued, error) {
 	code := ""
 	if keyed {
@@ -189,8 +191,12 @@ func (s *Store) Draft(tenant, channel, recipient, purpose, taskID string, keyed 
 			return nil, err
 		}
 	}
+	sealed, err := s.keys.Seal(code, taskID)
+	if err != nil {
+		return nil, err
+	}
 	exp := time.Now().Add(s.cfg.TTL)
-	return &Issued{Code: code, Digest: s.Digest(tenant, channel, recipient, purpose, code), TaskID: taskID, ExpiresAt: exp, key: s.key(tenant, channel, recipient, purpose)}, nil
+	return &Issued{Code: code, Sealed: sealed, Digest: s.Digest(tenant, channel, recipient, purpose, code), TaskID: taskID, ExpiresAt: exp, key: s.key(tenant, channel, recipient, purpose)}, nil
 }
 
 // IssueWith returns the writes that store iss, followed by then (writes of

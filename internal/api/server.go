@@ -334,6 +334,20 @@ func (s *Server) recoverer(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// answered is the status code of c's answer and its route, as metrics,
+// logs and spans label it ("unmatched" when no route matched).
+func answered(c *echo.Context) (code int, route string) {
+	code = http.StatusOK
+	if r, err := echo.UnwrapResponse(c.Response()); err == nil {
+		code = r.Status
+	}
+	route = c.Path()
+	if route == "" {
+		route = "unmatched"
+	}
+	return code, route
+}
+
 // observe records metrics and one log line per request. Recipients and
 // bodies are never logged here. Its field names are a contract (docs/running.md,
 // Logs).
@@ -344,14 +358,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			s.handleError(c, err)
 		}
-		code := http.StatusOK
-		if r, uerr := echo.UnwrapResponse(c.Response()); uerr == nil {
-			code = r.Status
-		}
-		route := c.Path()
-		if route == "" {
-			route = "unmatched"
-		}
+		code, route := answered(c)
 		elapsed := time.Since(start)
 		method := methodLabel(c.Request().Method)
 		s.metrics.requests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()

@@ -77,6 +77,8 @@ type admittedCode struct {
 // and admits it: the limits and, only if they admit it, the code and its
 // status record, in one round trip (admit).
 func (s *Server) admitCode(ctx context.Context, caller apikey.Key, req *VerificationCodeRequest, in *idem, taskID string, now time.Time) (admittedCode, error) {
+	record := codeRecord(ctx, caller, req, taskID, now)
+	limits := s.verifyRequest(caller, req)
 	// Under an Idempotency-Key the code comes from the task id, so a retry
 	// of an ambiguous 503 (its copy may be queued) seals the same code.
 	code, err := s.d.Codes.Draft(caller.Tenant, req.Channel, req.Recipient, req.Purpose, taskID, in != nil)
@@ -85,9 +87,8 @@ func (s *Server) admitCode(ctx context.Context, caller apikey.Key, req *Verifica
 	}
 	a, err := s.admit(ctx, candidate{
 		taskID: taskID, recipient: req.Recipient,
-		limits: s.verifyRequest(caller, req),
-		record: codeRecord(ctx, caller, req, taskID, now),
-		code:   code, number: req.number,
+		limits: limits, record: record,
+		code: code, number: req.number,
 		once: in.once(taskID, s.lease(1)),
 	})
 	if err != nil {

@@ -8,6 +8,12 @@
 // validates or routes requests: that is cmd/api's job, and keeping this
 // package data-only lets the server, the client's tests and tools import it
 // without pulling in anything else.
+//
+// Two packages are named api, on purpose: this one is the contract, in
+// the api/ folder where a Go module's API description conventionally
+// lives, and internal/api is the server that keeps it, named after
+// cmd/api as every program's package is. They meet in one file,
+// internal/api/server.go, which imports this one as apidoc.
 package api
 
 import _ "embed" // for go:embed

@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v5"
 	"go.uber.org/zap"
 
+	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/status"
@@ -128,141 +129,21 @@ func (s *Server) sendBatch(c *echo.Context) error {
 			"batch would put %d bytes on the broker (each of its %d recipients gets its own copy of the variables), over BATCH_MAX_BYTES (%d): send fewer recipients per batch or smaller variables",
 			size, len(b.Recipients), s.opts.BatchMaxBytes)}
 	}
-	var (
-		batchID  = newTaskID()
-		out      BatchResult
-		accepted []admitted
-		first    *apiError
-		// held is the admission that reserved the Idempotency-Key's
-		// entry: the first admitted one carries it, so a refused
-		// recipient reserves nothing, and a batch that admits none keeps
-		// no entry.
-		held     *ratelimit.Reservation
-		takeover bool
-	)
 	// With a key, task ids derive from the batch id, so that a retry of a
 	// failed attempt (whose entry kept its batchId) publishes the very
 	// tasks that attempt may have published.
-	taskID := func(recipient string) string {
-		if in == nil {
-			return newTaskID()
-		}
-		return derivedTaskID(batchID, recipient)
+	firstID := newTaskID()
+	ab, ok, answer := admitUnderKey(s, c, in, firstID, func(batchID string) (admittedBatch, error) {
+		return s.admitRecipients(ctx, caller, req, b.Recipients, in, batchID, now)
+	})
+	if !ok {
+		return answer
 	}
-admission:
-	out = BatchResult{BatchID: batchID, Accepted: []BatchAccepted{}, Rejected: []BatchRejected{}}
-	accepted, first = nil, nil
-	reject := func(r string, e *apiError) {
-		out.Rejected = append(out.Rejected, BatchRejected{Recipient: r, Code: e.Status, Msg: e.Msg})
-		if first == nil {
-			first = e
-		}
+	if len(ab.accepted) == 0 {
+		return ab.first // what a single send would have got
 	}
-	// Each recipient in order: rejected (e), admitted (a), or waiting for
-	// frequency control (neither).
-	type entry struct {
-		recipient string
-		e         *apiError
-		a         *admitted
-	}
-	entries := make([]entry, 0, len(b.Recipients))
-	seen := map[string]bool{}
-	for _, r := range b.Recipients {
-		norm, e := normalizeRecipient(req.channel, r)
-		switch {
-		case e != nil:
-			entries = append(entries, entry{recipient: truncate(r, 254), e: e})
-			continue
-		case seen[norm]:
-			entries = append(entries, entry{recipient: r, e: badRequest("recipient %s is listed twice in this batch", norm)})
-			continue
-		}
-		seen[norm] = true
-		entries = append(entries, entry{recipient: norm, e: s.checkRobot(caller, req.channel, norm)})
-	}
-	admittedSoFar := func() []admitted {
-		var as []admitted
-		for _, en := range entries {
-			if en.a != nil {
-				as = append(as, *en.a)
-			}
-		}
-		return as
-	}
-	// Until the Idempotency-Key's entry is held, recipients go one by one:
-	// the first admitted reserves it, so that a refused recipient reserves
-	// nothing. The rest share every rule with each other (per key, per
-	// tenant, per channel) and go together (admitBulk).
-	var rest []int
-	for i := range entries {
-		en := &entries[i]
-		if en.e != nil {
-			continue
-		}
-		var once *ratelimit.Once
-		if held == nil {
-			once = in.once(batchID, s.lease(len(b.Recipients)))
-		}
-		if once == nil {
-			rest = append(rest, i)
-			continue
-		}
-		a, e := s.admitAs(ctx, caller, req, en.recipient, now, taskID(en.recipient), once)
-		var oe *ratelimit.OnceError
-		if e != nil {
-			oe = onceOf(e)
-		}
-		if oe != nil {
-			// Nothing of this attempt is admitted yet: the entry is
-			// reserved with the first admission.
-			if id, ok := s.takeOver(in, oe, batchID); ok && !takeover {
-				batchID, takeover = id, true
-				goto admission
-			}
-			return s.onceAnswer(c, in, oe)
-		}
-		if e != nil && e.Status == http.StatusServiceUnavailable {
-			// Redis is not answering: the next recipients would each wait
-			// for it too. Nothing of this batch is kept.
-			s.rollbackBatch(ctx, failedBatch{id: batchID, accepted: admittedSoFar(), held: held})
-			return e
-		}
-		if e != nil {
-			en.e = e
-			continue
-		}
-		held = a.res
-		en.a = &a
-	}
-	if len(rest) > 0 {
-		recipients, ids := make([]string, len(rest)), make([]string, len(rest))
-		for j, i := range rest {
-			recipients[j] = entries[i].recipient
-			ids[j] = taskID(recipients[j])
-		}
-		as, refused, fatal := s.admitBulk(ctx, caller, req, recipients, ids, now)
-		if fatal != nil {
-			s.rollbackBatch(ctx, failedBatch{id: batchID, accepted: admittedSoFar(), held: held})
-			return fatal
-		}
-		for j, i := range rest {
-			if j < len(as) {
-				entries[i].a = &as[j]
-			} else {
-				entries[i].e = refused
-			}
-		}
-	}
-	for _, en := range entries {
-		if en.e != nil {
-			reject(en.recipient, en.e)
-			continue
-		}
-		accepted = append(accepted, *en.a)
-	}
-	if len(accepted) == 0 {
-		return first // what a single send would have got
-	}
+	batchID, accepted, held, takeover := ab.id, ab.accepted, ab.held, ab.id != firstID
+	out := BatchResult{BatchID: batchID, Accepted: []BatchAccepted{}, Rejected: ab.rejected}
 	ids := make([]string, len(accepted))
 	var records []status.Record
 	for i, a := range accepted {
@@ -309,6 +190,144 @@ admission:
 	st, at := req.acceptedAs(now)
 	out.Status, out.ScheduledAt = string(st), at
 	return s.answer(c, in, held, http.StatusAccepted, "batch "+string(st), out)
+}
+
+// admittedBatch is what frequency control made of a batch's recipients.
+type admittedBatch struct {
+	id       string // the batch id, under which its Idempotency-Key entry is held
+	accepted []admitted
+	rejected []BatchRejected
+	first    *apiError // the first rejection
+	// held is the admission that reserved the Idempotency-Key's entry:
+	// the first admitted one carries it, so a refused recipient reserves
+	// nothing, and a batch that admits none keeps no entry.
+	held *ratelimit.Reservation
+}
+
+// batchEntry is one recipient of a batch, in order: rejected (e),
+// admitted (a), or waiting for frequency control (neither).
+type batchEntry struct {
+	recipient string
+	e         *apiError
+	a         *admitted
+}
+
+// admitRecipients runs a batch's recipients through frequency control
+// under batchID. When another request holds the batch's Idempotency-Key,
+// the error is the *ratelimit.OnceError and nothing of the batch was
+// written; any other error is the answer for the whole batch, and what
+// could have landed is being undone.
+func (s *Server) admitRecipients(ctx context.Context, caller apikey.Key, req *Message, recipients []string, in *idem, batchID string, now time.Time) (admittedBatch, error) {
+	taskID := func(recipient string) string {
+		if in == nil {
+			return newTaskID()
+		}
+		return derivedTaskID(batchID, recipient)
+	}
+	entries := s.batchEntries(caller, req, recipients)
+	admittedSoFar := func() []admitted {
+		var as []admitted
+		for _, en := range entries {
+			if en.a != nil {
+				as = append(as, *en.a)
+			}
+		}
+		return as
+	}
+	// Until the Idempotency-Key's entry is held, recipients go one by one:
+	// the first admitted reserves it, so that a refused recipient reserves
+	// nothing. The rest share every rule with each other (per key, per
+	// tenant, per channel) and go together (admitBulk).
+	var (
+		held *ratelimit.Reservation
+		rest []int
+	)
+	for i := range entries {
+		en := &entries[i]
+		if en.e != nil {
+			continue
+		}
+		var once *ratelimit.Once
+		if held == nil {
+			once = in.once(batchID, s.lease(len(recipients)))
+		}
+		if once == nil {
+			rest = append(rest, i)
+			continue
+		}
+		a, err := s.admitAs(ctx, caller, req, en.recipient, now, taskID(en.recipient), once)
+		if onceOf(err) != nil {
+			// Nothing of this attempt is admitted yet: the entry is
+			// reserved with the first admission.
+			return admittedBatch{}, err
+		}
+		if err != nil {
+			e := asAPIError(err)
+			if e.Status == http.StatusServiceUnavailable {
+				// Redis is not answering: the next recipients would each
+				// wait for it too. Nothing of this batch is kept.
+				s.rollbackBatch(ctx, failedBatch{id: batchID, accepted: admittedSoFar(), held: held})
+				return admittedBatch{}, e
+			}
+			en.e = e
+			continue
+		}
+		held = a.res
+		en.a = &a
+	}
+	if len(rest) > 0 {
+		recipients, ids := make([]string, len(rest)), make([]string, len(rest))
+		for j, i := range rest {
+			recipients[j] = entries[i].recipient
+			ids[j] = taskID(recipients[j])
+		}
+		as, refused, fatal := s.admitBulk(ctx, caller, req, recipients, ids, now)
+		if fatal != nil {
+			s.rollbackBatch(ctx, failedBatch{id: batchID, accepted: admittedSoFar(), held: held})
+			return admittedBatch{}, fatal
+		}
+		for j, i := range rest {
+			if j < len(as) {
+				entries[i].a = &as[j]
+			} else {
+				entries[i].e = refused
+			}
+		}
+	}
+	ab := admittedBatch{id: batchID, rejected: []BatchRejected{}, held: held}
+	for _, en := range entries {
+		if en.e == nil {
+			ab.accepted = append(ab.accepted, *en.a)
+			continue
+		}
+		ab.rejected = append(ab.rejected, BatchRejected{Recipient: en.recipient, Code: en.e.Status, Msg: en.e.Msg})
+		if ab.first == nil {
+			ab.first = en.e
+		}
+	}
+	return ab, nil
+}
+
+// batchEntries are a batch's recipients, normalised, with the ones a
+// single send would refuse before frequency control already rejected:
+// invalid, listed twice, or another tenant's robot.
+func (s *Server) batchEntries(caller apikey.Key, req *Message, recipients []string) []batchEntry {
+	entries := make([]batchEntry, 0, len(recipients))
+	seen := map[string]bool{}
+	for _, r := range recipients {
+		norm, e := normalizeRecipient(req.channel, r)
+		switch {
+		case e != nil:
+			entries = append(entries, batchEntry{recipient: truncate(r, 254), e: e})
+			continue
+		case seen[norm]:
+			entries = append(entries, batchEntry{recipient: r, e: badRequest("recipient %s is listed twice in this batch", norm)})
+			continue
+		}
+		seen[norm] = true
+		entries = append(entries, batchEntry{recipient: norm, e: s.checkRobot(caller, req.channel, norm)})
+	}
+	return entries
 }
 
 // batchClaimKeys are the claim keys of a batch's messages: one for a WeCom

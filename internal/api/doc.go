@@ -20,4 +20,8 @@
 //
 // Every response, errors included, is the envelope {"code","msg","data"}.
 // The API never sends mail or SMS and never logs a code or a full recipient.
+//
+// The module's root package api (api/openapi.yaml) is the contract this
+// package serves; this one is named after cmd/api, as every program's
+// package is, and imports that one as apidoc.
 package api

@@ -244,7 +244,7 @@ func setup(t *testing.T, o options) *harness {
 	h.srv, err = New(Deps{
 		// Stack traces as in production (logging.New): on errors only.
 		Log: zap.New(core, zap.AddStacktrace(zapcore.ErrorLevel)), Model: m, Publisher: pub, Delayed: delay.NewPublisher(bp, planner, m.Delay, nil), Fraud: h.guard,
-		Limiter: h.limiter, RateLimits: rl, Codes: codes, Keys: h.keys, Status: st, Redis: h.apiRedis, Templates: tpl,
+		Limiter: h.limiter, RateLimits: rl, Codes: codes, Status: st, Redis: h.apiRedis, Templates: tpl,
 		Registry: reg, Claims: claims, DLQ: CachedDLQStats(s, m, st, 0), Fence: fence,
 		Inspect: func(ctx context.Context, names []string) ([]broker.QueueState, error) {
 			conn, err := s.Conn(ctx)

@@ -188,11 +188,3 @@ func derivedTaskID(batchID, recipient string) string {
 	copy(id[:6], ns[:6]) // UUIDv7's 48-bit millisecond time
 	return id.String()
 }
-
-// onceKey is the full key of o's entry, "" for none.
-func onceKey(s *Server, o *ratelimit.Once) string {
-	if o == nil {
-		return ""
-	}
-	return s.d.Limiter.OnceKey(o.Key)
-}

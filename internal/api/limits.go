@@ -36,8 +36,8 @@ func (s *Server) commonRules(key apikey.Key, channel string) []ratelimit.Rule {
 func (s *Server) ownRules(key apikey.Key) []ratelimit.Rule {
 	L := s.opts.Limits
 	return []ratelimit.Rule{
-		{Name: "per API key", Key: "apikey:" + key.Name, Windows: window(time.Minute, L.PerAPIKeyMinute)},
-		{Name: "per tenant", Key: "tenant:" + key.Tenant, Windows: window(time.Minute, L.PerTenantMinute)},
+		{Name: "per API key", Key: apiKeyRuleKey(key.Name), Windows: window(time.Minute, L.PerAPIKeyMinute)},
+		{Name: "per tenant", Key: tenantRuleKey(key.Tenant), Windows: window(time.Minute, L.PerTenantMinute)},
 	}
 }
 
@@ -52,7 +52,7 @@ func (s *Server) sharedRules(channel string) []ratelimit.Rule {
 	case chWeCom, chWeComRobot:
 		perSecond = L.WeComPerSecond
 	}
-	rules := []ratelimit.Rule{{Name: "global " + channel, Key: "global:" + channel, Windows: window(time.Second, perSecond)}}
+	rules := []ratelimit.Rule{{Name: "global " + channel, Key: globalRuleKey(channel), Windows: window(time.Second, perSecond)}}
 	return append(rules, s.d.RateLimits.Rules("")...)
 }
 
@@ -74,7 +74,7 @@ func (s *Server) noticeRules(key apikey.Key, req *Message) []ratelimit.Rule {
 	L := s.opts.Limits
 	rules := s.ownRules(key)
 	if req.level == topology.High {
-		rules = append(rules, ratelimit.Rule{Name: "urgent notices per tenant", Key: "tenant-high:" + key.Tenant,
+		rules = append(rules, ratelimit.Rule{Name: "urgent notices per tenant", Key: urgentRuleKey(key.Tenant),
 			Windows: window(time.Minute, L.HighPerTenantMinute)})
 	}
 	return append(rules, ratelimit.Reserve(nonEmpty(s.sharedRules(req.channel)), codeReserve, "codes")...)
@@ -91,20 +91,20 @@ func (s *Server) verifyRequest(key apikey.Key, r *VerificationCodeRequest) ratel
 	// An email address counts as its mailbox (emailIdentity): alice+1@
 	// and alice+2@ share alice's limits and cooldown.
 	tag := verify.Tag(key.Tenant, r.Channel, r.limitAs)
-	rules := []ratelimit.Rule{{Name: "per recipient", Key: "verify:recipient:" + tag, Tag: tag,
+	rules := []ratelimit.Rule{{Name: "per recipient", Key: recipientRuleKey(tag), Tag: tag,
 		Windows: append(window(time.Hour, L.PerRecipientHour), window(24*time.Hour, L.PerRecipientDay)...)}}
 	if n := L.PerRecipientDayAllTenants; n > 0 {
 		// The one limit tenants share, on purpose: a ceiling on what all of
 		// them together send one recipient. Its own tag (the recipient
 		// without the tenant): a slot of its own on a Redis Cluster.
 		all := r.Channel + ":" + r.limitAs
-		rules = append(rules, ratelimit.Rule{Name: "per recipient, all tenants", Key: "verify:recipient-all:" + all, Tag: all,
+		rules = append(rules, ratelimit.Rule{Name: "per recipient, all tenants", Key: allTenantsRuleKey(all), Tag: all,
 			Windows: window(24*time.Hour, n)})
 	}
 	if ip, _ := clientKey(r.ClientIP); ip != "" {
 		// clientIp is what the tenant says: counted per tenant, so that one
 		// tenant naming another's users' addresses cannot lock them out.
-		rules = append(rules, ratelimit.Rule{Name: "per IP", Key: "verify:ip:" + key.Tenant + ":" + ip, Windows: window(time.Minute, L.PerIPMinute)})
+		rules = append(rules, ratelimit.Rule{Name: "per IP", Key: ipRuleKey(key.Tenant, ip), Windows: window(time.Minute, L.PerIPMinute)})
 	}
 	rules = append(rules, s.commonRules(key, r.Channel)...)
 	var guard *ratelimit.Guard
@@ -117,7 +117,7 @@ func (s *Server) verifyRequest(key apikey.Key, r *VerificationCodeRequest) ratel
 		Rules: nonEmpty(rules),
 		// The cooldown also makes two identical requests at the same moment
 		// create one code: the second finds the first's cooldown.
-		Cooldown: &ratelimit.Cooldown{Name: "resend cooldown", Key: "verify:cooldown:" + tag + ":" + r.Purpose, Tag: tag, For: L.ResendInterval},
+		Cooldown: &ratelimit.Cooldown{Name: "resend cooldown", Key: cooldownKey(tag, r.Purpose), Tag: tag, For: L.ResendInterval},
 	}
 }
 

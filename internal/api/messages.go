@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"regexp"
 	"slices"
@@ -16,8 +15,6 @@ import (
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/logging"
-	"github.com/msgpulse/msgpulse/internal/ratelimit"
-	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/template"
@@ -72,35 +69,22 @@ func (s *Server) sendMessage(c *echo.Context) error {
 	if e := s.checkAccount(caller, &req.Message); e != nil {
 		return e
 	}
-	taskID := newTaskID()
-	a, e := s.admitAs(ctx, caller, &req.Message, req.Recipient, now, taskID, in.once(taskID, s.lease(1)))
-	if e != nil && in != nil {
-		if oe := onceOf(e); oe != nil {
-			id, ok := s.takeOver(in, oe, taskID)
-			if !ok {
-				return s.onceAnswer(c, in, oe)
-			}
-			// A failed attempt of this request may have published its task:
-			// publish under the same id, so that the claim sends it once.
-			taskID = id
-			if a, e = s.admitAs(ctx, caller, &req.Message, req.Recipient, now, taskID, in.once(taskID, s.lease(1))); e != nil {
-				if oe := onceOf(e); oe != nil {
-					return s.onceAnswer(c, in, oe)
-				}
-			}
-		}
-	}
-	if e != nil {
-		return e
+	// A retry of a failed attempt with the same Idempotency-Key publishes
+	// under that attempt's task id, so that the claim sends it once.
+	a, ok, answer := admitUnderKey(s, c, in, newTaskID(), func(taskID string) (admitted, error) {
+		return s.admitAs(ctx, caller, &req.Message, req.Recipient, now, taskID, in.once(taskID, s.lease(1)))
+	})
+	if !ok {
+		return answer
 	}
 	msg := s.message(&req.Message, caller.Tenant, now)
 	msg.TaskID, msg.Recipient = a.taskID, a.recipient
-	if err := s.durable(ctx, s.d.Status.Key(a.taskID), a.res.OnceKey); err != nil {
-		s.rollback(ctx, undo{reservation: a.res, taskID: a.taskID, once: a.res.OnceKey, onceIDs: a.taskID})
+	if err := s.durableAdmission(ctx, a); err != nil {
+		s.undoAdmission(ctx, a)
 		return notDurable(err)
 	}
 	if err := s.publish(ctx, req.channel, msg, req.delay); err != nil {
-		s.rollback(ctx, undo{reservation: a.res, taskID: a.taskID, once: a.res.OnceKey, onceIDs: a.taskID})
+		s.undoAdmission(ctx, a)
 		return publishFailure(err)
 	}
 	st, at := req.acceptedAs(now)
@@ -163,47 +147,6 @@ func (r *Message) acceptedAs(now time.Time) (status.State, *time.Time) {
 	return status.Scheduled, &at
 }
 
-// admitted is one recipient that frequency control let through.
-type admitted struct {
-	recipient string
-	taskID    string
-	res       *ratelimit.Reservation
-	// record is the status record still to be written (admitBulk's, for
-	// Status.CreateBatch); nil once it is.
-	record *status.Record
-}
-
-// admitAs runs one recipient through frequency control under a given task
-// id and, only if it is admitted, stores its status record in the same
-// round trip (what every send does before it publishes); for a request
-// with an Idempotency-Key, its entry (once) too: when another request
-// holds the key, the *apiError wraps the *ratelimit.OnceError (see onceOf)
-// and nothing was written.
-func (s *Server) admitAs(ctx context.Context, caller apikey.Key, req *Message, recipient string, now time.Time, taskID string, once *ratelimit.Once) (admitted, *apiError) {
-	insert, err := s.d.Status.InsertCommands(acceptedRecord(ctx, caller, req, recipient, taskID, now))
-	if err != nil {
-		return admitted{}, internal(err)
-	}
-	lr := rlRequest(s.noticeRules(caller, req))
-	lr.Then = insert
-	lr.Once = once
-	res, err := s.d.Limiter.Take(ctx, lr)
-	if err != nil {
-		if errors.Is(err, ratelimit.ErrOnce) {
-			return admitted{}, &apiError{Status: http.StatusConflict, Msg: "idempotency key in use", cause: err}
-		}
-		if !errors.Is(err, ratelimit.ErrLimited) {
-			u := undo{taskID: taskID} // the script is not a transaction
-			if once != nil {
-				u.once, u.onceIDs = s.d.Limiter.OnceKey(once.Key), once.IDs
-			}
-			s.rollbackLater(ctx, u)
-		}
-		return admitted{}, s.limited(ctx, err)
-	}
-	return admitted{recipient: recipient, taskID: taskID, res: res}, nil
-}
-
 // acceptedRecord is the status record a message starts with once admitted.
 func acceptedRecord(ctx context.Context, caller apikey.Key, req *Message, recipient, taskID string, now time.Time) status.Record {
 	rec := status.Record{TaskID: taskID, Channel: req.channel, Recipient: logging.Mask(recipient),
@@ -212,46 +155,6 @@ func acceptedRecord(ctx context.Context, caller apikey.Key, req *Message, recipi
 	rec.Status, rec.ScheduledAt = req.acceptedAs(now)
 	rec.TraceID = telemetry.TraceID(ctx)
 	return rec
-}
-
-// admitBulk runs recipients that share every rule (a batch's, once its
-// Idempotency-Key entry is held, if it has one) through frequency control
-// together, in one Limiter.TakeUpTo: one script where a Take per
-// recipient would cost Redis a script and a dozen commands each. The
-// first ones that fit are admitted, as one by one they would be; refused
-// is the limit's 429 for all the others (nil when none was refused). The
-// admitted ones' status records are left to Status.CreateBatch, with the
-// batch's task list, in composites of a bounded size: inside the admitting
-// script, a batch's 1,000 records held Redis for about 7 ms in front of
-// every code (issue 22). A non-nil fatal is the 503 (or 500) for the whole
-// batch: what could have landed of these recipients is being undone.
-func (s *Server) admitBulk(ctx context.Context, caller apikey.Key, req *Message, recipients, taskIDs []string, now time.Time) (as []admitted, refused, fatal *apiError) {
-	b, err := s.d.Limiter.TakeUpTo(ctx, rlRequest(s.noticeRules(caller, req)), make([][]rdb.Command, len(recipients)))
-	if err != nil {
-		// On one Redis the script is not a transaction, and on a Redis
-		// Cluster the units admitted before the error hold reservations
-		// of their own.
-		for i := range b.Admitted {
-			s.rollbackLater(ctx, undo{reservation: b.Reservation(i)})
-		}
-		return nil, nil, s.limited(ctx, err)
-	}
-	as = make([]admitted, b.Admitted)
-	for i := range as {
-		rec := acceptedRecord(ctx, caller, req, recipients[i], taskIDs[i], now)
-		as[i] = admitted{recipient: recipients[i], taskID: taskIDs[i], res: b.Reservation(i), record: &rec}
-	}
-	if b.Refused != nil {
-		refused = s.limited(ctx, b.Refused)
-	} else if b.Admitted < len(recipients) {
-		// TakeUpTo refuses every unit it does not admit; anything else is
-		// a bug, and nothing of the batch is kept for it.
-		for _, r := range b.Reservations() {
-			s.rollbackLater(ctx, undo{reservation: r})
-		}
-		return nil, nil, internal(fmt.Errorf("frequency control admitted %d of %d recipients and refused none", b.Admitted, len(recipients)))
-	}
-	return as, refused, nil
 }
 
 // message is the envelope of req without its task and recipient.

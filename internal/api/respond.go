@@ -56,6 +56,15 @@ func unavailable(cause error, format string, args ...any) *apiError {
 }
 
 // internal hides the cause from the caller; it is logged.
+// asAPIError is err as the answer: itself when it is one, else a 500.
+func asAPIError(err error) *apiError {
+	var e *apiError
+	if errors.As(err, &e) {
+		return e
+	}
+	return internal(err)
+}
+
 func internal(cause error) *apiError {
 	return &apiError{Status: http.StatusInternalServerError, Msg: "internal error", cause: cause}
 }

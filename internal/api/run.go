@@ -6,11 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 	"golang.org/x/net/netutil"
 
@@ -25,15 +22,11 @@ import (
 	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/fraud"
 	"github.com/msgpulse/msgpulse/internal/mgmt"
-	"github.com/msgpulse/msgpulse/internal/profile"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
-	"github.com/msgpulse/msgpulse/internal/seal"
+	"github.com/msgpulse/msgpulse/internal/startup"
 	"github.com/msgpulse/msgpulse/internal/status"
-	"github.com/msgpulse/msgpulse/internal/telemetry"
-	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/timeline"
-	"github.com/msgpulse/msgpulse/internal/topology"
 	"github.com/msgpulse/msgpulse/internal/verify"
 )
 
@@ -41,74 +34,30 @@ import (
 // accepting connections, lets requests in flight finish (their publishes
 // confirm or roll back), and only then closes the broker and Redis.
 func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
-	keys, err := seal.New(cfg.CodeSecret)
-	if err != nil {
-		return fmt.Errorf("CODE_SECRET: %w", err)
-	}
-	if cfg.CodeSecretIsDev {
-		log.Warn("CODE_SECRET is the development default: set a secret of your own in production (the consumer and dlq need the same value)")
-	}
-	if cfg.AuthDisabled {
-		log.Warn("API_AUTH=disabled: /api/* accepts requests without an API key; use this for local development only")
-	}
-	if !cfg.AuthDisabled {
-		// Once, by name: admin reads every tenant's data and opens the
-		// console, so who holds it should be plain in the logs.
-		log.Info("API keys with the admin scope (platform operators: every tenant's data, global limits, the console)",
-			zap.Strings("admin_keys", apikey.Admins(cfg.APIKeys)))
-	}
-	if !cfg.CallbackKeys.Configured() {
-		log.Info("no CALLBACK_SECRETS or CALLBACK_SECRET: requests with a callbackUrl are refused (400)")
-	}
-	if cfg.CallbackPrivate {
-		log.Warn("CALLBACK_ALLOW_PRIVATE=true: callbackUrl may name loopback, link-local and private addresses; use this for local development only")
-	}
-	// Tracing first, so that its flush runs last, after every span ended.
-	stopTracing, err := telemetry.Setup(ctx, cfg.Telemetry, log)
+	b, err := startup.Open(ctx, startup.Config{
+		CodeSecret: cfg.CodeSecret, CodeSecretIsDev: cfg.CodeSecretIsDev,
+		DevSecretWarning: "CODE_SECRET is the development default: set a secret of your own in production (the consumer and dlq need the same value)",
+		Telemetry:        cfg.Telemetry, Model: cfg.Model, Templates: cfg.Templates,
+		// Fail fast on the request path: a dead Redis is a quick 503.
+		RedisMode: cfg.RedisMode, RedisURL: cfg.RedisURL, RedisAutoPipeline: cfg.RedisAutoPipeline, RedisTimeout: cfg.RedisTimeout,
+		AMQPURL: cfg.AMQPURL, ConnectionName: "msgpulse-api", LeaveAfter: cfg.AMQPLeaveAfter,
+		PprofAddr: cfg.PprofAddr,
+	}, log)
 	if err != nil {
 		return err
 	}
-	defer stopTracing()
-	model, err := topology.Build(cfg.Model, "")
-	if err != nil {
-		return err
-	}
-	tpl, err := template.Load(cfg.Templates.Dir, cfg.Templates.DefaultLocale)
-	if err != nil {
-		return fmt.Errorf("TEMPLATES_DIR: %w", err)
-	}
-	// Fail fast on the request path: a dead Redis is a quick 503.
-	redisClient, err := rdb.Open(cfg.RedisMode, cfg.RedisURL, rdb.FailFast(cfg.RedisTimeout), rdb.WithAutoPipeline(cfg.RedisAutoPipeline))
-	if err != nil {
-		return fmt.Errorf("REDIS_URL: %w", err)
-	}
-	defer func() { _ = redisClient.Close() }()
+	// Background services outlive ctx until the HTTP server has drained.
+	defer b.Close()
 	// Writes a 202 promises are made durable first (docs/cluster.md,
 	// "Redis durability"). Closed before the client (defers run last in,
 	// first out).
-	fence, err := rdb.NewFence(redisClient, cfg.RedisWait)
+	fence, err := rdb.NewFence(b.Redis, cfg.RedisWait)
 	if err != nil {
 		return fmt.Errorf("REDIS_WAIT_REPLICAS: %w", err)
 	}
 	defer fence.Close()
-
-	// Background services outlive ctx until the HTTP server has drained.
-	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	defer func() { stopBG(); wg.Wait() }()
-	waitProfile, err := profile.Serve(bg, cfg.PprofAddr, log)
-	if err != nil {
-		return err
-	}
-	wg.Add(1)
-	go func() { defer wg.Done(); waitProfile() }() // it stops with bg, which the deferred stop cancels
-
-	session, err := broker.NewSession(broker.Config{URL: cfg.AMQPURL, ConnectionName: "msgpulse-api", LeaveAfter: cfg.AMQPLeaveAfter, Logger: log.Named("broker")})
-	if err != nil {
-		return err
-	}
-	wg.Add(1)
-	go func() { defer wg.Done(); session.Run(bg) }()
+	notes(cfg, log)
+	keys, model, tpl, redisClient, session, reg := b.Keys, b.Model, b.Templates, b.Redis, b.Session, b.Registry
 	pub, err := broker.NewPublisher(broker.PublisherConfig{Session: session, Channels: cfg.PublishChannels, Lanes: cfg.PublishLanes, Window: cfg.PublishWindow, ConfirmTimeout: cfg.PublishTimeout, Logger: log})
 	if err != nil {
 		return err
@@ -116,19 +65,13 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	defer pub.Close()
 
 	// Admission's depth readings: one goroutine per level queue, owned by
-	// bg like the session they read through.
+	// the background like the session they read through.
 	gauge, err := broker.NewGauge(broker.GaugeConfig{Session: session, Queues: AdmitQueues(model), Interval: cfg.AdmitInterval, Logger: log.Named("admission")})
 	if err != nil {
 		return err
 	}
-	wg.Add(1)
-	go func() { defer wg.Done(); gauge.Run(bg) }()
+	b.Go(gauge.Run)
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "msgpulse_broker_node_leaves_total",
-		Help: "Times this process left a RabbitMQ node that confirmed nothing for AMQP_LEAVE_AFTER or could not serve a consume, and reconnected through the next one."},
-		func() float64 { return float64(session.Leaves()) }))
 	planner, err := delay.NewPlanner(model.Delay, cfg.Delay.Margin, cfg.Delay.Tolerance)
 	if err != nil {
 		return err
@@ -137,17 +80,10 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	delayMetrics.Zero(model.Delay) // alerts read the overflow counters from the start
 	delayed := delay.NewPublisher(pub, planner, model.Delay, delayMetrics)
 
-	rateLimits, err := ratelimit.NewConfigStore(redisClient, cfg.RedisPrefix, log.Named("ratelimit"), ratelimit.StoreConfig{RefreshEvery: cfg.Limits.ConfigRefreshEvery})
+	rateLimits, err := b.RateLimits(cfg.RedisPrefix, cfg.Limits.ConfigRefreshEvery)
 	if err != nil {
 		return err
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := rateLimits.Run(bg); err != nil && bg.Err() == nil {
-			log.Error("rate-limit config cache stopped", zap.Error(err))
-		}
-	}()
 	codes, err := verify.New(redisClient, keys, verify.Config{Prefix: cfg.RedisPrefix, CodeLength: cfg.CodeLength, TTL: cfg.CodeTTL, MaxAttempts: cfg.VerifyAttempts})
 	if err != nil {
 		return err
@@ -183,7 +119,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	}
 	srv, err := New(Deps{
 		Log: log, Model: model, Publisher: pub, Delayed: delayed, Limiter: limiter, Fraud: guard,
-		RateLimits: rateLimits, Codes: codes, Keys: keys, Status: statuses, Redis: redisClient, Templates: tpl, Registry: reg, Claims: claims,
+		RateLimits: rateLimits, Codes: codes, Status: statuses, Redis: redisClient, Templates: tpl, Registry: reg, Claims: claims,
 		Fence:    fence,
 		DLQ:      CachedDLQStats(session, model, statuses, 5*time.Second),
 		Inspect:  inspect,
@@ -269,6 +205,27 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		return err
 	}
 	return nil
+}
+
+// notes logs, once at startup, what an operator should know of the
+// API's settings: who holds the admin scope, and what is off or open
+// for development only.
+func notes(cfg config.API, log *zap.Logger) {
+	if cfg.AuthDisabled {
+		log.Warn("API_AUTH=disabled: /api/* accepts requests without an API key; use this for local development only")
+	}
+	if !cfg.AuthDisabled {
+		// Once, by name: admin reads every tenant's data and opens the
+		// console, so who holds it should be plain in the logs.
+		log.Info("API keys with the admin scope (platform operators: every tenant's data, global limits, the console)",
+			zap.Strings("admin_keys", apikey.Admins(cfg.APIKeys)))
+	}
+	if !cfg.CallbackKeys.Configured() {
+		log.Info("no CALLBACK_SECRETS or CALLBACK_SECRET: requests with a callbackUrl are refused (400)")
+	}
+	if cfg.CallbackPrivate {
+		log.Warn("CALLBACK_ALLOW_PRIVATE=true: callbackUrl may name loopback, link-local and private addresses; use this for local development only")
+	}
 }
 
 // queueRates reads the console's in/out rates from the management API;

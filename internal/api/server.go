@@ -33,7 +33,6 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
-	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/template"
@@ -67,7 +66,6 @@ type Deps struct {
 	Limiter    *ratelimit.Limiter
 	RateLimits *ratelimit.ConfigStore
 	Codes      *verify.Store
-	Keys       *seal.Keys
 	Status     *status.Store
 	// Redis is the client Codes and Status use: a code request writes both
 	// in one pipelined round trip.
@@ -184,7 +182,7 @@ func New(d Deps, opts Options) (*Server, error) {
 		d.Log = zap.NewNop()
 	}
 	if d.Model == nil || d.Publisher == nil || d.Delayed == nil || d.Limiter == nil || d.RateLimits == nil || d.Codes == nil ||
-		d.Keys == nil || d.Status == nil || d.Redis == nil || d.Templates == nil || d.Inspect == nil || d.Ready == nil || d.Registry == nil {
+		d.Status == nil || d.Redis == nil || d.Templates == nil || d.Inspect == nil || d.Ready == nil || d.Registry == nil {
 		return nil, errors.New("api: missing dependency")
 	}
 	if len(opts.APIKeys) == 0 && !opts.AuthDisabled {
@@ -340,6 +338,20 @@ func (s *Server) recoverer(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// answered is the status code of c's answer and its route, as metrics,
+// logs and spans label it ("unmatched" when no route matched).
+func answered(c *echo.Context) (code int, route string) {
+	code = http.StatusOK
+	if r, err := echo.UnwrapResponse(c.Response()); err == nil {
+		code = r.Status
+	}
+	route = c.Path()
+	if route == "" {
+		route = "unmatched"
+	}
+	return code, route
+}
+
 // observe records metrics and one log line per request. Recipients and
 // bodies are never logged here. Its field names are a contract (docs/running.md,
 // Logs).
@@ -350,14 +362,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			s.handleError(c, err)
 		}
-		code := http.StatusOK
-		if r, uerr := echo.UnwrapResponse(c.Response()); uerr == nil {
-			code = r.Status
-		}
-		route := c.Path()
-		if route == "" {
-			route = "unmatched"
-		}
+		code, route := answered(c)
 		elapsed := time.Since(start)
 		method := methodLabel(c.Request().Method)
 		s.metrics.requests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()

@@ -1,8 +1,6 @@
 package api
 
 import (
-	"net/http"
-
 	"github.com/labstack/echo/v5"
 
 	"github.com/msgpulse/msgpulse/internal/telemetry"
@@ -18,14 +16,7 @@ func (s *Server) traced(next echo.HandlerFunc) echo.HandlerFunc {
 		c.SetRequest(r.WithContext(ctx))
 		defer span.End()
 		err := next(c) // observe, inside, has answered errors already
-		code := http.StatusOK
-		if resp, uerr := echo.UnwrapResponse(c.Response()); uerr == nil {
-			code = resp.Status
-		}
-		route := c.Path()
-		if route == "" {
-			route = "unmatched"
-		}
+		code, route := answered(c)
 		span.Served(r.Method, route, code)
 		return err
 	}

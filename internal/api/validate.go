@@ -22,7 +22,8 @@ import (
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
-// API channel names and their topology channels.
+// API channel names (topology's vocabulary table says what each is to
+// the queues and the templates).
 const (
 	chEmail      = "email"
 	chSMS        = "sms"
@@ -30,22 +31,18 @@ const (
 	chWeComRobot = "wecom_robot" // WeCom group robots, by name
 )
 
-func topologyChannel(apiChannel string) string {
-	switch apiChannel {
-	case chEmail:
-		return topology.Mail
-	case chWeCom, chWeComRobot:
-		return topology.WeCom
-	}
-	return topology.SMS
+// names is apiChannel's row of the channel vocabulary; the API validates
+// channels before it asks.
+func names(apiChannel string) topology.Names {
+	n, _ := topology.ByAPI(apiChannel)
+	return n
 }
+
+func topologyChannel(apiChannel string) string { return names(apiChannel).Queue }
 
 // templateChannel is the template channel an API channel renders with.
 func templateChannel(apiChannel string) template.Channel {
-	if apiChannel == chWeComRobot {
-		return template.WeCom
-	}
-	return template.Channel(apiChannel)
+	return template.Channel(names(apiChannel).Template)
 }
 
 // messageTypes maps messageType to its API channel.

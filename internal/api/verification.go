@@ -1,7 +1,7 @@
 package api
 
 import (
-	"errors"
+	"context"
 	"net/http"
 	"strconv"
 	"time"
@@ -9,9 +9,9 @@ import (
 	"github.com/labstack/echo/v5"
 	"go.uber.org/zap"
 
+	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/logging"
-	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/topology"
@@ -45,91 +45,82 @@ func (s *Server) requestCode(c *echo.Context) error {
 			return e
 		}
 	}
-	taskID := newTaskID()
-	// A retry of a failed attempt with the same Idempotency-Key comes back
-	// here once, under that attempt's task id (see takeOver).
-	tookOver := false
-again:
-	var (
-		iss *verify.Issued
-		err error
-	)
-	if in != nil {
-		// Under an Idempotency-Key the code comes from the task id, so a
-		// retry of an ambiguous 503 (its copy may be queued) seals the same
-		// code: the two copies are one claim, one mail, a code that works.
-		iss = s.d.Codes.PrepareCode(caller.Tenant, req.Channel, req.Recipient, req.Purpose, taskID, s.d.Codes.For(taskID))
-	} else if iss, err = s.d.Codes.Prepare(caller.Tenant, req.Channel, req.Recipient, req.Purpose, taskID); err != nil {
-		return internal(err)
-	}
 	now := s.now()
-	sealed, err := s.d.Keys.Seal(iss.Code, taskID)
-	if err != nil {
-		return internal(err)
-	}
-	ttlMinutes := int((s.d.Codes.TTL() + time.Minute - 1) / time.Minute)
-	msg := &envelope.Message{
-		Version: envelope.SchemaVersion, TaskID: taskID, Kind: envelope.Verification,
-		Channel: topologyChannel(req.Channel), Recipient: req.Recipient, Template: "verify_code", Locale: req.Locale,
-		Variables: map[string]string{"ttlMinutes": strconv.Itoa(ttlMinutes)},
-		Purpose:   req.Purpose, SealedCode: sealed, CodeDigest: iss.Digest, Deadline: &iss.ExpiresAt, Tenant: caller.Tenant, CreatedAt: now,
-	}
-	rec := status.Record{TaskID: taskID, Status: status.Queued, Channel: req.Channel, Recipient: logging.Mask(req.Recipient),
-		Kind: string(envelope.Verification), Template: "verify_code", Tenant: caller.Tenant, CreatedAt: now, UpdatedAt: now,
-		Priority: string(topology.High)} // codes are always high: they go stale in a minute
-	rec.TraceID = telemetry.TraceID(ctx)
-	// One round trip: the limits, and only if they admit the request, the
-	// code and its status record, in the limiter's script.
-	issue := s.d.Codes.IssueCommands(iss)
-	insert, err := s.d.Status.InsertCommands(rec)
-	if err != nil {
-		return internal(err)
-	}
-	lr := s.verifyRequest(caller, &req)
-	lr.Then = append(issue, insert...)
-	lr.Once = in.once(taskID, s.lease(1))
-	res, err := s.d.Limiter.Take(ctx, lr)
-	if oe := onceOf(err); oe != nil {
-		if id, ok := s.takeOver(in, oe, taskID); ok && !tookOver {
-			taskID, tookOver = id, true
-			goto again
-		}
-		return s.onceAnswer(c, in, oe)
-	}
-	if err != nil {
-		if !errors.Is(err, ratelimit.ErrLimited) {
-			// The script may have failed part-way (it is not a
-			// transaction): undo what could have landed; each undo is a
-			// no-op on what is not there or no longer ours.
-			s.rollbackLater(ctx, undo{code: iss, taskID: taskID, once: onceKey(s, lr.Once), onceIDs: taskID})
-		}
-		var ge *ratelimit.GuardError
-		if errors.As(err, &ge) {
-			return s.pumping(ctx, caller.Tenant, req.number, ge)
-		}
-		return s.limited(ctx, err)
-	}
-	if err := s.d.Codes.IssueResult(iss, res.Replies[:len(issue)]); err != nil {
-		s.rollback(ctx, undo{reservation: res, code: iss, taskID: taskID, once: res.OnceKey, onceIDs: taskID})
-		return unavailable(err, "could not store the code (Redis); nothing was sent, try again")
+	// A retry of a failed attempt with the same Idempotency-Key comes back
+	// under that attempt's task id, and so with its code.
+	code, ok, answer := admitUnderKey(s, c, in, newTaskID(), func(taskID string) (admittedCode, error) {
+		return s.admitCode(ctx, caller, &req, in, taskID, now)
+	})
+	if !ok {
+		return answer
 	}
 	// The code, its record and the Idempotency-Key entry survive a
 	// failover before the code is sent: a code that no longer verifies,
 	// or a retry that sends a second one, is what a lost write costs.
-	if err := s.durable(ctx, iss.Key(), s.d.Status.Key(taskID), res.OnceKey); err != nil {
-		s.rollback(ctx, undo{reservation: res, code: iss, taskID: taskID, once: res.OnceKey, onceIDs: taskID})
+	if err := s.durableAdmission(ctx, code.admitted); err != nil {
+		s.undoAdmission(ctx, code.admitted)
 		return notDurable(err)
 	}
 	// No level on the message: the codes' queue, which is theirs alone.
-	if err := s.publish(ctx, req.Channel, msg, 0); err != nil {
-		s.rollback(ctx, undo{reservation: res, code: iss, taskID: taskID, once: res.OnceKey, onceIDs: taskID})
+	if err := s.publish(ctx, req.Channel, code.msg, 0); err != nil {
+		s.undoAdmission(ctx, code.admitted)
 		return publishFailure(err)
 	}
 	s.metrics.codes.WithLabelValues(req.Channel).Inc()
-	return s.answer(c, in, res, http.StatusAccepted, "verification code queued", VerificationCode{
-		TaskID: taskID, Status: string(status.Queued),
-		ExpiresAt: iss.ExpiresAt.UTC().Truncate(time.Second), ResendAfter: now.Add(s.opts.Limits.ResendInterval).UTC().Truncate(time.Second),
+	return s.answer(c, in, code.res, http.StatusAccepted, "verification code queued", VerificationCode{
+		TaskID: code.taskID, Status: string(status.Queued),
+		ExpiresAt: code.code.ExpiresAt.UTC().Truncate(time.Second), ResendAfter: now.Add(s.opts.Limits.ResendInterval).UTC().Truncate(time.Second),
 	})
+}
+
+// admittedCode is a code that frequency control let through, stored, and
+// the message that carries it sealed.
+type admittedCode struct {
+	admitted
+	msg *envelope.Message
+}
+
+// admitCode draws the code of req under taskID, sealed for its message,
+// and admits it: the limits and, only if they admit it, the code and its
+// status record, in one round trip (admit).
+func (s *Server) admitCode(ctx context.Context, caller apikey.Key, req *VerificationCodeRequest, in *idem, taskID string, now time.Time) (admittedCode, error) {
+	record := codeRecord(ctx, caller, req, taskID, now)
+	limits := s.verifyRequest(caller, req)
+	// Under an Idempotency-Key the code comes from the task id, so a retry
+	// of an ambiguous 503 (its copy may be queued) seals the same code.
+	code, err := s.d.Codes.Draft(caller.Tenant, req.Channel, req.Recipient, req.Purpose, taskID, in != nil)
+	if err != nil {
+		return admittedCode{}, internal(err)
+	}
+	a, err := s.admit(ctx, candidate{
+		taskID: taskID, recipient: req.Recipient,
+		limits: limits, record: record,
+		code: code, number: req.number,
+		once: in.once(taskID, s.lease(1)),
+	})
+	if err != nil {
+		return admittedCode{}, err
+	}
+	return admittedCode{admitted: a, msg: s.codeMessage(caller, req, code, now)}, nil
+}
+
+// codeMessage is the envelope that carries code, sealed.
+func (s *Server) codeMessage(caller apikey.Key, req *VerificationCodeRequest, code *verify.Issued, now time.Time) *envelope.Message {
+	ttlMinutes := int((s.d.Codes.TTL() + time.Minute - 1) / time.Minute)
+	return &envelope.Message{
+		Version: envelope.SchemaVersion, TaskID: code.TaskID, Kind: envelope.Verification,
+		Channel: topologyChannel(req.Channel), Recipient: req.Recipient, Template: "verify_code", Locale: req.Locale,
+		Variables: map[string]string{"ttlMinutes": strconv.Itoa(ttlMinutes)},
+		Purpose:   req.Purpose, SealedCode: code.Sealed, CodeDigest: code.Digest, Deadline: &code.ExpiresAt, Tenant: caller.Tenant, CreatedAt: now,
+	}
+}
+
+// codeRecord is the status record a code starts with once admitted.
+func codeRecord(ctx context.Context, caller apikey.Key, req *VerificationCodeRequest, taskID string, now time.Time) status.Record {
+	return status.Record{TaskID: taskID, Status: status.Queued, Channel: req.Channel, Recipient: logging.Mask(req.Recipient),
+		Kind: string(envelope.Verification), Template: "verify_code", Tenant: caller.Tenant, CreatedAt: now, UpdatedAt: now,
+		Priority: string(topology.High), // codes are always high: they go stale in a minute
+		TraceID:  telemetry.TraceID(ctx)}
 }
 
 // VerifyResult is the verify answer's data.

@@ -6,4 +6,9 @@
 // It never deletes or changes an existing resource: when the broker holds
 // something different from the model, it stops before declaring anything
 // and tells the operator the safe ways forward.
+//
+// It is not named topology after its command because internal/topology is
+// the model itself, which every program (the API, the consumer, the DLQ
+// tool) builds its queues' names from; this package is only the command
+// that puts that model on a broker: it declares.
 package declare

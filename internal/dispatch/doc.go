@@ -32,4 +32,8 @@
 // message and before the claim is marked sent. The lease then expires and a
 // redelivery sends again. That is msgpulse's only source of a duplicate,
 // and it is kept to the provider call's return plus one Redis write.
+//
+// It is not named consumer after cmd/consumer: it dispatches each delivery
+// to its channel's sender; "consumer" is the broker's word, taken by
+// broker.Consumer, which this package drives.
 package dispatch

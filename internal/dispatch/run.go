@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -28,17 +27,14 @@ import (
 	wecomchannel "github.com/msgpulse/msgpulse/internal/dispatch/wecom"
 	"github.com/msgpulse/msgpulse/internal/egress"
 	"github.com/msgpulse/msgpulse/internal/media"
-	"github.com/msgpulse/msgpulse/internal/profile"
 	"github.com/msgpulse/msgpulse/internal/provider"
 	"github.com/msgpulse/msgpulse/internal/provider/mail"
 	"github.com/msgpulse/msgpulse/internal/provider/sms"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
-	"github.com/msgpulse/msgpulse/internal/seal"
+	"github.com/msgpulse/msgpulse/internal/startup"
 	"github.com/msgpulse/msgpulse/internal/status"
-	"github.com/msgpulse/msgpulse/internal/telemetry"
-	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/timeline"
 	"github.com/msgpulse/msgpulse/internal/token"
 	"github.com/msgpulse/msgpulse/internal/topology"
@@ -86,37 +82,26 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	for _, opt := range opts {
 		opt(&o)
 	}
-	keys, err := seal.New(cfg.CodeSecret)
+	b, err := startup.Open(ctx, startup.Config{
+		CodeSecret: cfg.CodeSecret, CodeSecretIsDev: cfg.CodeSecretIsDev,
+		DevSecretWarning: "CODE_SECRET is the development default: set the same secret as the API's in production",
+		Telemetry:        cfg.Telemetry, Model: cfg.Model, Templates: cfg.Templates,
+		// Fail fast: a worker that notices a dead Redis pauses (see pause)
+		// instead of waiting out go-redis's retries.
+		RedisMode: cfg.RedisMode, RedisURL: cfg.RedisURL, RedisAutoPipeline: cfg.RedisAutoPipeline, RedisTimeout: cfg.RedisTimeout,
+		AMQPURL: cfg.AMQPURL, ConnectionName: "msgpulse-consumer-" + cfg.ConsumerID, LeaveAfter: cfg.AMQPLeaveAfter,
+		PprofAddr: cfg.PprofAddr,
+		Registry:  o.reg, // nil: a fresh one with the Go and process collectors
+	}, log)
 	if err != nil {
-		return fmt.Errorf("CODE_SECRET: %w", err)
+		return err
 	}
-	if cfg.CodeSecretIsDev {
-		log.Warn("CODE_SECRET is the development default: set the same secret as the API's in production")
-	}
+	// Background services outlive the consumers until they have drained.
+	defer b.Close()
 	if cfg.CallbackPrivate {
 		log.Warn("CALLBACK_ALLOW_PRIVATE=true: callbacks may reach loopback, link-local and private addresses; use this for local development only")
 	}
-	// Tracing first, so that its flush runs last, after every span ended.
-	stopTracing, err := telemetry.Setup(ctx, cfg.Telemetry, log)
-	if err != nil {
-		return err
-	}
-	defer stopTracing()
-	model, err := topology.Build(cfg.Model, "")
-	if err != nil {
-		return err
-	}
-	tpl, err := template.Load(cfg.Templates.Dir, cfg.Templates.DefaultLocale)
-	if err != nil {
-		return fmt.Errorf("TEMPLATES_DIR: %w", err)
-	}
-	// Fail fast: a worker that notices a dead Redis pauses (see pause)
-	// instead of waiting out go-redis's retries.
-	redisClient, err := rdb.Open(cfg.RedisMode, cfg.RedisURL, rdb.FailFast(cfg.RedisTimeout), rdb.WithAutoPipeline(cfg.RedisAutoPipeline))
-	if err != nil {
-		return fmt.Errorf("REDIS_URL: %w", err)
-	}
-	defer func() { _ = redisClient.Close() }()
+	keys, model, tpl, redisClient, session, reg := b.Keys, b.Model, b.Templates, b.Redis, b.Session, b.Registry
 	// A claim is made durable before its provider is called
 	// (docs/cluster.md, "Redis durability"); closed before the client.
 	fence, err := rdb.NewFence(redisClient, cfg.RedisWait)
@@ -125,11 +110,6 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	}
 	defer fence.Close()
 
-	reg := o.reg
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	}
 	metrics := NewMetrics(reg)
 	delayMetrics := delay.NewMetrics(reg)
 
@@ -170,26 +150,6 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 		}
 	}
 
-	// Background services outlive the consumers until they have drained.
-	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
-	var bgWG sync.WaitGroup
-	defer func() { stopBG(); bgWG.Wait() }()
-	waitProfile, err := profile.Serve(bg, cfg.PprofAddr, log)
-	if err != nil {
-		return err
-	}
-	bgWG.Add(1)
-	go func() { defer bgWG.Done(); waitProfile() }() // it stops with bg, which the deferred stop cancels
-
-	session, err := broker.NewSession(broker.Config{URL: cfg.AMQPURL, ConnectionName: "msgpulse-consumer-" + cfg.ConsumerID, LeaveAfter: cfg.AMQPLeaveAfter, Logger: log.Named("broker")})
-	if err != nil {
-		return err
-	}
-	bgWG.Add(1)
-	go func() { defer bgWG.Done(); session.Run(bg) }()
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "msgpulse_broker_node_leaves_total",
-		Help: "Times this process left a RabbitMQ node that confirmed nothing for AMQP_LEAVE_AFTER or could not serve a consume, and reconnected through the next one."},
-		func() float64 { return float64(session.Leaves()) }))
 	pub, err := broker.NewPublisher(broker.PublisherConfig{Session: session, Logger: log})
 	if err != nil {
 		return err
@@ -207,20 +167,12 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	if err != nil {
 		return err
 	}
-	bgWG.Add(1)
-	go func() { defer bgWG.Done(); sampler.Run(bg) }()
+	b.Go(sampler.Run)
 
-	rateLimits, err := ratelimit.NewConfigStore(redisClient, cfg.RedisPrefix, log.Named("ratelimit"), ratelimit.StoreConfig{RefreshEvery: cfg.RateLimitRefresh})
+	rateLimits, err := b.RateLimits(cfg.RedisPrefix, cfg.RateLimitRefresh)
 	if err != nil {
 		return err
 	}
-	bgWG.Add(1)
-	go func() {
-		defer bgWG.Done()
-		if err := rateLimits.Run(bg); err != nil && bg.Err() == nil {
-			log.Error("rate-limit config cache stopped", zap.Error(err))
-		}
-	}()
 	claims, err := claim.New(redisClient, claim.Config{Prefix: cfg.RedisPrefix, Lease: cfg.ClaimLease, SentTTL: cfg.SentTTL})
 	if err != nil {
 		return err
@@ -300,8 +252,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 			_, _ = w.Write([]byte(`{"code":200,"msg":"ok","data":{"status":"ready"}}`))
 		})
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		bgWG.Add(1)
-		go func() { defer bgWG.Done(); _ = srv.Serve(ln) }()
+		b.Go(func(context.Context) { _ = srv.Serve(ln) })
 		defer func() { _ = srv.Close() }()
 		log.Info("metrics listening", zap.String("addr", ln.Addr().String()))
 	}
@@ -361,11 +312,9 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 		}
 		wg.Add(1)
 		go func() { defer wg.Done(); errs <- relay.Run(ctx) }()
-		bgWG.Add(1)
-		go func() {
-			defer bgWG.Done()
-			delay.WatchDepth(bg, session, model.Delay, delayMetrics, 15*time.Second, log)
-		}()
+		b.Go(func(ctx context.Context) {
+			delay.WatchDepth(ctx, session, model.Delay, delayMetrics, 15*time.Second, log)
+		})
 	}
 	log.Info("consumer started", zap.Strings("channels", cfg.Channels), zap.String("id", cfg.ConsumerID),
 		zap.Bool("relay", cfg.Relay && model.Delay.RelayQueue != ""), zap.Int("concurrency", cfg.Concurrency))

@@ -46,13 +46,6 @@ func NewAdaptive(rdb redis.UniversalClient, prefix string, reg prometheus.Regist
 	return &Adaptive{rdb: rdb, prefix: prefix, gauge: g}
 }
 
-// key is an account's rate, under the account's own hash tag: on a Redis
-// Cluster each account lives in its own slot instead of every account
-// sharing one.
-func (a *Adaptive) key(account string) string {
-	return a.prefix + "ratelimit:{adaptive:" + account + "}:rate"
-}
-
 // AdaptiveRate is one account's adaptive rate as a consumer keeps it: its
 // Redis key, bounds and gauge, resolved once (Adaptive.For), so that a
 // send's rate is read and moved without looking the account up again. It

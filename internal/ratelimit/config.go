@@ -93,5 +93,5 @@ func (c Config) Rules() []Rule {
 	if c.Provider != nil {
 		name += " (provider " + *c.Provider + ")"
 	}
-	return []Rule{{Name: name, Label: "rate limit (configured)", Key: "config:" + c.ID, Windows: ws}}
+	return []Rule{{Name: name, Label: "rate limit (configured)", Key: configRuleKey(c.ID), Windows: ws}}
 }

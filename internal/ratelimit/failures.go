@@ -80,12 +80,6 @@ redis.call('PEXPIRE', KEYS[1], window)
 return {0, n + 1}
 `)
 
-// The source is the key's hash tag: one key per script, and sources
-// spread over a cluster's shards.
-func (f *Failures) key(src string) string {
-	return f.prefix + "authfail:{" + src + "}"
-}
-
 // Source is what an address counts as: itself for IPv4 (an IPv4-mapped
 // IPv6 address too), its /64 for IPv6 ("2001:db8:1:2::/64": one
 // subscriber usually holds a whole /64), the text as given when it is no

@@ -71,10 +71,6 @@ func (e *OnceError) Error() string {
 // Is makes errors.Is(err, ErrOnce) true.
 func (e *OnceError) Is(target error) bool { return target == ErrOnce }
 
-const onceLeaseSuffix = ":lease"
-
-func (l *Limiter) onceKey(k string) string { return l.prefix + "idem:{" + k + "}" }
-
 func (o *Once) check() error {
 	if o.Key == "" || o.IDs == "" || o.Lease <= 0 || o.TTL <= 0 {
 		return errors.New("ratelimit: once: needs a key, ids, a lease and a TTL")
@@ -216,7 +212,3 @@ func (l *Limiter) release(ctx context.Context, key, ids, how string) error {
 	}
 	return nil
 }
-
-// OnceKey is the full Redis key of the entry with key k (Once.Key), for
-// Release after a Take that failed without a Reservation.
-func (l *Limiter) OnceKey(k string) string { return l.onceKey(k) }

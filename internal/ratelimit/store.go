@@ -85,8 +85,8 @@ func NewConfigStore(rdb redis.UniversalClient, prefix string, log *zap.Logger, c
 	}
 	return &ConfigStore{
 		rdb:     rdb,
-		hash:    prefix + "ratelimit:configs",
-		channel: prefix + "ratelimit:configs:changed",
+		hash:    configsKey(prefix),
+		channel: configsChannel(prefix),
 		log:     log.Named("ratelimit-configs"),
 		cfg:     cfg,
 		ready:   make(chan struct{}),

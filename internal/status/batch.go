@@ -8,14 +8,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A batch is the list of its recipients' task IDs, kept as long as their
-// records; the records themselves stay the only place a status lives.
-
-func (s *Store) batchKey(batchID string) string { return s.cfg.Prefix + "batch:" + batchID }
-
-// BatchKey is the key of a batch's task list (see Key).
-func (s *Store) BatchKey(batchID string) string { return s.batchKey(batchID) }
-
 // batchScript stores a batch's task list. KEYS: the list. ARGV: ttl ms,
 // then the task IDs.
 var batchScript = redis.NewScript(`

@@ -16,8 +16,6 @@ import (
 // leaves out those in this set. A member is kept as long as the log keeps
 // the copy it hides, and no longer.
 
-func (s *Store) removedKey(dlq string) string { return s.cfg.Prefix + "dlq:removed:" + dlq }
-
 // MarkRemoved adds fingerprints to dlq's removed set and forgets members
 // older than keep (the log's retention), in one round trip.
 func (s *Store) MarkRemoved(ctx context.Context, dlq string, fingerprints []string, keep time.Duration) error {

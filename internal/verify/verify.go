@@ -65,23 +65,6 @@ func New(rdb redis.UniversalClient, keys *seal.Keys, cfg Config) (*Store, error)
 // TTL returns how long a code stays valid.
 func (s *Store) TTL() time.Duration { return s.cfg.TTL }
 
-// key is where the code of (tenant, channel, recipient, purpose) lives. The
-// tenant is part of it: each tenant's codes, attempts and burned state are
-// its own, so that no tenant can burn, replace or probe another's code.
-// The hash tag is Tag: on a Redis Cluster the code shares a slot with the
-// same tenant's per-recipient limits and cooldowns.
-func (s *Store) key(tenant, channel, recipient, purpose string) string {
-	return s.cfg.Prefix + "verify:{" + Tag(tenant, channel, recipient) + "}:" + purpose
-}
-
-// Tag is what one tenant's keys for one recipient share (the code's key and
-// the limiter's per-recipient rules and cooldowns), so that they live in one
-// Redis Cluster slot. A tenant name holds no ":" (package apikey), so two
-// tenants never share a tag.
-func Tag(tenant, channel, recipient string) string {
-	return tenant + ":" + channel + ":" + recipient
-}
-
 // Digest is the keyed digest of a code in its context, the tenant included:
 // a code issued for one tenant never matches in another's.
 func (s *Store) Digest(tenant, channel, recipient, purpose, code string) string {
@@ -151,10 +134,11 @@ func (s *Store) code(next func() ([]byte, error)) (string, error) {
 	}
 }
 
-// Issued is a freshly stored code. Code is returned once, to be sealed into
-// the message; it is never stored.
+// Issued is a freshly stored code. Code is returned once, and never
+// stored; Sealed is the code as the message that carries it holds it.
 type Issued struct {
 	Code      string
+	Sealed    string // Code sealed for that message, its task id as associated data (seal.Keys.Seal)
 	Digest    string
 	TaskID    string
 	ExpiresAt time.Time
@@ -169,12 +153,12 @@ func (iss *Issued) Key() string { return iss.key }
 
 // Issue generates a code, stores its digest, and returns it.
 func (s *Store) Issue(ctx context.Context, tenant, channel, recipient, purpose, taskID string) (*Issued, error) {
-	iss, err := s.Prepare(tenant, channel, recipient, purpose, taskID)
+	iss, err := s.Draft(tenant, channel, recipient, purpose, taskID, false)
 	if err != nil {
 		return nil, err
 	}
 	// One MULTI/EXEC: the old code is read and replaced atomically.
-	cmds := s.IssueCommands(iss)
+	cmds, stored := s.IssueWith(iss)
 	p := s.rdb.TxPipeline()
 	queued := make([]*redis.Cmd, len(cmds))
 	for i, c := range cmds {
@@ -189,49 +173,68 @@ func (s *Store) Issue(ctx context.Context, tenant, channel, recipient, purpose, 
 		}
 		replies[i] = v
 	}
-	if err := s.IssueResult(iss, replies); err != nil {
+	if err := stored(replies); err != nil {
 		return nil, err
 	}
 	return iss, nil
 }
 
-// Prepare generates a code for IssueCommands; nothing is stored yet.
-func (s *Store) Prepare(tenant, channel, recipient, purpose, taskID string) (*Issued, error) {
-	code, err := s.Generate()
+// Draft is the code of the request with task id taskID, sealed for the
+// message that carries it, and not stored yet (IssueWith stores it).
+// Without an Idempotency-Key (keyed false) it is a random code. Under one
+// it is For(taskID), so that a retry of an ambiguous failure (its first
+// copy may be queued) seals the same code: the two copies are one claim,
+// one message, a code that works.
+func (s *Store) Draft(tenant, channel, recipient, purpose, taskID string, keyed bool) (*Issued, error) {
+	code := ""
+	if keyed {
+		code = s.For(taskID)
+	} else {
+		var err error
+		if code, err = s.Generate(); err != nil {
+			return nil, err
+		}
+	}
+	sealed, err := s.keys.Seal(code, taskID)
 	if err != nil {
 		return nil, err
 	}
-	return s.PrepareCode(tenant, channel, recipient, purpose, taskID, code), nil
-}
-
-// PrepareCode is Prepare with the code given (For's, under an
-// Idempotency-Key).
-func (s *Store) PrepareCode(tenant, channel, recipient, purpose, taskID, code string) *Issued {
 	exp := time.Now().Add(s.cfg.TTL)
-	return &Issued{Code: code, Digest: s.Digest(tenant, channel, recipient, purpose, code), TaskID: taskID, ExpiresAt: exp, key: s.key(tenant, channel, recipient, purpose)}
+	return &Issued{Code: code, Sealed: sealed, Digest: s.Digest(tenant, channel, recipient, purpose, code), TaskID: taskID, ExpiresAt: exp, key: s.key(tenant, channel, recipient, purpose)}, nil
 }
 
-// IssueCommands are the writes that store iss, replacing the code for its
-// (tenant, channel, recipient, purpose) and reading the old one first so a failed
-// publish can put it back: the user may still hold it. They must run
-// atomically and in order, in a MULTI/EXEC (Issue) or inside a script
-// (ratelimit.Request.Then); IssueResult reads their replies.
-func (s *Store) IssueCommands(iss *Issued) []rdb.Command {
-	return []rdb.Command{
+// IssueWith returns the writes that store iss, followed by then (writes of
+// other packages that belong with the code, e.g. its status record), for
+// whoever runs them atomically and in order in one round trip: a
+// MULTI/EXEC (Issue) or another package's script
+// (ratelimit.Request.Then). stored takes every reply of those writes, in
+// order; until it returns nil, iss cannot be rolled back.
+//
+// The code's writes replace the code for its (tenant, channel, recipient,
+// purpose), reading the old one first so that a failed publish can put it
+// back: the user may still hold it.
+func (s *Store) IssueWith(iss *Issued, then ...rdb.Command) (cmds []rdb.Command, stored func(replies []any) error) {
+	cmds = []rdb.Command{
 		{"HGETALL", iss.key},
 		{"PEXPIRETIME", iss.key},
 		{"DEL", iss.key},
 		{"HSET", iss.key, "digest", iss.Digest, "taskId", iss.TaskID, "failures", 0, "expiresAt", iss.ExpiresAt.UnixMilli()},
 		{"PEXPIRE", iss.key, s.cfg.TTL.Milliseconds()},
 	}
+	own := len(cmds)
+	cmds = append(cmds, then...)
+	return cmds, func(replies []any) error {
+		if len(replies) != len(cmds) {
+			return fmt.Errorf("verify: store code: %d replies, want %d", len(replies), len(cmds))
+		}
+		iss.remember(replies[:own])
+		return nil
+	}
 }
 
-// IssueResult takes the replies of IssueCommands, in order; until it
-// returns nil, iss cannot be rolled back.
-func (s *Store) IssueResult(iss *Issued, replies []any) error {
-	if len(replies) != 5 {
-		return fmt.Errorf("verify: store code: %d replies, want 5", len(replies))
-	}
+// remember keeps what the code's writes replaced (the replies of
+// HGETALL and PEXPIRETIME), for Rollback to put back.
+func (iss *Issued) remember(replies []any) {
 	iss.prev = nil
 	switch old := replies[0].(type) {
 	case []any: // RESP2, and any script's reply
@@ -250,7 +253,6 @@ func (s *Store) IssueResult(iss *Issued, replies []any) error {
 		pexp, _ := replies[1].(int64)
 		iss.prev = append(iss.prev, "pexpireat", strconv.FormatInt(pexp, 10))
 	}
-	return nil
 }
 
 // Put back the replaced code, but only if the current one is still ours: a

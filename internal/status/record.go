@@ -1,0 +1,195 @@
+package status
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/msgpulse/msgpulse/internal/redact"
+	"github.com/msgpulse/msgpulse/internal/topology"
+)
+
+// What a record is: its fields, and how it is kept as a Redis
+// hash (the field names, fields and parse) and checked before it is.
+
+// Record is the status of one message. Times have millisecond precision.
+type Record struct {
+	TaskID      string     `json:"taskId"`
+	Status      State      `json:"status"`
+	Channel     string     `json:"channel"`             // "email", "sms", "wecom" or "wecom_robot"
+	Recipient   string     `json:"recipient,omitempty"` // masked by the caller
+	Kind        string     `json:"kind,omitempty"`
+	Template    string     `json:"template,omitempty"`
+	Attempts    int        `json:"attempts"`
+	CreatedAt   time.Time  `json:"createdAt"`
+	UpdatedAt   time.Time  `json:"updatedAt"`
+	ScheduledAt *time.Time `json:"scheduledAt,omitempty"`
+	SentAt      *time.Time `json:"sentAt,omitempty"`
+	LastError   string     `json:"lastError,omitempty"`
+	ErrorClass  string     `json:"errorClass,omitempty"`
+	Reason      string     `json:"reason,omitempty"`
+	Provider    string     `json:"provider,omitempty"`
+	// Tenant owns the message (the API key's tenant); "" on records written
+	// before tenants existed, which belong to the default tenant.
+	Tenant string `json:"tenant,omitempty"`
+	// Priority is the traffic level the message was queued at: high,
+	// normal or low.
+	Priority string `json:"priority,omitempty"`
+	// TraceID is the trace of the request that created the record (hex),
+	// when tracing was on: the console shows it so on-call can open the
+	// message's trace.
+	TraceID string `json:"traceId,omitempty"`
+}
+
+// Hash fields are the JSON names; times are unix milliseconds.
+const (
+	fTaskID      = "taskId"
+	fStatus      = "status"
+	fChannel     = "channel"
+	fRecipient   = "recipient"
+	fKind        = "kind"
+	fTemplate    = "template"
+	fAttempts    = "attempts"
+	fCreatedAt   = "createdAt"
+	fUpdatedAt   = "updatedAt"
+	fScheduledAt = "scheduledAt"
+	fSentAt      = "sentAt"
+	fLastError   = "lastError"
+	fErrorClass  = "errorClass"
+	fReason      = "reason"
+	fProvider    = "provider"
+	fTenant      = "tenant"
+	fPriority    = "priority"
+	fTraceID     = "traceId"
+)
+
+func ms(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return strconv.FormatInt(t.UnixMilli(), 10)
+}
+
+func msPtr(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return ms(*t)
+}
+
+// fields are r's hash fields as name/value pairs; an empty value means
+// "not stored" (the create script leaves it out, or stamps Redis time for
+// createdAt and updatedAt).
+func fields(r Record) []any {
+	return []any{
+		fTaskID, r.TaskID,
+		fStatus, string(r.Status),
+		fChannel, r.Channel,
+		fRecipient, r.Recipient,
+		fKind, r.Kind,
+		fTemplate, r.Template,
+		fAttempts, strconv.Itoa(r.Attempts),
+		fCreatedAt, ms(r.CreatedAt),
+		fUpdatedAt, ms(r.UpdatedAt),
+		fScheduledAt, msPtr(r.ScheduledAt),
+		fSentAt, msPtr(r.SentAt),
+		fLastError, redact.Text(r.LastError),
+		fErrorClass, r.ErrorClass,
+		fReason, r.Reason,
+		fProvider, r.Provider,
+		fTenant, r.Tenant,
+		fPriority, r.Priority,
+		fTraceID, r.TraceID,
+	}
+}
+
+func validateRecord(r Record) error {
+	if r.TaskID == "" {
+		return errors.New("status: TaskID is required")
+	}
+	if !r.Status.Valid() {
+		return fmt.Errorf("status: unknown status %q", r.Status)
+	}
+	if _, ok := topology.ByAPI(r.Channel); !ok {
+		return fmt.Errorf("status: channel %q: must be one of %s", r.Channel, strings.Join(topology.APINames(), ", "))
+	}
+	if r.Attempts < 0 {
+		return fmt.Errorf("status: attempts %d: must not be negative", r.Attempts)
+	}
+	return nil
+}
+
+func parse(m map[string]string) (Record, error) {
+	r := Record{
+		TaskID:     m[fTaskID],
+		Status:     State(m[fStatus]),
+		Channel:    m[fChannel],
+		Recipient:  m[fRecipient],
+		Kind:       m[fKind],
+		Template:   m[fTemplate],
+		LastError:  m[fLastError],
+		ErrorClass: m[fErrorClass],
+		Reason:     m[fReason],
+		Provider:   m[fProvider],
+		Tenant:     m[fTenant],
+		Priority:   m[fPriority],
+		TraceID:    m[fTraceID],
+	}
+	// Again on the way out: a record written before lastError was
+	// scrubbed on its way in shows no secret either.
+	r.LastError = redact.Text(r.LastError)
+	var err error
+	num := func(f string) int64 {
+		v, ok := m[f]
+		if !ok || v == "" || err != nil {
+			return 0
+		}
+		var n int64
+		n, err = strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			err = fmt.Errorf("status: record %q: field %s: %w", r.TaskID, f, err)
+		}
+		return n
+	}
+	at := func(f string) *time.Time {
+		if _, ok := m[f]; !ok {
+			return nil
+		}
+		t := time.UnixMilli(num(f)).UTC()
+		return &t
+	}
+	r.Attempts = int(num(fAttempts))
+	if t := at(fCreatedAt); t != nil {
+		r.CreatedAt = *t
+	}
+	if t := at(fUpdatedAt); t != nil {
+		r.UpdatedAt = *t
+	}
+	r.ScheduledAt = at(fScheduledAt)
+	r.SentAt = at(fSentAt)
+	if err != nil {
+		return Record{}, err
+	}
+	return r, nil
+}
+
+// Reasons the consumer records on a record when it dead-letters a message.
+// The DLQ tool reads them to say why a rejected message died.
+const (
+	ReasonMalformed = "malformed"         // body unreadable or of an unknown schema version
+	ReasonDeadline  = "deadline"          // past its deadline (an expired code): not sent
+	ReasonPermanent = "permanent"         // the provider refused it for good, or it cannot be rendered
+	ReasonExhausted = "retries_exhausted" // transient failures, MAX_RETRIES used up
+	ReasonPanic     = "panic"             // the handler panicked
+)
+
+// Reasons RabbitMQ gives (x-death) for what it dead-letters by itself, with
+// no code of ours running; the consumers record them from the DLQs' status
+// queues (topology.RoleDeadLetterStatus).
+const (
+	ReasonExpired       = "expired"        // it waited in its queue past the queue's message TTL
+	ReasonMaxLen        = "maxlen"         // its queue was full and dropped it (drop-head)
+	ReasonDeliveryLimit = "delivery_limit" // a quorum queue handed it out its delivery limit's times
+)

@@ -174,9 +174,12 @@ func TestOneTraceFromRequestToProviderAcrossProcesses(t *testing.T) {
 	replayTrace, replayTask := m[1], data["taskId"].(string)
 	statuses, err := status.New(s.redis.Client, status.Config{Prefix: s.redis.Prefix})
 	require.NoError(t, err)
+	// Failed is recorded as the consumer rejects it; the broker moves it
+	// to the DLQ a moment later (a quorum queue's at-least-once
+	// dead-lettering takes its own round), and the replay reads the DLQ.
 	testenv.WaitFor(t, 15*time.Second, "dead-lettered", func() bool {
 		rec, err := statuses.Get(context.Background(), replayTask)
-		return err == nil && rec.Status == status.Failed
+		return err == nil && rec.Status == status.Failed && s.depth("queue.mail.dlq") > 0
 	})
 	refuse.Store(false)
 	code2, out := s.run("dlq", "replay", "--channel", "mail", "--id", replayTask)

@@ -87,13 +87,14 @@ var errNodeIdle = errors.New("the node delivers nothing while messages are ready
 // nothing to miss, so it asks.
 //
 // Every ProbeEvery in which no delivery came and no handler ran, it opens
-// a channel and reads its queues' ready counts (passive declares), bounded
-// by SubscribeTimeout: no answer, or a 541, means the node cannot serve;
+// a channel, reads its queues' ready counts (passive declares) and
+// subscribes to each once, cancelling at once (see ready), bounded by
+// SubscribeTimeout: no answer, or a 541, means the node cannot serve;
 // messages ready at two probes in a row with none delivered in between
 // mean the node's deliveries do not reach this consumer. A consumer that
 // is busy, or whose queues are empty, is never probed twice in a row, and
-// costs the broker one channel and a passive declare per queue every
-// ProbeEvery while idle.
+// costs the broker one channel, and a passive declare and a consume and
+// cancel per queue, every ProbeEvery while idle.
 func (c *Consumer) watchNode(ctx context.Context, conn *amqp.Connection, stuck chan<- error) {
 	t := time.NewTicker(c.cfg.ProbeEvery)
 	defer t.Stop()
@@ -142,12 +143,24 @@ func (c *Consumer) readyWithin(ctx context.Context, conn *amqp.Connection) (int,
 	return n, err
 }
 
+// ready reads the queues' ready counts and, since a node cut off from
+// its peers answers those from its own stale copy (a quorum queue's on
+// 3.10.8 and 4.0.5 alike), subscribes to each queue once and cancels at
+// once: registering a consumer takes the queue's leader, which a node in
+// the minority cannot reach, so the subscription times out (within's
+// bound) or fails with 541. The probe runs only while this consumer is
+// idle, so there is nothing for it to take; a message that arrives in
+// the instant between its consume and its cancel goes back to the queue
+// with the probe's channel, unsent.
 func (c *Consumer) ready(conn *amqp.Connection) (int, error) {
 	ch, err := conn.Channel()
 	if err != nil {
 		return 0, fmt.Errorf("probe: open channel: %w", err)
 	}
 	defer func() { _ = ch.Close() }()
+	if err := ch.Qos(1, 0, false); err != nil {
+		return 0, fmt.Errorf("probe: qos: %w", err)
+	}
 	n := 0
 	for _, q := range c.cfg.Queues {
 		st, err := ch.QueueDeclarePassive(q.Name, true, false, false, false, nil)
@@ -155,6 +168,13 @@ func (c *Consumer) ready(conn *amqp.Connection) (int, error) {
 			return 0, fmt.Errorf("probe %s: %w", q.Name, err)
 		}
 		n += st.Messages
+		const tag = "msgpulse-probe"
+		if _, err := ch.Consume(q.Name, tag, false, false, false, false, nil); err != nil {
+			return 0, fmt.Errorf("probe %s: consume: %w", q.Name, err)
+		}
+		if err := ch.Cancel(tag, false); err != nil {
+			return 0, fmt.Errorf("probe %s: cancel: %w", q.Name, err)
+		}
 	}
 	return n, nil
 }

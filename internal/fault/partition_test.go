@@ -168,10 +168,11 @@ func startOn(t *testing.T, s *system, n int, start func(i int) *proc) *proc {
 // left the cluster split after the heal (node 1 listing node 2 as
 // partitioned, node 3 not running, for more than 2 minutes: docs/cluster.md),
 // which is the broker's recovery, not msgpulse's; under it, RabbitMQ never
-// notices, the hard case for a client. The API answers 503 within PUBLISH_TIMEOUT while no
-// confirm comes, leaves the node after AMQP_LEAVE_AFTER and publishes
-// through the majority; the backlog drains through the majority; every
-// 202 is sent once.
+// notices, the hard case for a client. The API answers 503 within
+// PUBLISH_TIMEOUT while no confirm comes, leaves the node after
+// AMQP_LEAVE_AFTER and publishes through the majority; the consumer on the
+// cut node, idle, probes it and leaves too; the backlog drains through the
+// majority; every 202 is sent once.
 func TestPartitionRabbitMinority(t *testing.T) {
 	s := newPartitionSystem(t, "partition-rabbit-minority")
 	var c *client.Client
@@ -202,6 +203,7 @@ func TestPartitionRabbitMinority(t *testing.T) {
 		kv("apiLeaves", s.countLogs("api", "leaving the broker node")), kv("consumerLeaves", s.countLogs("consumer", "leaving the broker node")))
 	require.Less(t, slowest(refused), 2*time.Second+1500*time.Millisecond, "a 503 within PUBLISH_TIMEOUT")
 	require.Zero(t, cnt.Other, "answers other than 202 and 503")
+	require.Positive(t, s.countLogs("consumer", "leaving the broker node"), "the consumer on the cut node left it (its idle probe's subscription found no leader)")
 }
 
 // cut cuts node n off from its peers until heal, which the test's cleanup

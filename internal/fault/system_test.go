@@ -121,6 +121,16 @@ func startSystemDeclaring(t *testing.T, name string, firstNode bool, env ...stri
 		declare = append(declare, "AMQP_URL="+s.broker.URL) // the last setting of a name wins
 	}
 	code, out := testenv.RunCommand(t, filepath.Join(binDir, "topology"), declare, "declare")
+	if code != 0 && firstNode {
+		// A partition scenario's cluster just healed from the last one:
+		// a quorum queue's members may still be starting on the node that
+		// was cut off. Declaring is idempotent; try again for a while.
+		t.Logf("topology declare: %s", strings.ReplaceAll(strings.TrimSpace(out), "\n", " | "))
+		testenv.WaitFor(t, time.Minute, "the topology declared", func() bool {
+			code, out = testenv.RunCommand(t, filepath.Join(binDir, "topology"), declare, "declare")
+			return code == 0
+		})
+	}
 	require.Equal(t, 0, code, out)
 	s.conn, err = broker.Dial(testenv.Context(t, 15*time.Second), broker.Config{URL: s.broker.URLs})
 	require.NoError(t, err)

@@ -46,6 +46,8 @@ type Limits struct {
 // API configures cmd/api.
 type API struct {
 	Common
+	// Receipts: what comes back after sent (config/receipt.go).
+	Receipts Receipts
 	GC
 	Telemetry      telemetry.Config
 	Model          topology.Config
@@ -134,6 +136,7 @@ func loadCodeSecret(l *envconf.Loader) (string, bool) {
 func LoadAPI(lookup func(string) (string, bool)) (API, *envconf.Loader) {
 	l := envconf.New(lookup)
 	c := API{Common: loadCommon(l), GC: loadGC(l), Model: loadTopology(l)}
+	c.Receipts = loadReceipts(l, true)
 	c.Telemetry = loadTelemetry(l, "msgpulse-api")
 	c.PprofAddr = l.String("PPROF_ADDR", "", "address of a net/http/pprof server for profiling under load (empty = off; keep it on localhost or a private network)")
 	c.HTTPAddr = l.String("HTTP_ADDR", ":8080", "address the HTTP API listens on")

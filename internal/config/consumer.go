@@ -24,6 +24,8 @@ import (
 // Consumer configures cmd/consumer.
 type Consumer struct {
 	Common
+	// Receipts: what comes back after sent (config/receipt.go).
+	Receipts Receipts
 	GC
 	Telemetry    telemetry.Config
 	Model        topology.Config
@@ -82,6 +84,7 @@ type Consumer struct {
 func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader) {
 	l := envconf.New(lookup)
 	c := Consumer{Common: loadCommon(l), GC: loadGC(l), Model: loadTopology(l)}
+	c.Receipts = loadReceipts(l, false)
 	c.Telemetry = loadTelemetry(l, "msgpulse-consumer")
 	c.AMQPLeaveAfter = loadLeaveAfter(l)
 	c.RedisTimeout = l.Duration("REDIS_TIMEOUT", time.Second, 10*time.Millisecond, 30*time.Second, "longest wait for each Redis call (connect, read, write, free pooled connection), never retried: a worker notices a dead Redis within it and pauses; overrides REDIS_URL timeouts")

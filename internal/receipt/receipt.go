@@ -121,3 +121,19 @@ func (r Receipt) Validate() error {
 	}
 	return nil
 }
+
+// RefusedError is a provider's refusal during the send that is a receipt
+// in itself: an SMTP server's 550 5.1.1 (no such mailbox), Twilio's 21610
+// (the number opted out). Nothing can succeed on a later attempt, and
+// nothing needs fixing on call: the pipeline acks the message (no retry,
+// no dead letter) and applies Receipt, whose TaskID it fills in.
+type RefusedError struct {
+	Receipt Receipt
+	Err     error // the provider's error, for the log
+}
+
+func (e *RefusedError) Error() string {
+	return "refused by the provider (" + string(e.Receipt.Kind) + " " + e.Receipt.Code + "): " + e.Err.Error()
+}
+
+func (e *RefusedError) Unwrap() error { return e.Err }

@@ -10,6 +10,7 @@
 package accountstate
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,15 +45,9 @@ func (c *Config) Validate() error {
 	if c.Prefix == "" {
 		return errors.New("accountstate: Prefix is required")
 	}
-	if c.Window == 0 {
-		c.Window = 5 * time.Minute
-	}
-	if c.DownFor == 0 {
-		c.DownFor = 30 * time.Second
-	}
-	if c.CacheFor == 0 {
-		c.CacheFor = time.Second
-	}
+	c.Window = cmp.Or(c.Window, 5*time.Minute)
+	c.DownFor = cmp.Or(c.DownFor, 30*time.Second)
+	c.CacheFor = cmp.Or(c.CacheFor, time.Second)
 	if c.Window < time.Second || c.DownFor < 10*time.Millisecond || c.CacheFor < 0 {
 		return fmt.Errorf("accountstate: window %s, down for %s: out of range", c.Window, c.DownFor)
 	}

@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"sync"
@@ -52,15 +53,9 @@ type Config struct {
 
 // WithDefaults returns c with zero fields set to the defaults.
 func (c Config) WithDefaults() Config {
-	if c.FailureThreshold == 0 {
-		c.FailureThreshold = DefaultFailureThreshold
-	}
-	if c.OpenFor == 0 {
-		c.OpenFor = DefaultOpenFor
-	}
-	if c.HalfOpenProbes == 0 {
-		c.HalfOpenProbes = DefaultHalfOpenProbes
-	}
+	c.FailureThreshold = cmp.Or(c.FailureThreshold, DefaultFailureThreshold)
+	c.OpenFor = cmp.Or(c.OpenFor, DefaultOpenFor)
+	c.HalfOpenProbes = cmp.Or(c.HalfOpenProbes, DefaultHalfOpenProbes)
 	return c
 }
 

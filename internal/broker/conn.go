@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,21 +39,11 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	if c.DialTimeout == 0 {
-		c.DialTimeout = 5 * time.Second
-	}
-	if c.Heartbeat == 0 {
-		c.Heartbeat = 10 * time.Second
-	}
-	if c.ReconnectMin == 0 {
-		c.ReconnectMin = 100 * time.Millisecond
-	}
-	if c.ReconnectMax == 0 {
-		c.ReconnectMax = 10 * time.Second
-	}
-	if c.LeaveAfter == 0 {
-		c.LeaveAfter = 5 * time.Second
-	}
+	c.DialTimeout = cmp.Or(c.DialTimeout, 5*time.Second)
+	c.Heartbeat = cmp.Or(c.Heartbeat, 10*time.Second)
+	c.ReconnectMin = cmp.Or(c.ReconnectMin, 100*time.Millisecond)
+	c.ReconnectMax = cmp.Or(c.ReconnectMax, 10*time.Second)
+	c.LeaveAfter = cmp.Or(c.LeaveAfter, 5*time.Second)
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -135,21 +136,11 @@ func (c *ConsumerConfig) Validate() error {
 	if c.Handler != nil && c.BatchHandler != nil {
 		return errors.New("consumer: set Handler or BatchHandler, not both")
 	}
-	if c.MaxBatch == 0 {
-		c.MaxBatch = 100
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = 8
-	}
-	if c.MaxConcurrency == 0 {
-		c.MaxConcurrency = c.Concurrency
-	}
-	if c.ScaleEvery == 0 {
-		c.ScaleEvery = time.Second
-	}
-	if c.Prefetch == 0 {
-		c.Prefetch = 2 * c.MaxConcurrency
-	}
+	c.MaxBatch = cmp.Or(c.MaxBatch, 100)
+	c.Concurrency = cmp.Or(c.Concurrency, 8)
+	c.MaxConcurrency = cmp.Or(c.MaxConcurrency, c.Concurrency)
+	c.ScaleEvery = cmp.Or(c.ScaleEvery, time.Second)
+	c.Prefetch = cmp.Or(c.Prefetch, 2*c.MaxConcurrency)
 	if c.Concurrency < 1 || c.Concurrency > 10000 || c.Prefetch < 1 || c.Prefetch > 65535 {
 		return fmt.Errorf("consumer: Concurrency %d or Prefetch %d out of range", c.Concurrency, c.Prefetch)
 	}
@@ -162,12 +153,8 @@ func (c *ConsumerConfig) Validate() error {
 	names := make([]string, 0, len(c.Queues))
 	for i := range c.Queues {
 		q := &c.Queues[i]
-		if q.Weight == 0 {
-			q.Weight = 1
-		}
-		if q.Prefetch == 0 {
-			q.Prefetch = c.Prefetch
-		}
+		q.Weight = cmp.Or(q.Weight, 1)
+		q.Prefetch = cmp.Or(q.Prefetch, c.Prefetch)
 		if q.Hold < 0 || q.Hold > 65535 {
 			return fmt.Errorf("consumer: queue %s: Hold %d out of range", q.Name, q.Hold)
 		}
@@ -188,15 +175,9 @@ func (c *ConsumerConfig) Validate() error {
 		names = append(names, q.Name)
 	}
 	c.queues = strings.Join(names, ",")
-	if c.Grace == 0 {
-		c.Grace = 30 * time.Second
-	}
-	if c.SubscribeTimeout == 0 {
-		c.SubscribeTimeout = 10 * time.Second
-	}
-	if c.ProbeEvery == 0 {
-		c.ProbeEvery = 5 * time.Second
-	}
+	c.Grace = cmp.Or(c.Grace, 30*time.Second)
+	c.SubscribeTimeout = cmp.Or(c.SubscribeTimeout, 10*time.Second)
+	c.ProbeEvery = cmp.Or(c.ProbeEvery, 5*time.Second)
 	if c.SubscribeTimeout < 0 {
 		return fmt.Errorf("consumer: SubscribeTimeout %s is negative", c.SubscribeTimeout)
 	}

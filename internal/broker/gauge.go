@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,15 +34,11 @@ func (c *GaugeConfig) Validate() error {
 	if c.Session == nil {
 		return errors.New("gauge: Session is required")
 	}
-	if c.Interval == 0 {
-		c.Interval = 25 * time.Millisecond
-	}
+	c.Interval = cmp.Or(c.Interval, 25*time.Millisecond)
 	if c.IdleInterval == 0 {
 		c.IdleInterval = max(time.Second, c.Interval)
 	}
-	if c.Stale == 0 {
-		c.Stale = 3 * c.IdleInterval
-	}
+	c.Stale = cmp.Or(c.Stale, 3*c.IdleInterval)
 	if c.Interval < time.Millisecond || c.IdleInterval < c.Interval || c.Stale <= c.IdleInterval {
 		return fmt.Errorf("gauge: want 1ms <= Interval (%s) <= IdleInterval (%s) < Stale (%s)", c.Interval, c.IdleInterval, c.Stale)
 	}

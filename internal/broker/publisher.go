@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -88,24 +89,16 @@ func (c *PublisherConfig) Validate() error {
 	if c.Session == nil {
 		return errors.New("publisher: Session is required")
 	}
-	if c.Channels == 0 {
-		c.Channels = 32
-	}
+	c.Channels = cmp.Or(c.Channels, 32)
 	if c.Channels < 1 || c.Channels > 2000 {
 		return fmt.Errorf("publisher: Channels %d out of range 1..2000", c.Channels)
 	}
-	if c.Lanes == 0 {
-		c.Lanes = 4
-	}
-	if c.Window == 0 {
-		c.Window = 256
-	}
+	c.Lanes = cmp.Or(c.Lanes, 4)
+	c.Window = cmp.Or(c.Window, 256)
 	if c.Lanes < -1 || c.Lanes > 64 || c.Window < 1 || c.Window > 10_000 {
 		return fmt.Errorf("publisher: Lanes %d (1..64, or -1 for none) or Window %d (1..10000) out of range", c.Lanes, c.Window)
 	}
-	if c.ConfirmTimeout == 0 {
-		c.ConfirmTimeout = 5 * time.Second
-	}
+	c.ConfirmTimeout = cmp.Or(c.ConfirmTimeout, 5*time.Second)
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}

@@ -1,6 +1,7 @@
 package claim
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -28,12 +29,8 @@ type Config struct {
 
 // Validate fills defaults and reports the first invalid setting.
 func (c *Config) Validate() error {
-	if c.Lease == 0 {
-		c.Lease = 15 * time.Second
-	}
-	if c.SentTTL == 0 {
-		c.SentTTL = 7 * 24 * time.Hour
-	}
+	c.Lease = cmp.Or(c.Lease, 15*time.Second)
+	c.SentTTL = cmp.Or(c.SentTTL, 7*24*time.Hour)
 	if c.Prefix == "" {
 		return errors.New("claim: Prefix is required")
 	}

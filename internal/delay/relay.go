@@ -1,6 +1,7 @@
 package delay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strconv"
@@ -39,15 +40,9 @@ func (c *RelayConfig) Validate() error {
 	if c.Topology.RelayQueue == "" {
 		return errors.New("relay: the topology has no relay queue (round-up mode needs no relay)")
 	}
-	if c.Concurrency == 0 {
-		c.Concurrency = 16
-	}
-	if c.Prefetch == 0 {
-		c.Prefetch = 64
-	}
-	if c.RetryWait == 0 {
-		c.RetryWait = 500 * time.Millisecond
-	}
+	c.Concurrency = cmp.Or(c.Concurrency, 16)
+	c.Prefetch = cmp.Or(c.Prefetch, 64)
+	c.RetryWait = cmp.Or(c.RetryWait, 500*time.Millisecond)
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics(nil)
 	}

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -38,9 +39,7 @@ func (p *RetryPolicy) setDefaults() {
 	if len(p.Throttled) == 0 {
 		p.Throttled = []time.Duration{time.Minute, 5 * time.Minute, 15 * time.Minute}
 	}
-	if p.Jitter == 0 {
-		p.Jitter = 0.1
-	}
+	p.Jitter = cmp.Or(p.Jitter, 0.1)
 }
 
 // Wait returns the wait before retry n (1-based), at least the provider's
@@ -103,12 +102,8 @@ func (c *Config) Validate() error {
 	if c.Retry.MaxRetries < 0 {
 		return errors.New("dispatch: MaxRetries must not be negative")
 	}
-	if c.SendTimeout == 0 {
-		c.SendTimeout = 30 * time.Second
-	}
-	if c.MaxMessageBytes == 0 {
-		c.MaxMessageBytes = 1 << 20
-	}
+	c.SendTimeout = cmp.Or(c.SendTimeout, 30*time.Second)
+	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, 1<<20)
 	if c.MaxMessageBytes > envelope.MaxBrokerBytes {
 		return fmt.Errorf("dispatch: MaxMessageBytes %d over %d, RabbitMQ 4.x's default max_message_size: no broker left at its default delivers one", c.MaxMessageBytes, envelope.MaxBrokerBytes)
 	}

@@ -1,6 +1,7 @@
 package fraud
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -81,9 +82,7 @@ const (
 // Validate checks the settings; a level other than off needs every
 // threshold (LoadAPI fills them from Levels).
 func (c *Config) Validate() error {
-	if c.Level == "" {
-		c.Level = Standard
-	}
+	c.Level = cmp.Or(c.Level, Standard)
 	switch c.Lift {
 	case "":
 		c.Lift = LiftTenant

@@ -1,6 +1,7 @@
 package mailcatcher
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -54,21 +55,11 @@ func DefaultConfig() Config {
 
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.SMTPAddr == "" {
-		c.SMTPAddr = d.SMTPAddr
-	}
-	if c.Max == 0 {
-		c.Max = d.Max
-	}
-	if c.Domain == "" {
-		c.Domain = d.Domain
-	}
-	if c.MaxMessageBytes == 0 {
-		c.MaxMessageBytes = d.MaxMessageBytes
-	}
-	if c.Timeout == 0 {
-		c.Timeout = d.Timeout
-	}
+	c.SMTPAddr = cmp.Or(c.SMTPAddr, d.SMTPAddr)
+	c.Max = cmp.Or(c.Max, d.Max)
+	c.Domain = cmp.Or(c.Domain, d.Domain)
+	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, d.MaxMessageBytes)
+	c.Timeout = cmp.Or(c.Timeout, d.Timeout)
 	return c
 }
 

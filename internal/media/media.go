@@ -11,6 +11,7 @@ package media
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -89,24 +90,12 @@ func (c *Config) Validate() error {
 	if c.Prefix == "" {
 		return errors.New("media: Prefix is required")
 	}
-	if c.FetchTimeout == 0 {
-		c.FetchTimeout = DefaultFetchTimeout
-	}
-	if c.MinRate == 0 {
-		c.MinRate = DefaultMinRate
-	}
-	if c.RateWindow == 0 {
-		c.RateWindow = DefaultRateWindow
-	}
-	if c.UploadTimeout == 0 {
-		c.UploadTimeout = DefaultUploadTimeout
-	}
-	if c.CacheTTL == 0 {
-		c.CacheTTL = 60 * time.Hour
-	}
-	if c.Poll == 0 {
-		c.Poll = 100 * time.Millisecond
-	}
+	c.FetchTimeout = cmp.Or(c.FetchTimeout, DefaultFetchTimeout)
+	c.MinRate = cmp.Or(c.MinRate, DefaultMinRate)
+	c.RateWindow = cmp.Or(c.RateWindow, DefaultRateWindow)
+	c.UploadTimeout = cmp.Or(c.UploadTimeout, DefaultUploadTimeout)
+	c.CacheTTL = cmp.Or(c.CacheTTL, 60*time.Hour)
+	c.Poll = cmp.Or(c.Poll, 100*time.Millisecond)
 	if c.CacheTTL < 0 || c.CacheTTL > MaxCacheTTL {
 		return fmt.Errorf("media: cache TTL %s: WeCom keeps media 3 days; at most %s", c.CacheTTL, MaxCacheTTL)
 	}

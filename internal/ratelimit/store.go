@@ -36,9 +36,7 @@ type StoreConfig struct {
 
 // Validate fills defaults and reports the first invalid setting.
 func (c *StoreConfig) Validate() error {
-	if c.RefreshEvery == 0 {
-		c.RefreshEvery = 30 * time.Second
-	}
+	c.RefreshEvery = cmp.Or(c.RefreshEvery, 30*time.Second)
 	if c.RefreshEvery < 10*time.Millisecond {
 		return fmt.Errorf("ratelimit: RefreshEvery %s: must be at least 10ms", c.RefreshEvery)
 	}

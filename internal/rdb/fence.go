@@ -1,6 +1,7 @@
 package rdb
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,9 +45,7 @@ type FenceConfig struct {
 
 // Validate fills defaults and reports the first invalid setting.
 func (c *FenceConfig) Validate() error {
-	if c.Timeout == 0 {
-		c.Timeout = DefaultWaitTimeout
-	}
+	c.Timeout = cmp.Or(c.Timeout, DefaultWaitTimeout)
 	if c.Replicas < 0 {
 		return fmt.Errorf("rdb: fence: Replicas %d: must not be negative", c.Replicas)
 	}

@@ -1,6 +1,7 @@
 package rdb
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -244,18 +245,10 @@ func options(rawURL string, opts []Option) *redis.Options {
 }
 
 func setDefaults(rawURL string, o *redis.Options, opts []Option) {
-	if o.DialTimeout == 0 {
-		o.DialTimeout = DefaultDialTimeout
-	}
-	if o.ReadTimeout == 0 {
-		o.ReadTimeout = DefaultReadTimeout
-	}
-	if o.WriteTimeout == 0 {
-		o.WriteTimeout = DefaultWriteTimeout
-	}
-	if o.PoolSize == 0 {
-		o.PoolSize = DefaultPoolSize()
-	}
+	o.DialTimeout = cmp.Or(o.DialTimeout, DefaultDialTimeout)
+	o.ReadTimeout = cmp.Or(o.ReadTimeout, DefaultReadTimeout)
+	o.WriteTimeout = cmp.Or(o.WriteTimeout, DefaultWriteTimeout)
+	o.PoolSize = cmp.Or(o.PoolSize, DefaultPoolSize())
 	// ContextTimeoutEnabled stays off: with it, go-redis sends every
 	// Pipeline() of a full-duplex auto-pipelined client on a pooled
 	// connection of its own (the FD path cannot abandon a batch shared with

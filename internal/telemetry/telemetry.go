@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,9 +43,7 @@ func (c Config) Enabled() bool { return c.Endpoint != "" || c.TracesEndpoint != 
 
 // Validate fills defaults and checks the configuration.
 func (c *Config) Validate() error {
-	if c.Protocol == "" {
-		c.Protocol = HTTPProtobuf
-	}
+	c.Protocol = cmp.Or(c.Protocol, HTTPProtobuf)
 	if c.Protocol != HTTPProtobuf && c.Protocol != GRPC {
 		return fmt.Errorf("telemetry: protocol %q: want %s or %s", c.Protocol, HTTPProtobuf, GRPC)
 	}

@@ -1,6 +1,7 @@
 package token
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -35,15 +36,9 @@ func (c *Config) Validate() error {
 	if c.Prefix == "" || c.Name == "" {
 		return errors.New("token: Prefix and Name are required")
 	}
-	if c.Early == 0 {
-		c.Early = 5 * time.Minute
-	}
-	if c.LockTTL == 0 {
-		c.LockTTL = 10 * time.Second
-	}
-	if c.Poll == 0 {
-		c.Poll = 20 * time.Millisecond
-	}
+	c.Early = cmp.Or(c.Early, 5*time.Minute)
+	c.LockTTL = cmp.Or(c.LockTTL, 10*time.Second)
+	c.Poll = cmp.Or(c.Poll, 20*time.Millisecond)
 	if c.Early < 0 || c.LockTTL < 10*time.Millisecond || c.Poll <= 0 {
 		return fmt.Errorf("token: Early %s, LockTTL %s, Poll %s: out of range", c.Early, c.LockTTL, c.Poll)
 	}

@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -27,15 +28,9 @@ type Config struct {
 
 // Validate fills defaults and checks ranges.
 func (c *Config) Validate() error {
-	if c.CodeLength == 0 {
-		c.CodeLength = 6
-	}
-	if c.TTL == 0 {
-		c.TTL = 10 * time.Minute
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 5
-	}
+	c.CodeLength = cmp.Or(c.CodeLength, 6)
+	c.TTL = cmp.Or(c.TTL, 10*time.Minute)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 5)
 	switch {
 	case c.CodeLength < 4 || c.CodeLength > 10:
 		return fmt.Errorf("verify: code length %d not in 4..10", c.CodeLength)

@@ -1,6 +1,7 @@
 package wecom
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -106,18 +107,10 @@ func (c *Config) Validate() error {
 	if !c.AppRate.Valid() || !c.RobotRate.Valid() {
 		return errors.New("invalid adaptive rate bounds")
 	}
-	if c.MergeMax == 0 {
-		c.MergeMax = wecomapi.MaxUsers
-	}
-	if c.MediaWorkers == 0 {
-		c.MediaWorkers = config.DefaultMediaWorkers
-	}
-	if c.MediaTenantWorkers == 0 {
-		c.MediaTenantWorkers = config.DefaultMediaTenantWorkers
-	}
-	if c.MediaMaxBytes == 0 {
-		c.MediaMaxBytes = config.DefaultMediaMaxBytes
-	}
+	c.MergeMax = cmp.Or(c.MergeMax, wecomapi.MaxUsers)
+	c.MediaWorkers = cmp.Or(c.MediaWorkers, config.DefaultMediaWorkers)
+	c.MediaTenantWorkers = cmp.Or(c.MediaTenantWorkers, config.DefaultMediaTenantWorkers)
+	c.MediaMaxBytes = cmp.Or(c.MediaMaxBytes, config.DefaultMediaMaxBytes)
 	if c.MediaTenantMaxBytes == 0 {
 		c.MediaTenantMaxBytes = min(config.DefaultMediaTenantMaxBytes, c.MediaMaxBytes)
 	}

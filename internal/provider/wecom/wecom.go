@@ -2,6 +2,7 @@ package wecom
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -60,15 +61,9 @@ type Config struct {
 // application settings are only required together: a deployment with
 // robots alone is valid.
 func (c *Config) Validate() error {
-	if c.APIBase == "" {
-		c.APIBase = DefaultAPIBase
-	}
-	if c.DuplicateCheckInterval == 0 {
-		c.DuplicateCheckInterval = DefaultDuplicateCheckInterval
-	}
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
+	c.APIBase = cmp.Or(c.APIBase, DefaultAPIBase)
+	c.DuplicateCheckInterval = cmp.Or(c.DuplicateCheckInterval, DefaultDuplicateCheckInterval)
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
 	u, err := url.Parse(c.APIBase)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("wecom: API base %q must be an http(s) URL", c.APIBase)

@@ -66,15 +66,7 @@ func (t *Tool) List(ctx context.Context, queue string, o Options, each func(Entr
 	sel := t.selector(o)
 	sel.all = true
 	var l Listing
-	v, err := t.readLog(ctx, queue, func(del *amqp.Delivery, present bool) error {
-		if !present {
-			return nil
-		}
-		l.Read++
-		in := t.x.inspect(ctx, queue, del)
-		if !sel.match(&in.Entry, taskID(in)) {
-			return nil
-		}
+	v, err := t.readMatching(ctx, queue, sel, &l.Read, func(in inspected, _ *amqp.Delivery) error {
 		if each != nil {
 			if err := each(in.Entry); err != nil {
 				return err
@@ -166,14 +158,7 @@ func (t *Tool) Show(ctx context.Context, queue, id string, reveal bool) ([]Shown
 	sel := t.selector(Options{IDs: []string{id}})
 	var found []Shown
 	var msgs []*envelope.Message
-	_, err := t.readLog(ctx, queue, func(del *amqp.Delivery, present bool) error {
-		if !present {
-			return nil
-		}
-		in := t.x.inspect(ctx, queue, del)
-		if !sel.match(&in.Entry, taskID(in)) {
-			return nil
-		}
+	_, err := t.readMatching(ctx, queue, sel, nil, func(in inspected, del *amqp.Delivery) error {
 		h, _ := jsonValue(del.Headers).(map[string]any)
 		s := Shown{Entry: in.Entry, Properties: propertiesOf(del), Headers: h, Deaths: envelope.Deaths(del.Headers)}
 		s.Body, s.BodyBase64 = maskedBody(del.Body)

@@ -81,6 +81,25 @@ type logView struct {
 // the count, not the bodies), to find what is gone, then to visit.
 // Concurrent readers, replays or dead-lettering can make one read's
 // counts off by what changed meanwhile; the next read is right again.
+// readMatching is readLog over the messages still present in the log that
+// sel matches, each inspected once. read, when not nil, counts every
+// message present, matched or not.
+func (t *Tool) readMatching(ctx context.Context, dlq string, sel selector, read *int, each func(in inspected, d *amqp.Delivery) error) (logView, error) {
+	return t.readLog(ctx, dlq, func(d *amqp.Delivery, present bool) error {
+		if !present {
+			return nil
+		}
+		if read != nil {
+			*read++
+		}
+		in := t.x.inspect(ctx, dlq, d)
+		if !sel.match(&in.Entry, taskID(in)) {
+			return nil
+		}
+		return each(in, d)
+	})
+}
+
 func (t *Tool) readLog(ctx context.Context, dlq string, visit func(d *amqp.Delivery, present bool) error) (logView, error) {
 	var v logView
 	lq, ok := t.model.LogOf(dlq)

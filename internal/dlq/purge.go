@@ -52,14 +52,8 @@ const maxLoggedIDs = 1000
 // readLog), so it spends no delivery attempt.
 func (t *Tool) Count(ctx context.Context, queue string, o Options) (n, depth int, err error) {
 	sel := t.selector(o)
-	v, err := t.readLog(ctx, queue, func(del *amqp.Delivery, present bool) error {
-		if !present {
-			return nil
-		}
-		in := t.x.inspect(ctx, queue, del)
-		if sel.match(&in.Entry, taskID(in)) {
-			n++
-		}
+	v, err := t.readMatching(ctx, queue, sel, nil, func(inspected, *amqp.Delivery) error {
+		n++
 		if o.Limit > 0 && n >= o.Limit {
 			return errStop
 		}
@@ -76,14 +70,7 @@ func (t *Tool) Export(ctx context.Context, queue string, o Options, w io.Writer)
 	sel := t.selector(o)
 	now := t.now().UTC()
 	n := 0
-	_, err := t.readLog(ctx, queue, func(del *amqp.Delivery, present bool) error {
-		if !present {
-			return nil
-		}
-		in := t.x.inspect(ctx, queue, del)
-		if !sel.match(&in.Entry, taskID(in)) {
-			return nil
-		}
+	_, err := t.readMatching(ctx, queue, sel, nil, func(in inspected, del *amqp.Delivery) error {
 		if err := writeExport(w, queue, now, in, del); err != nil {
 			return err
 		}

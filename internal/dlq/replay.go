@@ -195,15 +195,7 @@ func (t *Tool) Replay(ctx context.Context, queue string, o Options) (*ReplayRepo
 	if o.DryRun {
 		// A dry run is a read: it goes to the log (see readLog), so it
 		// spends no delivery attempt.
-		v, err := t.readLog(ctx, queue, func(del *amqp.Delivery, present bool) error {
-			if !present {
-				return nil
-			}
-			rep.Read++
-			in := t.x.inspect(ctx, queue, del)
-			if !sel.match(&in.Entry, taskID(in)) {
-				return nil
-			}
+		v, err := t.readMatching(ctx, queue, sel, &rep.Read, func(in inspected, _ *amqp.Delivery) error {
 			out := Outcome{ID: in.ID, Reason: in.Reason, Channel: in.Channel}
 			decide(in, func(result, why string) {
 				out.Result, out.Why = result, why

@@ -16,6 +16,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/pkg/client"
 )
 
 // MaxBatchRecipients is the most recipients of one batch: one WeCom
@@ -29,28 +30,18 @@ type BatchRequest struct {
 	Recipients []string `json:"recipients"`
 }
 
-// BatchAccepted is one accepted recipient and its task.
-type BatchAccepted struct {
-	Recipient string `json:"recipient"`
-	TaskID    string `json:"taskId"`
-}
-
-// BatchRejected is one rejected recipient, with the status code and
-// message a single send to it would have got.
-type BatchRejected struct {
-	Recipient string `json:"recipient"`
-	Code      int    `json:"code"`
-	Msg       string `json:"msg"`
-}
-
-// BatchResult is the 202 answer's data.
-type BatchResult struct {
-	BatchID     string          `json:"batchId"`
-	Status      string          `json:"status"`
-	ScheduledAt *time.Time      `json:"scheduledAt,omitempty"`
-	Accepted    []BatchAccepted `json:"accepted"`
-	Rejected    []BatchRejected `json:"rejected"`
-}
+// The batch's answers are the client's types (pkg/client is the contract's
+// types in Go): what the API writes is, by construction, what a Go caller
+// reads.
+type (
+	// BatchAccepted is one accepted recipient and its task.
+	BatchAccepted = client.BatchAccepted
+	// BatchRejected is one rejected recipient, with the status code and
+	// message a single send to it would have got.
+	BatchRejected = client.BatchRejected
+	// BatchResult is the 202 answer's data.
+	BatchResult = client.BatchResult
+)
 
 // batchBodyLimit: a batch carries up to 1000 recipients, more than
 // BODY_LIMIT's default allows for single requests. It stays well above
@@ -188,7 +179,7 @@ func (s *Server) sendBatch(c *echo.Context) error {
 		return publishFailure(err)
 	}
 	st, at := req.acceptedAs(now)
-	out.Status, out.ScheduledAt = string(st), at
+	out.Status, out.ScheduledAt = client.Status(st), at
 	return s.answer(c, in, held, http.StatusAccepted, "batch "+string(st), out)
 }
 
@@ -470,14 +461,6 @@ func (s *Server) rollbackBatch(ctx context.Context, b failedBatch) {
 	s.bounded(undo)
 }
 
-// BatchView is GET /api/batches/{batchId}'s data.
-type BatchView struct {
-	BatchID string         `json:"batchId"`
-	Total   int            `json:"total"`
-	Counts  map[string]int `json:"counts"`
-	TaskIDs []string       `json:"taskIds"`
-}
-
 func (s *Server) getBatch(c *echo.Context) error {
 	id := c.Param("batchId")
 	if !taskIDRE.MatchString(id) {
@@ -496,9 +479,9 @@ func (s *Server) getBatch(c *echo.Context) error {
 	if err != nil {
 		return notFound("no batch with batchId %s (batches are kept for STATUS_TTL)", id)
 	}
-	counts := map[string]int{}
+	counts := map[client.Status]int{}
 	for _, st := range []status.State{status.Queued, status.Scheduled, status.Sending, status.Sent, status.Retrying, status.Failed, status.Expired} {
-		counts[string(st)] = b.Counts[st]
+		counts[client.Status(st)] = b.Counts[st]
 	}
-	return reply(c, http.StatusOK, "ok", BatchView{BatchID: b.ID, Total: len(b.TaskIDs), Counts: counts, TaskIDs: b.TaskIDs})
+	return reply(c, http.StatusOK, "ok", client.Batch{BatchID: b.ID, Total: len(b.TaskIDs), Counts: counts, TaskIDs: b.TaskIDs})
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/testenv"
+	"github.com/msgpulse/msgpulse/pkg/client"
 )
 
 func noticeBody(messageType string, mod func(map[string]any)) map[string]any {
@@ -90,7 +91,7 @@ func TestWeComBatchIsOneMessageWithEveryAcceptedRecipient(t *testing.T) {
 
 	g := h.do("GET", "/api/batches/"+res.BatchID, nil)
 	require.Equal(t, http.StatusOK, g.Status)
-	var view BatchView
+	var view client.Batch
 	g.data(t, &view)
 	require.Equal(t, 600, view.Total)
 	require.Equal(t, 600, view.Counts["queued"])

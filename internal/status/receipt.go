@@ -47,9 +47,26 @@ var (
 	ErrInvalidReceipt = errors.New("status: invalid receipt")
 )
 
+// Outcome is what ApplyReceipt did.
+type Outcome int
+
+const (
+	// Duplicate: the record already kept this very receipt; nothing
+	// changed.
+	Duplicate Outcome = iota
+	// Kept: the receipt was kept as an event; the status stays (a delay
+	// notice, a vendor's "accepted", a report after the first one).
+	Kept
+	// Changed: the receipt moved the record to its state.
+	Changed
+)
+
 // ReceiptUpdate is a receipt as ApplyReceipt applies it.
 type ReceiptUpdate struct {
-	Kind   receipt.Kind
+	Kind receipt.Kind
+	// Channel is the message's (the API's name): a receipt for a message
+	// of another channel changes nothing (ErrRecipientMismatch).
+	Channel string
 	Code   string
 	Detail string // redacted before it is stored
 	Source string
@@ -70,15 +87,17 @@ func DigestRecipient(keys *seal.Keys, channel, recipient string) string {
 }
 
 // KEYS: the record. ARGV: ttl ms, kind, code, detail, at ms ("" = now),
-// source, recipient digest ("" = unchecked), max events. Returns {0, {}}
-// for no record, {3, {}} for a recipient that is not the message's, {1,
-// fields} when the status changed, {2, fields} when it did not (an event
-// kept, or a duplicate).
+// source, recipient digest ("" = unchecked), max events, channel ("" =
+// unchecked). Returns {0, {}} for no record, {3, {}} for a recipient or
+// channel that is not the message's, {1, fields} when the status changed,
+// {2, fields} when it did not but the receipt was kept, {4, fields} for a
+// duplicate.
 var receiptScript = redis.NewScript(luaNow + luaFinal() + `
 local key = KEYS[1]
 local st = redis.call('HGET', key, 'status')
 if not st then return {0, {}} end
 if ARGV[7] ~= '' and redis.call('HGET', key, 'recipientDigest') ~= ARGV[7] then return {3, {}} end
+if ARGV[9] ~= '' and redis.call('HGET', key, 'channel') ~= ARGV[9] then return {3, {}} end
 local kind, code, detail, source = ARGV[2], ARGV[3], ARGV[4], ARGV[6]
 local at, stamped = ARGV[5], ARGV[5] ~= ''
 if not stamped then at = now end
@@ -92,7 +111,7 @@ end
 -- nothing. One without a time of its own matches whatever time it had.
 for _, e in ipairs(events) do
   if e.kind == kind and (e.code or '') == code and (e.source or '') == source and (not stamped or e.at == at) then
-    return {2, redis.call('HGETALL', key)}
+    return {4, redis.call('HGETALL', key)}
   end
 end
 local change = receipt[kind] and ((not receipt[st]) or (kind == 'complained' and st ~= 'complained'))
@@ -118,35 +137,40 @@ if change then return {1, redis.call('HGETALL', key)} end
 return {2, redis.call('HGETALL', key)}`)
 
 // ApplyReceipt applies a receipt to taskID's record by the rules above, in
-// one script, and returns the record as it left it and whether its status
-// changed. ErrNotFound: no such record (nothing is created for a receipt:
+// one script, and returns the record as it left it and what it did.
+// ErrNotFound: no such record (nothing is created for a receipt:
 // a report about a message this store does not know changes nothing).
 // ErrRecipientMismatch: see ReceiptUpdate.RecipientDigest.
-func (s *Store) ApplyReceipt(ctx context.Context, taskID string, u ReceiptUpdate) (Record, bool, error) {
+func (s *Store) ApplyReceipt(ctx context.Context, taskID string, u ReceiptUpdate) (Record, Outcome, error) {
 	if taskID == "" {
-		return Record{}, false, errors.New("status: TaskID is required")
+		return Record{}, Duplicate, errors.New("status: TaskID is required")
 	}
 	if !u.Kind.Valid() {
-		return Record{}, false, fmt.Errorf("%w: kind %q", ErrInvalidReceipt, u.Kind)
+		return Record{}, Duplicate, fmt.Errorf("%w: kind %q", ErrInvalidReceipt, u.Kind)
 	}
 	at := ""
 	if !u.At.IsZero() {
 		at = strconv.FormatInt(u.At.UnixMilli(), 10)
 	}
 	out, err := receiptScript.Run(ctx, s.rdb, []string{s.key(taskID)}, s.cfg.TTL.Milliseconds(), string(u.Kind), u.Code,
-		redact.Text(u.Detail), at, u.Source, u.RecipientDigest, MaxEvents).Slice()
+		redact.Text(u.Detail), at, u.Source, u.RecipientDigest, MaxEvents, u.Channel).Slice()
 	if err != nil {
-		return Record{}, false, fmt.Errorf("status: receipt for %q: %w", taskID, err)
+		return Record{}, Duplicate, fmt.Errorf("status: receipt for %q: %w", taskID, err)
 	}
 	if len(out) != 2 {
-		return Record{}, false, fmt.Errorf("status: receipt for %q: unexpected reply %v", taskID, out)
+		return Record{}, Duplicate, fmt.Errorf("status: receipt for %q: unexpected reply %v", taskID, out)
 	}
 	code, _ := out[0].(int64)
+	outcome := Duplicate
 	switch code {
 	case 0:
-		return Record{}, false, fmt.Errorf("%w: %q", ErrNotFound, taskID)
+		return Record{}, Duplicate, fmt.Errorf("%w: %q", ErrNotFound, taskID)
 	case 3:
-		return Record{}, false, fmt.Errorf("%w: %q", ErrRecipientMismatch, taskID)
+		return Record{}, Duplicate, fmt.Errorf("%w: %q", ErrRecipientMismatch, taskID)
+	case 1:
+		outcome = Changed
+	case 2:
+		outcome = Kept
 	}
 	flat, _ := out[1].([]any)
 	m := make(map[string]string, len(flat)/2)
@@ -157,9 +181,9 @@ func (s *Store) ApplyReceipt(ctx context.Context, taskID string, u ReceiptUpdate
 	}
 	r, err := parse(m)
 	if err != nil {
-		return Record{}, false, err
+		return Record{}, Duplicate, err
 	}
-	return r, code == 1, nil
+	return r, outcome, nil
 }
 
 // eventJSON is an Event as the script keeps it: at in unix milliseconds,

@@ -47,8 +47,10 @@ func TestReceiptRules(t *testing.T) {
 				before := time.Now().Add(-time.Hour).Truncate(time.Millisecond).UTC()
 				require.NoError(t, e.s.Create(e.ctx, status.Record{TaskID: id, Channel: "sms", Status: from, ReceiptCode: "old", CreatedAt: before, UpdatedAt: before}))
 				at := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
-				rec, changed, err := e.s.ApplyReceipt(e.ctx, id, status.ReceiptUpdate{Kind: k, Code: "30003", Detail: "unreachable", Source: "twilio", At: at})
+				rec, outcome, err := e.s.ApplyReceipt(e.ctx, id, status.ReceiptUpdate{Kind: k, Channel: "sms", Code: "30003", Detail: "unreachable", Source: "twilio", At: at})
 				require.NoError(t, err)
+				changed := outcome == status.Changed
+				require.NotEqual(t, status.Duplicate, outcome)
 				want := status.State(row[i])
 				if row[i] == "=" {
 					want = from
@@ -112,15 +114,15 @@ func TestReceiptsOutOfOrderAndTwice(t *testing.T) {
 	require.NoError(t, e.s.Create(e.ctx, status.Record{TaskID: "ooo", Channel: "sms", Status: status.Sending}))
 	t0 := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 	delivered := status.ReceiptUpdate{Kind: receipt.Delivered, Code: "DELIVERED", Source: "aliyun", At: t0}
-	first, changed, err := e.s.ApplyReceipt(e.ctx, "ooo", delivered)
+	first, outcome, err := e.s.ApplyReceipt(e.ctx, "ooo", delivered)
 	require.NoError(t, err)
-	require.True(t, changed)
+	require.Equal(t, status.Changed, outcome)
 	require.Equal(t, status.Delivered, first.Status)
 
 	// The vendor sends it again: nothing changes, not even updatedAt.
-	again, changed, err := e.s.ApplyReceipt(e.ctx, "ooo", delivered)
+	again, outcome, err := e.s.ApplyReceipt(e.ctx, "ooo", delivered)
 	require.NoError(t, err)
-	require.False(t, changed)
+	require.Equal(t, status.Duplicate, outcome)
 	require.Equal(t, first, again)
 
 	// The consumer's "sent", late: delivered stays.
@@ -128,24 +130,24 @@ func TestReceiptsOutOfOrderAndTwice(t *testing.T) {
 	require.ErrorIs(t, err, status.ErrFinal)
 
 	// An intermediate report after the final one: kept, the state stays.
-	rec, changed, err := e.s.ApplyReceipt(e.ctx, "ooo", status.ReceiptUpdate{Kind: receipt.Accepted, Source: "aliyun", At: t0.Add(-time.Minute)})
+	rec, outcome, err := e.s.ApplyReceipt(e.ctx, "ooo", status.ReceiptUpdate{Kind: receipt.Accepted, Source: "aliyun", At: t0.Add(-time.Minute)})
 	require.NoError(t, err)
-	require.False(t, changed)
+	require.Equal(t, status.Kept, outcome)
 	require.Equal(t, status.Delivered, rec.Status)
 	require.Equal(t, "DELIVERED", rec.ReceiptCode)
 	require.Len(t, rec.Events, 2)
 	require.Equal(t, &t0, rec.DeliveredAt)
 
 	// A failure report after delivered: kept, delivered stays.
-	rec, changed, err = e.s.ApplyReceipt(e.ctx, "ooo", status.ReceiptUpdate{Kind: receipt.Undelivered, Code: "30003", Source: "twilio", At: t0.Add(time.Minute)})
+	rec, outcome, err = e.s.ApplyReceipt(e.ctx, "ooo", status.ReceiptUpdate{Kind: receipt.Undelivered, Code: "30003", Source: "twilio", At: t0.Add(time.Minute)})
 	require.NoError(t, err)
-	require.False(t, changed)
+	require.Equal(t, status.Kept, outcome)
 	require.Equal(t, status.Delivered, rec.Status)
 
 	// A complaint follows delivery.
-	rec, changed, err = e.s.ApplyReceipt(e.ctx, "ooo", status.ReceiptUpdate{Kind: receipt.Complained, Source: "arf"})
+	rec, outcome, err = e.s.ApplyReceipt(e.ctx, "ooo", status.ReceiptUpdate{Kind: receipt.Complained, Source: "arf"})
 	require.NoError(t, err)
-	require.True(t, changed)
+	require.Equal(t, status.Changed, outcome)
 	require.Equal(t, status.Complained, rec.Status)
 	require.Empty(t, rec.ReceiptCode, "the record says what the last state change's receipt said")
 	require.Equal(t, "arf", rec.ReceiptSource)
@@ -153,9 +155,10 @@ func TestReceiptsOutOfOrderAndTwice(t *testing.T) {
 	require.Len(t, rec.Events, 4)
 
 	// A report without a time of its own, twice: once.
-	for range 2 {
-		rec, _, err = e.s.ApplyReceipt(e.ctx, "ooo", status.ReceiptUpdate{Kind: receipt.Delayed, Code: "4.2.2", Source: "dsn"})
+	for i, want := range []status.Outcome{status.Kept, status.Duplicate} {
+		rec, outcome, err = e.s.ApplyReceipt(e.ctx, "ooo", status.ReceiptUpdate{Kind: receipt.Delayed, Code: "4.2.2", Source: "dsn"})
 		require.NoError(t, err)
+		require.Equal(t, want, outcome, "delay notice %d", i+1)
 	}
 	require.Len(t, rec.Events, 5)
 }
@@ -165,9 +168,9 @@ func TestReceiptEventsAreCapped(t *testing.T) {
 	e := setup(t)
 	require.NoError(t, e.s.Create(e.ctx, status.Record{TaskID: "cap", Channel: "email", Status: status.Sent}))
 	for i := range status.MaxEvents + 5 {
-		_, changed, err := e.s.ApplyReceipt(e.ctx, "cap", status.ReceiptUpdate{Kind: receipt.Delayed, Code: fmt.Sprintf("4.4.%d", i), Source: "dsn"})
+		_, outcome, err := e.s.ApplyReceipt(e.ctx, "cap", status.ReceiptUpdate{Kind: receipt.Delayed, Code: fmt.Sprintf("4.4.%d", i), Source: "dsn"})
 		require.NoError(t, err)
-		require.False(t, changed, "a delay notice never changes the state")
+		require.Equal(t, status.Kept, outcome, "a delay notice never changes the state")
 	}
 	rec, err := e.s.Get(e.ctx, "cap")
 	require.NoError(t, err)
@@ -200,10 +203,15 @@ func TestReceiptChecksTheRecipient(t *testing.T) {
 	}{
 		{"another number", "rcpt", status.DigestRecipient(keys, "sms", "+15005550007"), status.ErrRecipientMismatch},
 		{"a record without a digest", "nodigest", digest, status.ErrRecipientMismatch},
+		{"another channel", "rcpt", "", status.ErrRecipientMismatch},
 		{"no record", "nothing", digest, status.ErrNotFound},
 	} {
 		before, _ := e.s.Get(e.ctx, tc.task)
-		_, _, err := e.s.ApplyReceipt(e.ctx, tc.task, status.ReceiptUpdate{Kind: receipt.Delivered, Source: "twilio", RecipientDigest: tc.digest})
+		ch := "sms"
+		if tc.digest == "" {
+			ch = "email"
+		}
+		_, _, err := e.s.ApplyReceipt(e.ctx, tc.task, status.ReceiptUpdate{Kind: receipt.Delivered, Channel: ch, Source: "twilio", RecipientDigest: tc.digest})
 		require.ErrorIs(t, err, tc.want, tc.name)
 		after, _ := e.s.Get(e.ctx, tc.task)
 		require.Equal(t, before, after, "%s: nothing changed", tc.name)
@@ -212,9 +220,9 @@ func TestReceiptChecksTheRecipient(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n, "a receipt creates no record")
 
-	rec, changed, err := e.s.ApplyReceipt(e.ctx, "rcpt", status.ReceiptUpdate{Kind: receipt.Delivered, Source: "twilio", RecipientDigest: digest})
+	rec, outcome, err := e.s.ApplyReceipt(e.ctx, "rcpt", status.ReceiptUpdate{Kind: receipt.Delivered, Channel: "sms", Source: "twilio", RecipientDigest: digest})
 	require.NoError(t, err)
-	require.True(t, changed)
+	require.Equal(t, status.Changed, outcome)
 	require.Equal(t, "https://cb.example/hook?token=s3cret", rec.CallbackURL)
 	require.Equal(t, digest, rec.RecipientDigest)
 	require.Equal(t, 1, rec.Attempts)

@@ -16,6 +16,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
+	"github.com/msgpulse/msgpulse/internal/receipt"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/template"
@@ -75,7 +76,10 @@ type Config struct {
 	Limiter    *ratelimit.Limiter
 	RateLimits *ratelimit.ConfigStore // per-provider limits; nil = none
 	Callbacks  *Callbacks             // nil = no callbacks
-	Redis      redis.UniversalClient  // pinged while paused, and pipelines claims with status updates
+	// Receipts applies the receipt of a provider's refusal during the
+	// send (receipt.RefusedError); nil = such a message is recorded failed.
+	Receipts receipt.Applier
+	Redis    redis.UniversalClient // pinged while paused, and pipelines claims with status updates
 	// Fence makes a claim durable before its provider is called (see
 	// durable.go); nil or off: a claim is trusted once Redis answered.
 	Fence *rdb.Fence

@@ -67,9 +67,9 @@ type ReceiptUpdate struct {
 	// Channel is the message's (the API's name): a receipt for a message
 	// of another channel changes nothing (ErrRecipientMismatch).
 	Channel string
-	Code   string
-	Detail string // redacted before it is stored
-	Source string
+	Code    string
+	Detail  string // redacted before it is stored
+	Source  string
 	// At is the report's own time; zero means Redis time.
 	At time.Time
 	// RecipientDigest, when set, makes the receipt apply only to a record

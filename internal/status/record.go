@@ -236,6 +236,10 @@ const (
 	ReasonPermanent = "permanent"         // the provider refused it for good, or it cannot be rendered
 	ReasonExhausted = "retries_exhausted" // transient failures, MAX_RETRIES used up
 	ReasonPanic     = "panic"             // the handler panicked
+	// ReasonRefused: the provider refused the recipient for good during
+	// the send (receipt.RefusedError) and no receipt could be applied; the
+	// message was acked, not dead-lettered.
+	ReasonRefused = "refused"
 )
 
 // Reasons RabbitMQ gives (x-death) for what it dead-letters by itself, with

@@ -38,6 +38,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider/wecom/wecomtest"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	rdbpkg "github.com/msgpulse/msgpulse/internal/rdb"
+	"github.com/msgpulse/msgpulse/internal/receipt"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/template"
@@ -111,6 +112,9 @@ type Stack struct {
 	Metrics  *dispatch.Metrics
 	DelayMet *delay.Metrics
 	Adaptive *ratelimit.Adaptive // the consumers' adaptive rates (the state is in Redis)
+	// Receipts is the applier consumers started from now on are given
+	// (dispatch.Config.Receipts); nil = none.
+	Receipts receipt.Applier
 	opts     Options
 }
 
@@ -251,7 +255,7 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	}
 	d, err := dispatch.New(dispatch.Config{
 		Model: s.Model, Claims: claims, Status: statuses, Templates: tpl, Keys: s.Keys, Mail: m, SMS: sms, WeCom: wc,
-		Delayed: delayed, Limiter: ratelimit.New(rdb, s.Redis.Prefix), RateLimits: rl, Redis: rdb, Fence: s.fence(rdb),
+		Delayed: delayed, Limiter: ratelimit.New(rdb, s.Redis.Prefix), RateLimits: rl, Redis: rdb, Fence: s.fence(rdb), Receipts: s.Receipts,
 		Retry: s.opts.Retry, SendTimeout: 5 * time.Second, Owner: name, Metrics: s.Metrics, DelayMetrics: s.DelayMet,
 		Logger: s.opts.Logger.Named(name),
 	})

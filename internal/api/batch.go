@@ -497,7 +497,7 @@ func (s *Server) getBatch(c *echo.Context) error {
 		return notFound("no batch with batchId %s (batches are kept for STATUS_TTL)", id)
 	}
 	counts := map[string]int{}
-	for _, st := range []status.State{status.Queued, status.Scheduled, status.Sending, status.Sent, status.Retrying, status.Failed, status.Expired} {
+	for _, st := range status.States {
 		counts[string(st)] = b.Counts[st]
 	}
 	return reply(c, http.StatusOK, "ok", BatchView{BatchID: b.ID, Total: len(b.TaskIDs), Counts: counts, TaskIDs: b.TaskIDs})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider"
 	"github.com/msgpulse/msgpulse/internal/receipt"
 	"github.com/msgpulse/msgpulse/internal/receipt/applier"
+	"github.com/msgpulse/msgpulse/internal/receipt/lookup"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/suppression"
 	"github.com/msgpulse/msgpulse/internal/testenv"
@@ -78,8 +80,6 @@ func TestRefusalIsAReceipt(t *testing.T) {
 			id := s.Notice(topology.SMS, "+15005550006", "hello", func(m *envelope.Message) {
 				m.Tenant, m.CallbackURL = "shopA", "https://cb.example/hook?token=s3cret"
 			})
-			// The tenant is the API's to write at create: here, by hand.
-			require.NoError(t, s.Redis.Client.HSet(context.Background(), s.Status.Key(id), "tenant", "shopA").Err())
 
 			want := status.Failed
 			if withApplier {
@@ -94,6 +94,8 @@ func TestRefusalIsAReceipt(t *testing.T) {
 			if withApplier {
 				require.Equal(t, "21610", rec.ReceiptCode)
 				require.Equal(t, "twilio", rec.ReceiptSource)
+				// The entry is added once the status is written.
+				testenv.WaitFor(t, 10*time.Second, "the number suppressed", func() bool { return len(list.list()) > 0 })
 				require.Equal(t, []suppression.Entry{{Tenant: "shopA", Channel: "sms", Recipient: "+15005550006", Reason: suppression.OptOut,
 					Code: "21610", TaskID: id, At: list.list()[0].At}}, list.list())
 			} else {
@@ -123,4 +125,34 @@ func sum(t *testing.T, c prometheus.Collector) float64 {
 		total += pb.GetCounter().GetValue()
 	}
 	return total
+}
+
+// vendorSMS accepts every SMS as a vendor that reports delivery does,
+// answering its own message id.
+type vendorSMS struct{ calls atomic.Int32 }
+
+func (v *vendorSMS) Name() string { return "twilio" }
+
+func (v *vendorSMS) SendSMS(context.Context, provider.SMS) (provider.Receipt, error) {
+	n := v.calls.Add(1)
+	return provider.Receipt{Provider: "twilio", MessageID: "SM" + strconv.Itoa(int(n))}, nil
+}
+
+// The vendor's message id of a sent SMS is kept with "sent", so that its
+// delivery report, which names only that id, finds the message; the
+// report then moves it on.
+func TestSentSMSKeepsItsVendorID(t *testing.T) {
+	s := setup(t, dispatchtest.Options{SMS: &vendorSMS{}})
+	a, err := applier.New(applier.Config{Status: s.Status, Keys: s.Keys})
+	require.NoError(t, err)
+	s.StartConsumer("c1", 1)
+	id := s.Notice(topology.SMS, "+15005550006", "hello", nil)
+	waitStatus(t, s, id, status.Sent)
+	got, err := s.Lookup.Task(context.Background(), "twilio", "SM1")
+	require.NoError(t, err)
+	require.Equal(t, id, got)
+	require.NoError(t, a.Apply(context.Background(), receipt.Receipt{TaskID: got, Channel: "sms", Kind: receipt.Delivered, Source: "twilio", Recipient: "+15005550006"}))
+	require.Equal(t, status.Delivered, s.StatusOf(id).Status)
+	_, err = s.Lookup.Task(context.Background(), "recording", "r-1")
+	require.ErrorIs(t, err, lookup.ErrNotFound)
 }

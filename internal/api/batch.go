@@ -480,7 +480,7 @@ func (s *Server) getBatch(c *echo.Context) error {
 		return notFound("no batch with batchId %s (batches are kept for STATUS_TTL)", id)
 	}
 	counts := map[client.Status]int{}
-	for _, st := range []status.State{status.Queued, status.Scheduled, status.Sending, status.Sent, status.Retrying, status.Failed, status.Expired} {
+	for _, st := range status.States {
 		counts[client.Status(st)] = b.Counts[st]
 	}
 	return reply(c, http.StatusOK, "ok", client.Batch{BatchID: b.ID, Total: len(b.TaskIDs), Counts: counts, TaskIDs: b.TaskIDs})

@@ -200,6 +200,12 @@ type MessageView struct {
 	Reason      string     `json:"reason,omitempty"`
 	Provider    string     `json:"provider,omitempty"`
 	Priority    string     `json:"priority,omitempty"` // the traffic level: high, normal or low
+	// What receipts said (status.Record); never the callback URL.
+	ReceiptCode   string         `json:"receiptCode,omitempty"`
+	ReceiptDetail string         `json:"receiptDetail,omitempty"`
+	ReceiptSource string         `json:"receiptSource,omitempty"`
+	DeliveredAt   *time.Time     `json:"deliveredAt,omitempty"`
+	Events        []status.Event `json:"events,omitempty"`
 }
 
 func (s *Server) getMessage(c *echo.Context) error {
@@ -225,6 +231,7 @@ func (s *Server) getMessage(c *echo.Context) error {
 		TaskID: r.TaskID, Status: string(r.Status), Channel: r.Channel, Recipient: r.Recipient, Attempts: r.Attempts,
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, LastError: r.LastError, Kind: r.Kind, Template: r.Template,
 		ScheduledAt: r.ScheduledAt, SentAt: r.SentAt, ErrorClass: r.ErrorClass, Reason: r.Reason, Provider: r.Provider,
-		Priority: r.Priority,
+		Priority: r.Priority, ReceiptCode: r.ReceiptCode, ReceiptDetail: r.ReceiptDetail, ReceiptSource: r.ReceiptSource,
+		DeliveredAt: r.DeliveredAt, Events: r.Events,
 	})
 }

@@ -1,34 +1,28 @@
 package dispatch
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"strconv"
-	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
-	"github.com/msgpulse/msgpulse/internal/apikey"
+	"github.com/msgpulse/msgpulse/internal/callback"
 	"github.com/msgpulse/msgpulse/internal/callbackkey"
 	"github.com/msgpulse/msgpulse/internal/egress"
-	"github.com/msgpulse/msgpulse/internal/redact"
-	"github.com/msgpulse/msgpulse/internal/status"
-	"github.com/msgpulse/msgpulse/internal/telemetry"
 )
 
-// CallbackConfig configures status callbacks (seed 000).
+// The consumer's callbacks are package callback's sender, which the API
+// process uses too for receipts; these names are the consumer's view of
+// it, its results counted in the consumer's Metrics.
+
+// Callbacks POSTs final statuses (callback.Sender).
+type Callbacks = callback.Sender
+
+// Callback is the JSON a callbackUrl receives (callback.Payload).
+type Callback = callback.Payload
+
+// CallbackConfig configures status callbacks (seed 000); see
+// callback.Config, of which it is the consumer's part.
 type CallbackConfig struct {
-	// Keys sign each tenant's callbacks with that tenant's own key; a
-	// callback whose tenant has none is not sent (the API refuses such a
-	// callbackUrl, so only a message accepted under older settings has one).
 	Keys     callbackkey.Keys
 	Timeout  time.Duration // per POST; default 5s
 	Attempts int           // default 3
@@ -36,225 +30,16 @@ type CallbackConfig struct {
 	Workers  int           // default 4
 	Queue    int           // callbacks waiting at most; default 1000
 	Logger   *zap.Logger
-	Metrics  *Metrics
-	// Egress refuses to connect to loopback, link-local, private and other
-	// internal addresses (unless it allows them), checked on the address
-	// being dialled, whatever the API saw when it accepted the URL.
-	Egress egress.Policy
-}
-
-// Validate fills defaults.
-func (c *CallbackConfig) Validate() error {
-	if c.Timeout == 0 {
-		c.Timeout = 5 * time.Second
-	}
-	if c.Attempts == 0 {
-		c.Attempts = 3
-	}
-	if c.Backoff == 0 {
-		c.Backoff = time.Second
-	}
-	if c.Workers == 0 {
-		c.Workers = 4
-	}
-	if c.Queue == 0 {
-		c.Queue = 1000
-	}
-	if c.Logger == nil {
-		c.Logger = zap.NewNop()
-	}
-	if c.Metrics == nil {
-		c.Metrics = NewMetrics(nil)
-	}
-	return nil
-}
-
-// Callback is the JSON a callbackUrl receives when a message reaches a
-// final status.
-type Callback struct {
-	Event      string     `json:"event"` // "message.status"
-	TaskID     string     `json:"taskId"`
-	Status     string     `json:"status"`
-	Channel    string     `json:"channel"`
-	Recipient  string     `json:"recipient"` // masked
-	Attempts   int        `json:"attempts"`
-	Provider   string     `json:"provider,omitempty"`
-	SentAt     *time.Time `json:"sentAt,omitempty"`
-	LastError  string     `json:"lastError,omitempty"`
-	ErrorClass string     `json:"errorClass,omitempty"`
-	Reason     string     `json:"reason,omitempty"`
-	UpdatedAt  time.Time  `json:"updatedAt"`
-}
-
-type callbackJob struct {
-	url    string
-	tenant string
-	key    string
-	body   []byte
-	task   string
-	parent trace.SpanContext // the outcome's span, for the POST's (zero when tracing is off)
-}
-
-// Callbacks POSTs final statuses, signed, with a few retries. They are best
-// effort: a callback still queued when the process dies is not sent (the
-// status stays readable through GET /api/messages/{taskId}).
-type Callbacks struct {
-	cfg    CallbackConfig
-	client *http.Client
-	jobs   chan callbackJob
-	mu     sync.Mutex
-	closed bool
-	wg     sync.WaitGroup
-	stop   chan struct{}
+	Metrics  *Metrics // its Callbacks counts them
+	Egress   egress.Policy
 }
 
 // NewCallbacks starts the workers; Close stops them.
 func NewCallbacks(cfg CallbackConfig) (*Callbacks, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
+	c := callback.Config{Keys: cfg.Keys, Timeout: cfg.Timeout, Attempts: cfg.Attempts, Backoff: cfg.Backoff, Workers: cfg.Workers,
+		Queue: cfg.Queue, Logger: cfg.Logger, Egress: cfg.Egress}
+	if cfg.Metrics != nil {
+		c.Results = cfg.Metrics.Callbacks
 	}
-	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.Proxy = nil // a proxy would dial for us, past the check
-	transport.DialContext = cfg.Egress.DialContext(&net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second})
-	// A redirect is not followed: it would carry the body and its
-	// signature to a host the caller never named, perhaps over plain http.
-	// The 3xx itself is the answer, and a failed attempt (post).
-	client := &http.Client{Timeout: cfg.Timeout, Transport: transport,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	c := &Callbacks{cfg: cfg, client: client, jobs: make(chan callbackJob, cfg.Queue), stop: make(chan struct{})}
-	for range cfg.Workers {
-		c.wg.Add(1)
-		go c.work()
-	}
-	return c, nil
-}
-
-// Send queues a callback for rec, to be signed with tenant's key ("" is
-// the default tenant). It never blocks the pipeline: when the queue is
-// full the callback is dropped and counted. ctx's span, if any, is the
-// parent of the POST's.
-func (c *Callbacks) Send(ctx context.Context, url, tenant string, rec status.Record) {
-	if tenant == "" {
-		tenant = apikey.DefaultTenant
-	}
-	key, kerr := c.cfg.Keys.For(tenant)
-	if kerr != nil {
-		c.cfg.Metrics.Callbacks.WithLabelValues("nokey").Inc()
-		c.cfg.Logger.Warn("callback not sent: its tenant has no callback key (set CALLBACK_SECRETS or CALLBACK_SECRET)",
-			zap.String("task_id", rec.TaskID), zap.String("tenant", tenant))
-		return
-	}
-	body, err := json.Marshal(Callback{Event: "message.status", TaskID: rec.TaskID, Status: string(rec.Status), Channel: rec.Channel,
-		Recipient: rec.Recipient, Attempts: rec.Attempts, Provider: rec.Provider, SentAt: rec.SentAt, LastError: rec.LastError,
-		ErrorClass: rec.ErrorClass, Reason: rec.Reason, UpdatedAt: rec.UpdatedAt})
-	if err != nil {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return
-	}
-	select {
-	case c.jobs <- callbackJob{url: url, tenant: tenant, key: key, body: body, task: rec.TaskID, parent: telemetry.Parent(ctx)}:
-	default:
-		c.cfg.Metrics.Callbacks.WithLabelValues("dropped").Inc()
-		c.cfg.Logger.Warn("callback queue full; dropping callback", zap.String("task_id", rec.TaskID), telemetry.LogField(ctx))
-	}
-}
-
-func (c *Callbacks) work() {
-	defer c.wg.Done()
-	for j := range c.jobs {
-		c.deliver(j)
-	}
-}
-
-func (c *Callbacks) deliver(j callbackJob) {
-	wait := c.cfg.Backoff
-	var last error
-	for attempt := 1; attempt <= c.cfg.Attempts; attempt++ {
-		retry, err := c.post(j)
-		if err == nil {
-			c.cfg.Metrics.Callbacks.WithLabelValues("delivered").Inc()
-			return
-		}
-		last = err
-		if !retry || attempt == c.cfg.Attempts {
-			break
-		}
-		select {
-		case <-c.stop: // shutting down: one attempt each for what is left
-			attempt = c.cfg.Attempts
-		case <-time.After(wait):
-		}
-		wait *= 2
-	}
-	if errors.Is(last, egress.ErrBlocked) {
-		c.cfg.Metrics.Callbacks.WithLabelValues("refused").Inc()
-		c.cfg.Logger.Warn("callback refused: its host is not a public address", zap.String("task_id", j.task), telemetry.ParentField(j.parent),
-			zap.String("url", redact.URL(j.url)), zap.String("error", redact.Text(last.Error())))
-		return
-	}
-	c.cfg.Metrics.Callbacks.WithLabelValues("failed").Inc()
-	c.cfg.Logger.Warn("callback failed", zap.String("task_id", j.task), telemetry.ParentField(j.parent), zap.String("error", redact.Text(last.Error())))
-}
-
-func (c *Callbacks) post(j callbackJob) (retry bool, err error) {
-	ts := time.Now().Unix()
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, j.url, bytes.NewReader(j.body))
-	if err != nil {
-		return false, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "msgpulse-callback/1")
-	req.Header.Set("X-Msgpulse-Event", "message.status")
-	req.Header.Set(callbackkey.TimestampHeader, strconv.FormatInt(ts, 10))
-	req.Header.Set(callbackkey.TenantHeader, j.tenant)
-	req.Header.Set(callbackkey.SignatureHeader, callbackkey.Sign(j.key, ts, j.tenant, j.url, j.body))
-	_, span := telemetry.StartCallback(j.parent, req)
-	defer span.End()
-	resp, err := c.client.Do(req) //nolint:gosec // callback URLs come from authenticated callers; the dialer refuses internal addresses
-	if err != nil {
-		span.Fail("unreachable")
-		return !errors.Is(err, egress.ErrBlocked), err
-	}
-	span.SetInt("http.response.status_code", resp.StatusCode)
-	if resp.StatusCode >= 300 {
-		span.Fail("answered " + strconv.Itoa(resp.StatusCode))
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	_ = resp.Body.Close()
-	switch {
-	case resp.StatusCode < 300:
-		return false, nil
-	case resp.StatusCode < 400: // a redirect, not followed: failed, and tried again like a 5xx
-		return true, fmt.Errorf("callback answered %d (redirects are not followed)", resp.StatusCode)
-	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
-		return true, fmt.Errorf("callback answered %d", resp.StatusCode)
-	}
-	return false, fmt.Errorf("callback answered %d (not retried)", resp.StatusCode)
-}
-
-// Close stops taking callbacks and waits for the queued ones, until ctx
-// ends.
-func (c *Callbacks) Close(ctx context.Context) {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return
-	}
-	c.closed = true
-	close(c.jobs)
-	c.mu.Unlock()
-	done := make(chan struct{})
-	go func() { c.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		close(c.stop)
-		<-done
-	}
+	return callback.New(c)
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
+	"github.com/msgpulse/msgpulse/internal/receipt"
+	"github.com/msgpulse/msgpulse/internal/receipt/lookup"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/template"
@@ -74,7 +76,14 @@ type Config struct {
 	Limiter    *ratelimit.Limiter
 	RateLimits *ratelimit.ConfigStore // per-provider limits; nil = none
 	Callbacks  *Callbacks             // nil = no callbacks
-	Redis      redis.UniversalClient  // pinged while paused, and pipelines claims with status updates
+	// Receipts applies the receipt of a provider's refusal during the
+	// send (receipt.RefusedError); nil = such a message is recorded failed.
+	Receipts receipt.Applier
+	// Lookup keeps the vendor message id of each SMS sent through a vendor
+	// that reports delivery (Twilio, Aliyun, Tencent), written with
+	// "sent", for the API's SMS hooks; nil = not kept.
+	Lookup *lookup.Store
+	Redis  redis.UniversalClient // pinged while paused, and pipelines claims with status updates
 	// Fence makes a claim durable before its provider is called (see
 	// durable.go); nil or off: a claim is trusted once Redis answered.
 	Fence *rdb.Fence

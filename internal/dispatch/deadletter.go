@@ -114,7 +114,7 @@ func (d *Dispatcher) recordDeath(ctx context.Context, j *job, u status.Update) e
 		case errors.Is(err, status.ErrNotFound):
 		case err != nil:
 			return err
-		case rec.Status == status.Sent || rec.Status == status.Failed || rec.Status == status.Expired:
+		case rec.Status.Final():
 			continue
 		}
 		rec, err = d.cfg.Status.Update(ctx, id, u)

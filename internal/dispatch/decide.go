@@ -15,6 +15,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/logging"
 	"github.com/msgpulse/msgpulse/internal/provider"
+	"github.com/msgpulse/msgpulse/internal/receipt"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
 )
@@ -34,6 +35,7 @@ func jobFields(ctx context.Context, taskID string, j *job) []zap.Field {
 func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Action {
 	j.waitSending()
 	var snooze *channel.SnoozeError
+	var refused *receipt.RefusedError
 	taskID := j.del.MessageId
 	if j.msg != nil {
 		taskID = j.msg.TaskID
@@ -77,6 +79,10 @@ func (d *Dispatcher) decide(ctx context.Context, j *job, err error) broker.Actio
 
 	case errors.Is(err, channel.ErrAccountDown):
 		return d.waitForAccount(ctx, j, log, err)
+
+	case errors.As(err, &refused):
+		// Before ErrPermanent: a refusal that is a receipt may wrap one.
+		return d.refused(ctx, j, log, refused)
 
 	case errors.Is(err, channel.ErrTemplate), errors.Is(err, provider.ErrPermanent):
 		return d.deadLetter(ctx, j, log, ReasonPermanent, channel.Class(err), err)

@@ -12,9 +12,10 @@
 // under one its Redis replicas have not acknowledged (durable.go): a claim
 // an isolated master took, and a failover then discarded, would let a
 // redelivery send the message again. It never acks a message it did not
-// either send, find already sent, or pass on (a confirmed retry or snooze),
-// and
-// never keeps the only copy of a retry in memory: retries are published to
+// either send, find already sent, pass on (a confirmed retry or snooze),
+// or see refused for good by a refusal that is a receipt in itself
+// (receipt.RefusedError: 550 5.1.1, Twilio 21610; refused.go), and never
+// keeps the only copy of a retry in memory: retries are published to
 // RabbitMQ with a confirm before the original is acked.
 //
 // The pipeline names no channel. Each channel (mail, sms, wecom, in the

@@ -1,6 +1,10 @@
 package dispatch
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/msgpulse/msgpulse/internal/callback"
+)
 
 // Metrics of the consumer.
 type Metrics struct {
@@ -42,12 +46,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Sent:         prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_sent_total", Help: "Messages a provider accepted, by channel, level and provider."}, []string{"channel", "level", "provider"}),
 		Retried:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_retried_total", Help: "Retries scheduled through the delay queues, by channel, level, provider and error class."}, []string{"channel", "level", "provider", "class"}),
 		DeadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_deadlettered_total", Help: "Messages rejected to the DLQ, by channel, level, provider and reason."}, []string{"channel", "level", "provider", "reason"}),
-		Skipped:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_skipped_total", Help: "Deliveries not sent now: duplicates of sent messages and snoozes, by channel, level and reason."}, []string{"channel", "level", "reason"}),
+		Skipped:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_skipped_total", Help: "Deliveries not sent now: duplicates of sent messages, snoozes, and recipients the provider refused during the send (reason refused: a receipt, acked), by channel, level and reason."}, []string{"channel", "level", "reason"}),
 		SendDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "msgpulse_send_duration_seconds", Help: "Provider call duration, by channel and provider.",
 			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}}, []string{"channel", "provider"}),
 		InFlight:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "msgpulse_inflight", Help: "Messages being processed now."}),
 		Paused:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "msgpulse_redis_paused", Help: "1 while work is paused because Redis is unreachable."}),
-		Callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgpulse_callbacks_total", Help: "Status callbacks by result (delivered, failed, refused: an internal address, nokey: the tenant has no callback key, dropped: the queue was full)."}, []string{"result"}),
+		Callbacks: callback.NewResults(),
 		AccountRate: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "msgpulse_wecom_account_rate",
 			Help: "Send rate a WeCom account is held to (sends per second): its adaptive rate times its health."}, []string{"account"}),
 		AccountHealth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "msgpulse_wecom_account_health",

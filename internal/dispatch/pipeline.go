@@ -186,8 +186,22 @@ func (d *Dispatcher) claim(ctx context.Context, j *job, key string, withSending 
 	return res, err
 }
 
+// sendingUpdate is the "sending" status, the one write made before every
+// send. An email's or SMS's carries what a receipt's applier needs later,
+// whenever the receipt comes (before "sent" too, in a crash between the
+// provider's yes and that write): the callback URL and a keyed digest of
+// the recipient. In this write they cost no round trip of their own.
 func (d *Dispatcher) sendingUpdate(j *job) status.Update {
-	return status.Update{Status: status.Sending, IncAttempts: true, Provider: ptr(j.provider), Blind: true}
+	u := status.Update{Status: status.Sending, IncAttempts: true, Provider: ptr(j.provider), Blind: true}
+	if len(j.msg.Recipients) == 0 && (j.channel == topology.Mail || j.channel == topology.SMS) {
+		if names, ok := topology.ByQueue(j.channel, false); ok {
+			u.RecipientDigest = ptr(status.DigestRecipient(d.cfg.Keys, names.API, j.msg.Recipient))
+		}
+		if j.msg.CallbackURL != "" {
+			u.CallbackURL = ptr(j.msg.CallbackURL)
+		}
+	}
+	return u
 }
 
 func (d *Dispatcher) release(ctx context.Context, cl *claim.Claim) {
@@ -266,7 +280,7 @@ func (d *Dispatcher) sent(j *job, rcpt provider.Receipt, err error) error {
 	var pe *provider.Error
 	switch {
 	case err == nil && rcpt.Provider != "":
-		j.provider = rcpt.Provider
+		j.provider, j.vendorID = rcpt.Provider, rcpt.MessageID
 	case errors.As(err, &pe) && pe.Provider != "":
 		j.provider = pe.Provider
 	}

@@ -33,6 +33,8 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
+	"github.com/msgpulse/msgpulse/internal/receipt/applier"
+	"github.com/msgpulse/msgpulse/internal/receipt/lookup"
 	"github.com/msgpulse/msgpulse/internal/startup"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/timeline"
@@ -191,6 +193,19 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 		defer cancel()
 		callbacks.Close(cctx)
 	}()
+	// A provider's refusal during the send that is a receipt (550 5.1.1,
+	// Twilio 21610) is applied here as the API's receivers apply theirs:
+	// the status, the tenant's callback, the suppression list.
+	var suppressor applier.Suppressor // nil: refusals suppress nobody until the suppression store is wired here
+	receipts, err := applier.New(applier.Config{Status: statuses, Keys: keys, Callbacks: callbacks, Suppressor: suppressor,
+		Metrics: applier.NewMetrics(reg), Logger: log.Named("receipt")})
+	if err != nil {
+		return err
+	}
+	vendorIDs, err := lookup.New(redisClient, lookup.Config{Prefix: cfg.RedisPrefix})
+	if err != nil {
+		return err
+	}
 	wa := cfg.WeComAccounts
 	mediaStore, err := media.New(redisClient, media.Config{Prefix: cfg.RedisPrefix, Egress: egress.Policy{AllowPrivate: cfg.CallbackPrivate},
 		FetchTimeout: wa.MediaFetchTimeout, MinRate: int64(wa.MediaMinRate), RateWindow: wa.MediaRateWindow, UploadTimeout: wa.MediaUploadTimeout, CacheTTL: wa.MediaCacheTTL})
@@ -210,7 +225,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	}
 	d, err := New(Config{
 		Model: model, Claims: claims, Status: statuses, Templates: tpl, Keys: keys, Mail: mailer, SMS: smsSender, WeCom: weComCfg,
-		Delayed: delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix).WithExactMax(cfg.LimitExactMax), RateLimits: rateLimits, Callbacks: callbacks,
+		Delayed: delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix).WithExactMax(cfg.LimitExactMax), RateLimits: rateLimits, Callbacks: callbacks, Receipts: receipts, Lookup: vendorIDs,
 		Redis: redisClient, Fence: fence, SendTimeout: cfg.SendTimeout, MaxMessageBytes: cfg.MaxMessageBytes, Owner: cfg.ConsumerID, Metrics: metrics, DelayMetrics: delayMetrics,
 		Logger: log, Retry: RetryPolicy{MaxRetries: cfg.MaxRetries, Backoff: cfg.RetryBackoff, Throttled: cfg.ThrottledBackoff},
 	})

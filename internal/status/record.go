@@ -41,6 +41,37 @@ type Record struct {
 	// when tracing was on: the console shows it so on-call can open the
 	// message's trace.
 	TraceID string `json:"traceId,omitempty"`
+
+	// What the last receipt that changed the status said (ApplyReceipt):
+	// its code ("5.1.1", Twilio's "30003"), its detail (redacted), where it
+	// came from ("dsn", "twilio", ...). DeliveredAt is when the handset or
+	// mailbox took it, by the report's own clock (delivered only).
+	ReceiptCode   string     `json:"receiptCode,omitempty"`
+	ReceiptDetail string     `json:"receiptDetail,omitempty"`
+	ReceiptSource string     `json:"receiptSource,omitempty"`
+	DeliveredAt   *time.Time `json:"deliveredAt,omitempty"`
+	// Events are the last MaxEvents receipts, oldest first, including
+	// those that changed nothing (a delay notice, a vendor's "accepted",
+	// a late report): on-call reads the message's story here.
+	Events []Event `json:"events,omitempty"`
+
+	// CallbackURL is the message's callbackUrl, kept so that a receipt's
+	// callback can be sent; its path and query may be secrets, so it is
+	// never in JSON (GET /api/messages, a callback, the console).
+	CallbackURL string `json:"-"`
+	// RecipientDigest is a keyed digest of the normalised recipient
+	// (DigestRecipient), never the recipient: a receipt that names a
+	// recipient is applied only when it matches.
+	RecipientDigest string `json:"-"`
+}
+
+// Event is one receipt kept on a record.
+type Event struct {
+	Kind   string    `json:"kind"` // a receipt.Kind: delivered, bounced, delayed, accepted, ...
+	Code   string    `json:"code,omitempty"`
+	Detail string    `json:"detail,omitempty"` // redacted
+	At     time.Time `json:"at"`               // the report's time, or when it was applied
+	Source string    `json:"source,omitempty"`
 }
 
 // Hash fields are the JSON names; times are unix milliseconds.
@@ -63,6 +94,14 @@ const (
 	fTenant      = "tenant"
 	fPriority    = "priority"
 	fTraceID     = "traceId"
+
+	fReceiptCode     = "receiptCode"
+	fReceiptDetail   = "receiptDetail"
+	fReceiptSource   = "receiptSource"
+	fDeliveredAt     = "deliveredAt"
+	fEvents          = "events" // a JSON array (eventJSON), written by the receipt script
+	fCallbackURL     = "callbackUrl"
+	fRecipientDigest = "recipientDigest"
 )
 
 func ms(t time.Time) string {
@@ -102,6 +141,12 @@ func fields(r Record) []any {
 		fTenant, r.Tenant,
 		fPriority, r.Priority,
 		fTraceID, r.TraceID,
+		fReceiptCode, r.ReceiptCode,
+		fReceiptDetail, redact.Text(r.ReceiptDetail),
+		fReceiptSource, r.ReceiptSource,
+		fDeliveredAt, msPtr(r.DeliveredAt),
+		fCallbackURL, r.CallbackURL,
+		fRecipientDigest, r.RecipientDigest,
 	}
 }
 
@@ -136,6 +181,13 @@ func parse(m map[string]string) (Record, error) {
 		Tenant:     m[fTenant],
 		Priority:   m[fPriority],
 		TraceID:    m[fTraceID],
+
+		ReceiptCode:     m[fReceiptCode],
+		ReceiptDetail:   redact.Text(m[fReceiptDetail]),
+		ReceiptSource:   m[fReceiptSource],
+		Events:          parseEvents(m[fEvents]),
+		CallbackURL:     m[fCallbackURL],
+		RecipientDigest: m[fRecipientDigest],
 	}
 	// Again on the way out: a record written before lastError was
 	// scrubbed on its way in shows no secret either.
@@ -169,6 +221,7 @@ func parse(m map[string]string) (Record, error) {
 	}
 	r.ScheduledAt = at(fScheduledAt)
 	r.SentAt = at(fSentAt)
+	r.DeliveredAt = at(fDeliveredAt)
 	if err != nil {
 		return Record{}, err
 	}
@@ -183,6 +236,10 @@ const (
 	ReasonPermanent = "permanent"         // the provider refused it for good, or it cannot be rendered
 	ReasonExhausted = "retries_exhausted" // transient failures, MAX_RETRIES used up
 	ReasonPanic     = "panic"             // the handler panicked
+	// ReasonRefused: the provider refused the recipient for good during
+	// the send (receipt.RefusedError) and no receipt could be applied; the
+	// message was acked, not dead-lettered.
+	ReasonRefused = "refused"
 )
 
 // Reasons RabbitMQ gives (x-death) for what it dead-letters by itself, with

@@ -25,22 +25,44 @@ const (
 	Retrying  State = "retrying"
 	Failed    State = "failed"
 	Expired   State = "expired"
+
+	// The receipt states: what a provider's report says became of a
+	// message after it was sent (receipt.go). Only ApplyReceipt writes
+	// them, and no later Update undoes them.
+	Delivered   State = "delivered"   // the handset or mailbox took it
+	Undelivered State = "undelivered" // the vendor reports it could not be delivered
+	Bounced     State = "bounced"     // a mail server reports a permanent failure
+	Complained  State = "complained"  // the reader marked it as spam
 )
 
-// Final reports whether s is an outcome: sent, failed or expired. A
-// record in a final state never goes back to an earlier one (a late
-// "retrying" or "sending" from a delivery that lost its race): sent takes
-// no update at all, failed and expired only another outcome (a replay's).
-func (s State) Final() bool { return slices.Contains(finalStates, s) }
+// States are every state, in the order a message usually meets them.
+var States = []State{Queued, Scheduled, Sending, Retrying, Sent, Failed, Expired, Delivered, Undelivered, Bounced, Complained}
+
+// Final reports whether s is an outcome: sent, failed, expired or a
+// receipt state. A record in a final state never goes back to an earlier
+// one (a late "retrying" or "sending" from a delivery that lost its race):
+// sent and the receipt states take no Update at all, failed and expired
+// only another outcome (a replay's). Only a receipt (ApplyReceipt) moves a
+// record on from sent, failed or expired.
+func (s State) Final() bool { return slices.Contains(finalStates, s) || s.Receipt() }
+
+// Receipt reports whether s is one of the states only a receipt sets.
+func (s State) Receipt() bool { return slices.Contains(receiptStates, s) }
+
+// receiptStates are written into the scripts as finalStates are.
+var receiptStates = []State{Delivered, Undelivered, Bounced, Complained}
 
 // finalStates are the outcomes; the update script is written from them.
 var finalStates = []State{Sent, Failed, Expired}
 
-// luaFinal is a Lua table of the final states, for the update script.
-func luaFinal() string {
+// luaFinal is Lua tables of the final states and of the receipt states,
+// for the scripts.
+func luaFinal() string { return luaSet("final", finalStates) + luaSet("receipt", receiptStates) }
+
+func luaSet(name string, states []State) string {
 	var b strings.Builder
-	b.WriteString("\nlocal final = {")
-	for i, st := range finalStates {
+	b.WriteString("\nlocal " + name + " = {")
+	for i, st := range states {
 		if i > 0 {
 			b.WriteString(", ")
 		}
@@ -52,11 +74,7 @@ func luaFinal() string {
 
 // Valid reports whether s is one of the states above.
 func (s State) Valid() bool {
-	switch s {
-	case Queued, Scheduled, Sending, Sent, Retrying, Failed, Expired:
-		return true
-	}
-	return false
+	return slices.Contains(States, s)
 }
 
 var (
@@ -79,6 +97,11 @@ type Update struct {
 	Reason      *string
 	Provider    *string
 	SentAt      *time.Time // when moving to Sent without it, Redis time is used
+	// CallbackURL and RecipientDigest are what a receipt's applier needs
+	// later (Record.CallbackURL, Record.RecipientDigest): the consumer
+	// writes them with "sending", the write made before every send.
+	CallbackURL     *string
+	RecipientDigest *string
 	// Guard, when set, makes the update apply only while the key Guard.Key
 	// holds Guard.Value: a consumer queues its "sending" update in the
 	// same pipeline as its idempotency claim, guarded by the claim's
@@ -164,8 +187,9 @@ return 1`)
 // A final record is left untouched ({0, fields}) by any update to an
 // earlier state, or without one: a "retrying" or "sending" that arrives
 // after "failed" or "expired" (issue 38) must not hide the outcome. A sent
-// record takes no update at all; failed and expired take another outcome,
-// the one of a replay from the DLQ.
+// record takes no update at all, nor does one in a receipt state (a late
+// "sent" never undoes "delivered"); failed and expired take another
+// outcome, the one of a replay from the DLQ.
 var updateScript = redis.NewScript(luaNow + luaFinal() + `
 local key = KEYS[1]
 if KEYS[2] and redis.call('GET', KEYS[2]) ~= ARGV[5] then
@@ -173,7 +197,7 @@ if KEYS[2] and redis.call('GET', KEYS[2]) ~= ARGV[5] then
 end
 local back = ARGV[6] == '1'
 local st = redis.call('HGET', key, 'status')
-if st == 'sent' or (final[st] and not final[ARGV[3]]) then
+if st == 'sent' or receipt[st] or (final[st] and not final[ARGV[3]]) then
   if back then return {0, redis.call('HGETALL', key)} end
   return {0, {}}
 end
@@ -329,6 +353,9 @@ func (s *Store) QueueUpdate(ctx context.Context, sc redis.Scripter, taskID strin
 	if u.Status != "" && !u.Status.Valid() {
 		return nil, fmt.Errorf("status: unknown status %q", u.Status)
 	}
+	if u.Status.Receipt() {
+		return nil, fmt.Errorf("status: %q is a receipt's state: ApplyReceipt sets it", u.Status)
+	}
 	inc := "0"
 	if u.IncAttempts {
 		inc = "1"
@@ -344,7 +371,7 @@ func (s *Store) QueueUpdate(ctx context.Context, sc redis.Scripter, taskID strin
 		back = "0"
 	}
 	// Sized for every optional field: this runs twice per message.
-	args := make([]any, 0, 16)
+	args := make([]any, 0, 20)
 	args = append(args, s.cfg.TTL.Milliseconds(), taskID, string(u.Status), inc, guard, back)
 	if u.LastError != nil {
 		// A tenant reads lastError (GET /api/messages, its callback): it
@@ -354,6 +381,8 @@ func (s *Store) QueueUpdate(ctx context.Context, sc redis.Scripter, taskID strin
 	args = appendField(args, fErrorClass, u.ErrorClass)
 	args = appendField(args, fReason, u.Reason)
 	args = appendField(args, fProvider, u.Provider)
+	args = appendField(args, fCallbackURL, u.CallbackURL)
+	args = appendField(args, fRecipientDigest, u.RecipientDigest)
 	if u.SentAt != nil {
 		args = append(args, fSentAt, ms(*u.SentAt))
 	}

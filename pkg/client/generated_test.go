@@ -67,6 +67,8 @@ func TestTypesCarryTheContractsFields(t *testing.T) {
 		{"BatchResult", BatchResult{}, oapi.BatchResult{}},
 		{"Batch", Batch{}, oapi.Batch{}},
 		{"Message", Message{}, oapi.Message{}},
+		{"ReceiptEvent", ReceiptEvent{}, oapi.ReceiptEvent{}},
+		{"StatusCallback", StatusCallback{}, oapi.StatusCallback{}},
 		{"RateLimit", RateLimit{}, oapi.RateLimit{}},
 		{"QueueStats", QueueStats{}, oapi.QueueStats{}},
 		{"QueueStat", QueueStat{}, oapi.QueueStat{}},

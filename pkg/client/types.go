@@ -47,6 +47,13 @@ const (
 	StatusRetrying  Status = "retrying"  // an attempt failed, another is planned
 	StatusFailed    Status = "failed"    // no attempt can succeed
 	StatusExpired   Status = "expired"   // it waited past its TTL
+
+	// Set by receipts, what the provider reports after the send; no later
+	// attempt undoes one.
+	StatusDelivered   Status = "delivered"   // the handset took it (an SMS delivery report)
+	StatusUndelivered Status = "undelivered" // the vendor reports it could not be delivered
+	StatusBounced     Status = "bounced"     // a mail server reports a permanent failure (DSN 5.x.x)
+	StatusComplained  Status = "complained"  // the reader marked it as spam (ARF)
 )
 
 // VerificationCodeRequest asks msgpulse to generate a code and send it.
@@ -243,6 +250,49 @@ type Message struct {
 	Reason      string     `json:"reason,omitempty"`
 	Provider    string     `json:"provider,omitempty"`
 	Priority    Level      `json:"priority,omitempty"` // the level it was queued at
+
+	// What the receipt that set a receipt status said: its code (5.1.1,
+	// Twilio's 30003), detail and source (dsn, arf, smtp, twilio, aliyun,
+	// tencent); DeliveredAt is the handset's time, once delivered.
+	ReceiptCode   string     `json:"receiptCode,omitempty"`
+	ReceiptDetail string     `json:"receiptDetail,omitempty"`
+	ReceiptSource string     `json:"receiptSource,omitempty"`
+	DeliveredAt   *time.Time `json:"deliveredAt,omitempty"`
+	// Events are the last 10 receipts, oldest first, including those that
+	// changed no status.
+	Events []ReceiptEvent `json:"events,omitempty"`
+}
+
+// ReceiptEvent is one receipt kept on a message: Kind is delivered,
+// undelivered, bounced, complained, delayed or accepted.
+type ReceiptEvent struct {
+	Kind   string    `json:"kind"`
+	Code   string    `json:"code,omitempty"`
+	Detail string    `json:"detail,omitempty"`
+	At     time.Time `json:"at"`
+	Source string    `json:"source,omitempty"`
+}
+
+// StatusCallback is the JSON body of a status callback (read it with
+// VerifyCallback): a message's final status, or a receipt's.
+type StatusCallback struct {
+	Event      string     `json:"event"` // "message.status"
+	TaskID     string     `json:"taskId"`
+	Status     Status     `json:"status"`
+	Channel    Channel    `json:"channel"`
+	Recipient  string     `json:"recipient"` // masked
+	Attempts   int        `json:"attempts"`
+	Provider   string     `json:"provider,omitempty"`
+	SentAt     *time.Time `json:"sentAt,omitempty"`
+	LastError  string     `json:"lastError,omitempty"`
+	ErrorClass string     `json:"errorClass,omitempty"`
+	Reason     string     `json:"reason,omitempty"`
+	UpdatedAt  time.Time  `json:"updatedAt"`
+
+	ReceiptCode   string     `json:"receiptCode,omitempty"`
+	ReceiptDetail string     `json:"receiptDetail,omitempty"`
+	ReceiptSource string     `json:"receiptSource,omitempty"`
+	DeliveredAt   *time.Time `json:"deliveredAt,omitempty"`
 }
 
 // RateLimit is one rate-limit configuration. A limit of 0 means unlimited.

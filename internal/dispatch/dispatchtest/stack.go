@@ -38,6 +38,8 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider/wecom/wecomtest"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	rdbpkg "github.com/msgpulse/msgpulse/internal/rdb"
+	"github.com/msgpulse/msgpulse/internal/receipt"
+	"github.com/msgpulse/msgpulse/internal/receipt/lookup"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/template"
@@ -111,7 +113,12 @@ type Stack struct {
 	Metrics  *dispatch.Metrics
 	DelayMet *delay.Metrics
 	Adaptive *ratelimit.Adaptive // the consumers' adaptive rates (the state is in Redis)
-	opts     Options
+	// Receipts is the applier consumers started from now on are given
+	// (dispatch.Config.Receipts); nil = none.
+	Receipts receipt.Applier
+	// Lookup is the vendor message id store the consumers write.
+	Lookup *lookup.Store
+	opts   Options
 }
 
 // New builds a Stack; everything is torn down when t ends.
@@ -156,6 +163,8 @@ func New(t testing.TB, opts Options) *Stack {
 	s.Status, err = status.New(s.Redis.Client, status.Config{Prefix: s.Redis.Prefix})
 	require.NoError(t, err)
 	s.Claims, err = claim.New(s.Redis.Client, claim.Config{Prefix: s.Redis.Prefix, Lease: opts.Lease})
+	require.NoError(t, err)
+	s.Lookup, err = lookup.New(s.Redis.Client, lookup.Config{Prefix: s.Redis.Prefix})
 	require.NoError(t, err)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -208,6 +217,8 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	require.NoError(t, err)
 	statuses, err := status.New(rdb, status.Config{Prefix: s.Redis.Prefix})
 	require.NoError(t, err)
+	vendorIDs, err := lookup.New(rdb, lookup.Config{Prefix: s.Redis.Prefix})
+	require.NoError(t, err)
 	mc := mail.DefaultConfig()
 	mc.Host, mc.Port, mc.TLS, mc.From, mc.Timeout = "127.0.0.1", port(t, s.Mail.Addr()), mail.TLSNone, "msgpulse <no-reply@msgpulse.test>", 5*time.Second
 	mailer, err := mail.New(mc, s.opts.Logger)
@@ -251,7 +262,7 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	}
 	d, err := dispatch.New(dispatch.Config{
 		Model: s.Model, Claims: claims, Status: statuses, Templates: tpl, Keys: s.Keys, Mail: m, SMS: sms, WeCom: wc,
-		Delayed: delayed, Limiter: ratelimit.New(rdb, s.Redis.Prefix), RateLimits: rl, Redis: rdb, Fence: s.fence(rdb),
+		Delayed: delayed, Limiter: ratelimit.New(rdb, s.Redis.Prefix), RateLimits: rl, Redis: rdb, Fence: s.fence(rdb), Receipts: s.Receipts, Lookup: vendorIDs,
 		Retry: s.opts.Retry, SendTimeout: 5 * time.Second, Owner: name, Metrics: s.Metrics, DelayMetrics: s.DelayMet,
 		Logger: s.opts.Logger.Named(name),
 	})
@@ -373,7 +384,7 @@ func (s *Stack) publish(m *envelope.Message) {
 	}
 	for _, id := range ids {
 		err = s.Status.Create(context.Background(), status.Record{TaskID: id, Status: status.Queued, Channel: apiChannel,
-			Recipient: "masked", Kind: string(m.Kind), Template: m.Template, CreatedAt: time.Now(), UpdatedAt: time.Now()})
+			Recipient: "masked", Kind: string(m.Kind), Template: m.Template, Tenant: m.Tenant, CreatedAt: time.Now(), UpdatedAt: time.Now()})
 		if !errors.Is(err, status.ErrExists) { // publishing a task twice is a test's way to model redelivery
 			require.NoError(t, err)
 		}

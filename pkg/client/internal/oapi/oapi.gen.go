@@ -305,6 +305,36 @@ func (e QueueStatStatus) Valid() bool {
 	}
 }
 
+// Defines values for ReceiptEventKind.
+const (
+	ReceiptEventKindAccepted    ReceiptEventKind = "accepted"
+	ReceiptEventKindBounced     ReceiptEventKind = "bounced"
+	ReceiptEventKindComplained  ReceiptEventKind = "complained"
+	ReceiptEventKindDelayed     ReceiptEventKind = "delayed"
+	ReceiptEventKindDelivered   ReceiptEventKind = "delivered"
+	ReceiptEventKindUndelivered ReceiptEventKind = "undelivered"
+)
+
+// Valid indicates whether the value is a known member of the ReceiptEventKind enum.
+func (e ReceiptEventKind) Valid() bool {
+	switch e {
+	case ReceiptEventKindAccepted:
+		return true
+	case ReceiptEventKindBounced:
+		return true
+	case ReceiptEventKindComplained:
+		return true
+	case ReceiptEventKindDelayed:
+		return true
+	case ReceiptEventKindDelivered:
+		return true
+	case ReceiptEventKindUndelivered:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SendRequestPriority0.
 const (
 	SendRequestPriority0High   SendRequestPriority0 = "high"
@@ -346,18 +376,28 @@ func (e SendResultStatus) Valid() bool {
 
 // Defines values for Status.
 const (
-	StatusExpired   Status = "expired"
-	StatusFailed    Status = "failed"
-	StatusQueued    Status = "queued"
-	StatusRetrying  Status = "retrying"
-	StatusScheduled Status = "scheduled"
-	StatusSending   Status = "sending"
-	StatusSent      Status = "sent"
+	StatusBounced     Status = "bounced"
+	StatusComplained  Status = "complained"
+	StatusDelivered   Status = "delivered"
+	StatusExpired     Status = "expired"
+	StatusFailed      Status = "failed"
+	StatusQueued      Status = "queued"
+	StatusRetrying    Status = "retrying"
+	StatusScheduled   Status = "scheduled"
+	StatusSending     Status = "sending"
+	StatusSent        Status = "sent"
+	StatusUndelivered Status = "undelivered"
 )
 
 // Valid indicates whether the value is a known member of the Status enum.
 func (e Status) Valid() bool {
 	switch e {
+	case StatusBounced:
+		return true
+	case StatusComplained:
+		return true
+	case StatusDelivered:
+		return true
 	case StatusExpired:
 		return true
 	case StatusFailed:
@@ -371,6 +411,47 @@ func (e Status) Valid() bool {
 	case StatusSending:
 		return true
 	case StatusSent:
+		return true
+	case StatusUndelivered:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for StatusCallbackChannel.
+const (
+	StatusCallbackChannelEmail      StatusCallbackChannel = "email"
+	StatusCallbackChannelSms        StatusCallbackChannel = "sms"
+	StatusCallbackChannelWecom      StatusCallbackChannel = "wecom"
+	StatusCallbackChannelWecomRobot StatusCallbackChannel = "wecom_robot"
+)
+
+// Valid indicates whether the value is a known member of the StatusCallbackChannel enum.
+func (e StatusCallbackChannel) Valid() bool {
+	switch e {
+	case StatusCallbackChannelEmail:
+		return true
+	case StatusCallbackChannelSms:
+		return true
+	case StatusCallbackChannelWecom:
+		return true
+	case StatusCallbackChannelWecomRobot:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for StatusCallbackEvent.
+const (
+	MessageStatus StatusCallbackEvent = "message.status"
+)
+
+// Valid indicates whether the value is a known member of the StatusCallbackEvent enum.
+func (e StatusCallbackEvent) Valid() bool {
+	switch e {
+	case MessageStatus:
 		return true
 	default:
 		return false
@@ -740,8 +821,14 @@ type Message struct {
 	// Example: 2026-05-04T10:15:00Z
 	CreatedAt Timestamp `json:"createdAt"`
 
+	// DeliveredAt when the handset took it, by the delivery report's clock; present only once delivered
+	DeliveredAt *Timestamp `json:"deliveredAt,omitempty"`
+
 	// ErrorClass the last failure's class, e.g. transient, throttled or permanent
 	ErrorClass *string `json:"errorClass,omitempty"`
+
+	// Events the last 10 receipts, oldest first, including those that changed no status (a delay notice, a late report)
+	Events *[]ReceiptEvent `json:"events,omitempty"`
 
 	// Kind what produced it, e.g. verification (a code) or notification (POST /api/messages/send)
 	Kind *string `json:"kind,omitempty"`
@@ -757,6 +844,17 @@ type Message struct {
 
 	// Reason why the message ended as it did (failed or expired), e.g. max_retries
 	Reason *string `json:"reason,omitempty"`
+
+	// ReceiptCode the code of the receipt that set a receipt status, e.g. 5.1.1 (a DSN) or 30003 (Twilio)
+	//
+	// Example: 5.1.1
+	ReceiptCode *string `json:"receiptCode,omitempty"`
+
+	// ReceiptDetail that receipt's human part (a DSN's diagnostic, a vendor's message), secrets removed
+	ReceiptDetail *string `json:"receiptDetail,omitempty"`
+
+	// ReceiptSource where that receipt came from, e.g. dsn, arf, smtp (refused during the send), twilio, aliyun, tencent
+	ReceiptSource *string `json:"receiptSource,omitempty"`
 
 	// Recipient masked, e.g. a***@example.com or +86138****8000
 	Recipient string `json:"recipient"`
@@ -776,6 +874,17 @@ type Message struct {
 	// retrying: an attempt failed and another is planned. failed: no attempt
 	// can succeed (permanent error or retries exhausted). expired: it waited
 	// longer than its TTL and was not sent.
+	//
+	// The rest come from receipts, what the provider reports after the
+	// send: delivered: the handset took it (an SMS delivery report).
+	// undelivered: the vendor reports it could not be delivered
+	// (`receiptCode` names the vendor's error, e.g. Twilio 30003).
+	// bounced: a mail server reports a permanent failure (a DSN 5.x.x, or
+	// 5.1.x refused during the send; `receiptCode` is the DSN status,
+	// e.g. 5.1.1). complained: the reader marked it as spam (an ARF
+	// report). A receipt state is never undone by a later sent, retry or
+	// failure; the first of delivered, undelivered and bounced stays, and
+	// complained may follow any of them.
 	Status Status `json:"status"`
 
 	// TaskID a task id as returned on acceptance (a UUID today)
@@ -984,6 +1093,27 @@ type ReadinessEnvelope struct {
 	Msg string `json:"msg"`
 }
 
+// ReceiptEvent defines model for ReceiptEvent.
+type ReceiptEvent struct {
+	// At RFC 3339
+	//
+	// Example: 2026-05-04T10:15:00Z
+	At   Timestamp `json:"at"`
+	Code *string   `json:"code,omitempty"`
+
+	// Detail secrets removed
+	Detail *string `json:"detail,omitempty"`
+
+	// Kind what the receipt said; delayed (a DSN 4.x.x) and accepted (a
+	// vendor's intermediate report) never change the status
+	Kind   ReceiptEventKind `json:"kind"`
+	Source *string          `json:"source,omitempty"`
+}
+
+// ReceiptEventKind what the receipt said; delayed (a DSN 4.x.x) and accepted (a
+// vendor's intermediate report) never change the status
+type ReceiptEventKind string
+
 // Recipient email: a bare address (`alice@example.com`, no display name; it is
 // lower-cased). sms: an international number, `+` and the country
 // calling code (`+8613900001234`; spaces, dots, hyphens and
@@ -1002,7 +1132,9 @@ type SendRequest struct {
 	// Account for WECOM, the WeCom application account (WECOM_ACCOUNTS) to send from; default the first account listing the caller's tenant, else `default`. An account of another tenant, or an unknown one, is 400
 	Account *string `json:"account,omitempty"`
 
-	// CallbackURL called with the final status; https (http only when the server
+	// CallbackURL called with the final status, and again when a receipt changes
+	// it (delivered, undelivered, bounced, complained; the body is a
+	// StatusCallback); https (http only when the server
 	// is configured to allow it). A host that is, or resolves to, a
 	// loopback, link-local, private, unique-local, unspecified or other
 	// non-public address is refused (400), and checked again when the
@@ -1150,7 +1282,88 @@ type Slug = string
 // retrying: an attempt failed and another is planned. failed: no attempt
 // can succeed (permanent error or retries exhausted). expired: it waited
 // longer than its TTL and was not sent.
+//
+// The rest come from receipts, what the provider reports after the
+// send: delivered: the handset took it (an SMS delivery report).
+// undelivered: the vendor reports it could not be delivered
+// (`receiptCode` names the vendor's error, e.g. Twilio 30003).
+// bounced: a mail server reports a permanent failure (a DSN 5.x.x, or
+// 5.1.x refused during the send; `receiptCode` is the DSN status,
+// e.g. 5.1.1). complained: the reader marked it as spam (an ARF
+// report). A receipt state is never undone by a later sent, retry or
+// failure; the first of delivered, undelivered and bounced stays, and
+// complained may follow any of them.
 type Status string
+
+// StatusCallback The JSON body POSTed to a message's callbackUrl (header
+// `X-Msgpulse-Event: message.status`) when it reaches a final status
+// (sent, failed, expired) and when a receipt changes it (delivered,
+// undelivered, bounced, complained). Signed as callbackUrl describes.
+type StatusCallback struct {
+	Attempts int                   `json:"attempts"`
+	Channel  StatusCallbackChannel `json:"channel"`
+
+	// DeliveredAt RFC 3339
+	//
+	// Example: 2026-05-04T10:15:00Z
+	DeliveredAt *Timestamp          `json:"deliveredAt,omitempty"`
+	ErrorClass  *string             `json:"errorClass,omitempty"`
+	Event       StatusCallbackEvent `json:"event"`
+	LastError   *string             `json:"lastError,omitempty"`
+	Provider    *string             `json:"provider,omitempty"`
+	Reason      *string             `json:"reason,omitempty"`
+
+	// ReceiptCode as in Message
+	ReceiptCode *string `json:"receiptCode,omitempty"`
+
+	// ReceiptDetail as in Message
+	ReceiptDetail *string `json:"receiptDetail,omitempty"`
+
+	// ReceiptSource as in Message
+	ReceiptSource *string `json:"receiptSource,omitempty"`
+
+	// Recipient masked
+	Recipient string `json:"recipient"`
+
+	// SentAt RFC 3339
+	//
+	// Example: 2026-05-04T10:15:00Z
+	SentAt *Timestamp `json:"sentAt,omitempty"`
+
+	// Status queued: waiting in the broker. scheduled: waiting for its send time.
+	// sending: a consumer is sending it. sent: the provider accepted it.
+	// retrying: an attempt failed and another is planned. failed: no attempt
+	// can succeed (permanent error or retries exhausted). expired: it waited
+	// longer than its TTL and was not sent.
+	//
+	// The rest come from receipts, what the provider reports after the
+	// send: delivered: the handset took it (an SMS delivery report).
+	// undelivered: the vendor reports it could not be delivered
+	// (`receiptCode` names the vendor's error, e.g. Twilio 30003).
+	// bounced: a mail server reports a permanent failure (a DSN 5.x.x, or
+	// 5.1.x refused during the send; `receiptCode` is the DSN status,
+	// e.g. 5.1.1). complained: the reader marked it as spam (an ARF
+	// report). A receipt state is never undone by a later sent, retry or
+	// failure; the first of delivered, undelivered and bounced stays, and
+	// complained may follow any of them.
+	Status Status `json:"status"`
+
+	// TaskID a task id as returned on acceptance (a UUID today)
+	//
+	// Example: 0196a4b2-80aa-7b3c-8d4e-5f6a7b8c9d0e
+	TaskID TaskID `json:"taskId"`
+
+	// UpdatedAt RFC 3339
+	//
+	// Example: 2026-05-04T10:15:00Z
+	UpdatedAt Timestamp `json:"updatedAt"`
+}
+
+// StatusCallbackChannel defines model for StatusCallback.Channel.
+type StatusCallbackChannel string
+
+// StatusCallbackEvent defines model for StatusCallback.Event.
+type StatusCallbackEvent string
 
 // TaskID a task id as returned on acceptance (a UUID today)
 //
@@ -1496,6 +1709,9 @@ type RequestVerificationCodeJSONRequestBody = VerificationCodeRequest
 
 // VerifyCodeJSONRequestBody defines body for VerifyCode for application/json ContentType.
 type VerifyCodeJSONRequestBody = VerifyRequest
+
+// MessageStatusJSONRequestBody defines body for MessageStatus for application/json ContentType.
+type MessageStatusJSONRequestBody = StatusCallback
 
 // AsBatchRequestPriority0 returns the union data inside the BatchRequest_Priority as a BatchRequestPriority0
 func (t BatchRequest_Priority) AsBatchRequestPriority0() (BatchRequestPriority0, error) {
@@ -7187,4 +7403,132 @@ func ParseReadyzResponse(rsp *http.Response) (*ReadyzResponse, error) {
 	}
 
 	return response, nil
+}
+
+// CallbackInitiator sends OpenAPI callback requests to target URLs.
+// Modeled on the generated Client, but with no stored Server -- the full
+// target URL is provided per-call by the caller (typically discovered
+// from a callback expression on the parent operation's request body,
+// e.g. `{$request.body#/callbackUrl}`).
+type CallbackInitiator struct {
+	// Doer for performing requests, typically a *http.Client with any
+	// customized settings, such as certificate chains.
+	Client HttpRequestDoer
+
+	// A list of callbacks for modifying requests which are generated before sending over
+	// the network.
+	RequestEditors []RequestEditorFn
+}
+
+// CallbackInitiatorOption allows setting custom parameters during construction.
+type CallbackInitiatorOption func(*CallbackInitiator) error
+
+// NewCallbackInitiator creates a new CallbackInitiator with reasonable defaults.
+func NewCallbackInitiator(opts ...CallbackInitiatorOption) (*CallbackInitiator, error) {
+	initiator := CallbackInitiator{}
+	for _, o := range opts {
+		if err := o(&initiator); err != nil {
+			return nil, err
+		}
+	}
+	if initiator.Client == nil {
+		initiator.Client = &http.Client{}
+	}
+	return &initiator, nil
+}
+
+// WithCallbackHTTPClient allows overriding the default Doer, which is
+// automatically created using http.Client. This is useful for tests.
+func WithCallbackHTTPClient(doer HttpRequestDoer) CallbackInitiatorOption {
+	return func(p *CallbackInitiator) error {
+		p.Client = doer
+		return nil
+	}
+}
+
+// WithCallbackRequestEditorFn allows setting up a callback function, which
+// will be called right before sending the callback request. This can be
+// used to mutate the request, e.g. to add signature headers.
+func WithCallbackRequestEditorFn(fn RequestEditorFn) CallbackInitiatorOption {
+	return func(p *CallbackInitiator) error {
+		p.RequestEditors = append(p.RequestEditors, fn)
+		return nil
+	}
+}
+
+func (p *CallbackInitiator) applyCallbackEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
+	for _, r := range p.RequestEditors {
+		if err := r(ctx, req); err != nil {
+			return err
+		}
+	}
+	for _, r := range additionalEditors {
+		if err := r(ctx, req); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CallbackInitiatorInterface is the interface specification for the callback initiator.
+type CallbackInitiatorInterface interface {
+	// MessageStatusWithBody fires the messageStatus callback with any body
+	MessageStatusWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	MessageStatus(ctx context.Context, targetURL string, body MessageStatusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+func (p *CallbackInitiator) MessageStatusWithBody(ctx context.Context, targetURL string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewMessageStatusCallbackRequestWithBody(targetURL, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyCallbackEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+func (p *CallbackInitiator) MessageStatus(ctx context.Context, targetURL string, body MessageStatusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewMessageStatusCallbackRequest(targetURL, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := p.applyCallbackEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return p.Client.Do(req)
+}
+
+// NewMessageStatusCallbackRequest builds a application/json POST request for the messageStatus callback
+func NewMessageStatusCallbackRequest(targetURL string, body MessageStatusJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewMessageStatusCallbackRequestWithBody(targetURL, "application/json", bodyReader)
+}
+
+// NewMessageStatusCallbackRequestWithBody builds a POST request for the messageStatus callback with any body
+func NewMessageStatusCallbackRequestWithBody(targetURL string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+	_ = err
+
+	reqURL, err := url.Parse(targetURL)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, reqURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/delay"
+	smschannel "github.com/msgpulse/msgpulse/internal/dispatch/sms"
 	wecomchannel "github.com/msgpulse/msgpulse/internal/dispatch/wecom"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/provider"
@@ -67,6 +68,10 @@ type Config struct {
 	Keys      *seal.Keys
 	Mail      provider.Mailer
 	SMS       provider.SMSSender
+	// SMSLookup keeps each sent SMS's vendor message id → its task
+	// (smslookup.Store), written with the sent mark; nil = none, and no
+	// delivery report finds its message.
+	SMSLookup smschannel.Lookup
 	// WeCom is the WeCom channel's own configuration: its client, accounts,
 	// merge and media. Its Templates, Limiter, SendTimeout, metrics and
 	// Logger are this Config's.

@@ -47,7 +47,17 @@ func (d *Dispatcher) markSent(ctx context.Context, j *job) {
 				return nil, err
 			}
 		}
+		var own func() error
+		if w, ok := j.ch.(channel.SentWriter); ok {
+			own = w.QueueSent(ctx, p, &j.task)
+		}
 		return func() error {
+			if own != nil {
+				if err := own(); err != nil {
+					d.log.Warn("sent, but could not write the channel's own record of it (an SMS's vendor id: its delivery reports will not be matched)",
+						zap.String("task_id", j.msg.TaskID), zap.Error(err))
+				}
+			}
 			recs, recErr = recs[:0], nil
 			for _, res := range results {
 				rec, err := res()

@@ -38,6 +38,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider/wecom/wecomtest"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	rdbpkg "github.com/msgpulse/msgpulse/internal/rdb"
+	"github.com/msgpulse/msgpulse/internal/receipt/smslookup"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/template"
@@ -251,7 +252,8 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	}
 	d, err := dispatch.New(dispatch.Config{
 		Model: s.Model, Claims: claims, Status: statuses, Templates: tpl, Keys: s.Keys, Mail: m, SMS: sms, WeCom: wc,
-		Delayed: delayed, Limiter: ratelimit.New(rdb, s.Redis.Prefix), RateLimits: rl, Redis: rdb, Fence: s.fence(rdb),
+		SMSLookup: smslookup.New(rdb, s.Redis.Prefix),
+		Delayed:   delayed, Limiter: ratelimit.New(rdb, s.Redis.Prefix), RateLimits: rl, Redis: rdb, Fence: s.fence(rdb),
 		Retry: s.opts.Retry, SendTimeout: 5 * time.Second, Owner: name, Metrics: s.Metrics, DelayMetrics: s.DelayMet,
 		Logger: s.opts.Logger.Named(name),
 	})

@@ -36,6 +36,8 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
+	"github.com/msgpulse/msgpulse/internal/receipt/smshook"
+	"github.com/msgpulse/msgpulse/internal/receipt/smslookup"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/template"
@@ -63,6 +65,8 @@ type harness struct {
 	gauge   *broker.Gauge // with options.admitFill
 	limiter *ratelimit.Limiter
 	guard   *fraud.Guard
+	// applied records what the SMS hooks applied (options.smsHooks)
+	applied *recordingApplier
 	// apiRedis is the client the API uses: redis.Client, or one through
 	// options.redisVia
 	apiRedis redis.UniversalClient
@@ -118,6 +122,9 @@ type options struct {
 	// with waitReplicas as REDIS_WAIT_REPLICAS; 0 = no fence)
 	replicated   *testenv.Replicated
 	waitReplicas int
+	// smsHooks turns the SMS vendors' hooks on; their receipts go to
+	// harness.applied
+	smsHooks *smshook.Config
 }
 
 func defaultLimits() config.Limits {
@@ -259,6 +266,7 @@ func setup(t *testing.T, o options) *harness {
 		Ready:    func(context.Context) map[string]string { return map[string]string{"amqp": "ok", "redis": "ok"} },
 		Gauge:    h.gauge,
 		Accounts: accounts,
+		SMSHooks: h.smsHooks(o, zap.New(core)),
 	}, Options{APIKeys: o.keys, Egress: o.egress, CallbackKeys: *o.callbackKeys, AuthFailuresPerMinute: o.authFailures, BodyLimit: 4096, Limits: o.limits, PublishTimeout: 3 * time.Second,
 		BatchMaxBytes: o.batchMaxBytes, Robots: o.robots, AdmitFill: fills, WeComAccounts: o.wecomAccounts, SMSCodes: o.smsCodes,
 		TrustedProxies: o.trustedProxies, RequestLog: o.requestLog, RedisTimeout: o.redisTimeout, WeComLimits: o.wecomLimits})
@@ -267,6 +275,18 @@ func setup(t *testing.T, o options) *harness {
 	h.http = httptest.NewServer(h.srv.Handler())
 	t.Cleanup(h.http.Close)
 	return h
+}
+
+// smsHooks are the SMS hooks of o.smsHooks, applying to h.applied; nil
+// when off.
+func (h *harness) smsHooks(o options, log *zap.Logger) *smshook.Hooks {
+	if o.smsHooks == nil {
+		return nil
+	}
+	h.applied = &recordingApplier{}
+	hooks, err := smshook.New(*o.smsHooks, h.applied, smslookup.New(h.apiRedis, h.redis.Prefix), log)
+	require.NoError(h.t, err)
+	return hooks
 }
 
 type response struct {

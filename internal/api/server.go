@@ -33,6 +33,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
+	"github.com/msgpulse/msgpulse/internal/receipt/smshook"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/template"
@@ -95,6 +96,9 @@ type Deps struct {
 	// Fraud is the SMS pumping guard (FRAUD_GUARD); nil = off, and
 	// /api/fraud/blocks lists nothing.
 	Fraud *fraud.Guard
+	// SMSHooks are the SMS vendors' delivery-report hooks under
+	// /hooks/sms/ (smshook.Hooks); nil = none, and those paths are 404.
+	SMSHooks *smshook.Hooks
 }
 
 // Options are the API's behaviour settings.
@@ -249,6 +253,15 @@ func New(d Deps, opts Options) (*Server, error) {
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{Registry: d.Registry})))
 	e.GET("/openapi.yaml", func(c *echo.Context) error { return c.Blob(http.StatusOK, "application/yaml", apidoc.OpenAPI) })
+	// The SMS vendors call these, not a tenant: no X-API-Key. Each hook
+	// checks its own signature or path token, answers every method itself
+	// (a 404 or 405 of echo's would quote the path, and a hook's path
+	// holds its token), and is logged by its route's pattern only.
+	if d.SMSHooks != nil {
+		for _, r := range d.SMSHooks.Routes() {
+			e.Any(r.Path, r.Handler)
+		}
+	}
 
 	// The route table: every /api route and the scope it needs, checked
 	// here and nowhere else (Visible narrows reads to the caller's tenant).

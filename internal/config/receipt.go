@@ -33,8 +33,25 @@ type Receipts struct {
 	// vendors' unsigned report hooks ("" = that hook is off).
 	AliyunToken  string
 	TencentToken string
+	// TwilioAuthToken is TWILIO_AUTH_TOKEN as the API reads it: the key
+	// of X-Twilio-Signature on /hooks/sms/twilio ("" = that hook is off).
+	TwilioAuthToken string
 	// DKIM signs outgoing mail when all three are set.
 	DKIMDomain, DKIMSelector, DKIMKeyFile string
+}
+
+// TwilioHookPath is where Twilio posts status callbacks, under
+// PublicBaseURL: the consumer sends it as StatusCallback, the API serves
+// it, and the signature is computed over PublicBaseURL + TwilioHookPath.
+const TwilioHookPath = "/hooks/sms/twilio"
+
+// TwilioStatusCallback is the StatusCallback a Twilio send carries: ""
+// without PUBLIC_BASE_URL (no receipts from Twilio).
+func (r Receipts) TwilioStatusCallback() string {
+	if r.PublicBaseURL == "" {
+		return ""
+	}
+	return r.PublicBaseURL + TwilioHookPath
 }
 
 // minReceiptSecret is RECEIPT_SECRET's shortest length in bytes.
@@ -76,6 +93,7 @@ func loadReceivers(l *envconf.Loader, r *Receipts) {
 	}
 	r.AliyunToken = l.Secret("SMS_ALIYUN_RECEIPT_TOKEN", "", "secret path segment of Aliyun's SmsReport push, PUBLIC_BASE_URL/hooks/sms/aliyun/TOKEN (≥16 bytes; empty = hook off)")
 	r.TencentToken = l.Secret("SMS_TENCENT_RECEIPT_TOKEN", "", "secret path segment of Tencent's status callback, PUBLIC_BASE_URL/hooks/sms/tencent/TOKEN (≥16 bytes; empty = hook off)")
+	r.TwilioAuthToken = l.Secret("TWILIO_AUTH_TOKEN", "", "twilio: Auth Token, the key of X-Twilio-Signature on PUBLIC_BASE_URL/hooks/sms/twilio (the consumer's TWILIO_AUTH_TOKEN; empty or no PUBLIC_BASE_URL = hook off)")
 	for _, t := range []struct{ name, v string }{{"SMS_ALIYUN_RECEIPT_TOKEN", r.AliyunToken}, {"SMS_TENCENT_RECEIPT_TOKEN", r.TencentToken}} {
 		if t.v != "" && len(t.v) < 16 {
 			l.Fail(t.name, "", "must be at least 16 bytes")

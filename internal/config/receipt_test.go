@@ -75,3 +75,31 @@ func receiptErr(err error) error {
 	}
 	return nil
 }
+
+// A Twilio send carries StatusCallback only when PUBLIC_BASE_URL is set;
+// the API reads TWILIO_AUTH_TOKEN for the hook's signature.
+func TestTwilioStatusCallbackFollowsPublicBaseURL(t *testing.T) {
+	for _, tt := range []struct{ name, base, want string }{
+		{"unset", "", ""},
+		{"set", "https://msg.example.com/", "https://msg.example.com/hooks/sms/twilio"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			env := map[string]string{"RECEIPT_SECRET": strings.Repeat("s", 32), "TWILIO_AUTH_TOKEN": "tok"}
+			if tt.base != "" {
+				env["PUBLIC_BASE_URL"] = tt.base
+			}
+			lookup := withDefaults(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+			c, l := LoadConsumer(lookup)
+			if err := receiptErr(l.Errs()); err != nil {
+				t.Fatal(err)
+			}
+			if c.SMS.Twilio.StatusCallback != tt.want {
+				t.Fatalf("StatusCallback %q, want %q", c.SMS.Twilio.StatusCallback, tt.want)
+			}
+			a, _ := LoadAPI(lookup)
+			if a.Receipts.TwilioAuthToken != "tok" {
+				t.Fatalf("the API's TwilioAuthToken %q, want tok", a.Receipts.TwilioAuthToken)
+			}
+		})
+	}
+}

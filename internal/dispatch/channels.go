@@ -22,7 +22,7 @@ func channels(cfg *Config) map[string]channel.Channel {
 		chs[topology.Mail] = mailchannel.New(cfg.Mail, cfg.Templates)
 	}
 	if cfg.SMS != nil {
-		chs[topology.SMS] = smschannel.New(cfg.SMS, cfg.Templates)
+		chs[topology.SMS] = smschannel.New(cfg.SMS, cfg.Templates, cfg.SMSLookup)
 	}
 	if cfg.WeCom != nil {
 		chs[topology.WeCom] = wecomchannel.New(*cfg.WeCom)

@@ -12,13 +12,13 @@ import (
 
 	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/delay"
+	smschannel "github.com/msgpulse/msgpulse/internal/dispatch/sms"
 	wecomchannel "github.com/msgpulse/msgpulse/internal/dispatch/wecom"
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/provider"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/receipt"
-	"github.com/msgpulse/msgpulse/internal/receipt/lookup"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/template"
@@ -68,6 +68,10 @@ type Config struct {
 	Keys      *seal.Keys
 	Mail      provider.Mailer
 	SMS       provider.SMSSender
+	// SMSLookup keeps each sent SMS's vendor message id → its task
+	// (smslookup.Store), written with the sent mark; nil = none, and no
+	// delivery report finds its message.
+	SMSLookup smschannel.Lookup
 	// WeCom is the WeCom channel's own configuration: its client, accounts,
 	// merge and media. Its Templates, Limiter, SendTimeout, metrics and
 	// Logger are this Config's.
@@ -79,11 +83,7 @@ type Config struct {
 	// Receipts applies the receipt of a provider's refusal during the
 	// send (receipt.RefusedError); nil = such a message is recorded failed.
 	Receipts receipt.Applier
-	// Lookup keeps the vendor message id of each SMS sent through a vendor
-	// that reports delivery (Twilio, Aliyun, Tencent), written with
-	// "sent", for the API's SMS hooks; nil = not kept.
-	Lookup *lookup.Store
-	Redis  redis.UniversalClient // pinged while paused, and pipelines claims with status updates
+	Redis    redis.UniversalClient // pinged while paused, and pipelines claims with status updates
 	// Fence makes a claim durable before its provider is called (see
 	// durable.go); nil or off: a claim is trusted once Redis answered.
 	Fence *rdb.Fence

@@ -34,6 +34,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
+	"github.com/msgpulse/msgpulse/internal/receipt/smslookup"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/testenv"
 	"github.com/msgpulse/msgpulse/internal/topology"
@@ -366,6 +367,12 @@ func TestSMSIsRenderedAndSent(t *testing.T) {
 	require.Equal(t, "+8613900001234", rec.Sent[0].To)
 	require.Contains(t, rec.Sent[0].Text, "Maintenance")
 	require.Equal(t, "notice", rec.Sent[0].Template)
+	// The vendor's message id names the task and its number, for the
+	// delivery report: written with the sent mark.
+	e, ok, err := smslookup.New(s.Redis.Client, s.Redis.Prefix).Get(context.Background(), "recording", "r-1")
+	require.NoError(t, err)
+	require.True(t, ok, "the vendor id's entry is written with the sent mark")
+	require.Equal(t, smslookup.Entry{TaskID: taskID, Recipient: "+8613900001234"}, e)
 }
 
 // The final status is POSTed to callbackUrl, signed with the key of the

@@ -20,7 +20,6 @@ type job struct {
 	del      *amqp.Delivery
 	msg      *envelope.Message // nil when the body is malformed
 	provider string            // the provider that sent or failed
-	vendorID string            // the provider's id of the message it accepted ("" = none)
 
 	// ch sends it; task is the job as ch sees it (its message, the
 	// recipients refused for good, ch's own state of it).

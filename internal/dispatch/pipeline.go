@@ -280,7 +280,7 @@ func (d *Dispatcher) sent(j *job, rcpt provider.Receipt, err error) error {
 	var pe *provider.Error
 	switch {
 	case err == nil && rcpt.Provider != "":
-		j.provider, j.vendorID = rcpt.Provider, rcpt.MessageID
+		j.provider = rcpt.Provider
 	case errors.As(err, &pe) && pe.Provider != "":
 		j.provider = pe.Provider
 	}

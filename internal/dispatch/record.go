@@ -11,10 +11,8 @@ import (
 	"github.com/msgpulse/msgpulse/internal/claim"
 	"github.com/msgpulse/msgpulse/internal/dispatch/channel"
 	"github.com/msgpulse/msgpulse/internal/provider"
-	"github.com/msgpulse/msgpulse/internal/provider/sms"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
-	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
 // markSent marks the claim sent and records the outcome in one round
@@ -42,7 +40,6 @@ func (d *Dispatcher) markSent(ctx context.Context, j *job) {
 	var recErr error
 	err := d.burst.Do(channel.Urgent(j.level), func(p redis.Scripter) (func() error, error) {
 		marked := j.claim.QueueMarkSent(ctx, p)
-		mapped := d.queueVendorID(ctx, p, j)
 		results := make([]func() (status.Record, error), len(ids))
 		for i, id := range ids {
 			var err error
@@ -50,7 +47,17 @@ func (d *Dispatcher) markSent(ctx context.Context, j *job) {
 				return nil, err
 			}
 		}
+		var own func() error
+		if w, ok := j.ch.(channel.SentWriter); ok {
+			own = w.QueueSent(ctx, p, &j.task)
+		}
 		return func() error {
+			if own != nil {
+				if err := own(); err != nil {
+					d.log.Warn("sent, but could not write the channel's own record of it (an SMS's vendor id: its delivery reports will not be matched)",
+						zap.String("task_id", j.msg.TaskID), zap.Error(err))
+				}
+			}
 			recs, recErr = recs[:0], nil
 			for _, res := range results {
 				rec, err := res()
@@ -59,9 +66,6 @@ func (d *Dispatcher) markSent(ctx context.Context, j *job) {
 					continue
 				}
 				recs = append(recs, rec)
-			}
-			if err := mapped(); err != nil {
-				d.log.Warn("could not keep the vendor's message id; its delivery report will not be matched", zap.String("task_id", j.msg.TaskID), zap.Error(err))
 			}
 			return marked()
 		}, nil
@@ -80,24 +84,6 @@ func (d *Dispatcher) markSent(ctx context.Context, j *job) {
 		d.cfg.Metrics.DeadLettered.WithLabelValues(j.channel, string(j.level), j.provider, ReasonPermanent).Add(float64(n))
 		d.log.Warn("WeCom refused some recipients for good; they are failed", zap.String("task_id", j.msg.TaskID), telemetry.LogField(ctx), zap.Int("refused", n), zap.Int("recipients", len(ids)))
 	}
-}
-
-// reportingVendors are the SMS vendors whose delivery reports come back
-// to the API's hooks, naming the message by the vendor's id.
-var reportingVendors = map[string]bool{sms.NameTwilio: true, sms.NameAliyun: true, sms.NameTencent: true}
-
-// queueVendorID queues, with the sent mark, the write that maps an SMS's
-// vendor message id to its task (lookup.Store), when its vendor reports
-// delivery; a failed write is logged, never decides.
-func (d *Dispatcher) queueVendorID(ctx context.Context, p redis.Scripter, j *job) func() error {
-	if d.cfg.Lookup == nil || j.channel != topology.SMS || j.vendorID == "" || !reportingVendors[j.provider] || len(j.msg.Recipients) > 0 {
-		return func() error { return nil }
-	}
-	done, err := d.cfg.Lookup.QueuePut(ctx, p, j.provider, j.vendorID, j.msg.TaskID)
-	if err != nil {
-		return func() error { return err }
-	}
-	return done
 }
 
 func (d *Dispatcher) logStatusError(taskID string, st status.State, err error) {

@@ -19,7 +19,6 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider"
 	"github.com/msgpulse/msgpulse/internal/receipt"
 	"github.com/msgpulse/msgpulse/internal/receipt/applier"
-	"github.com/msgpulse/msgpulse/internal/receipt/lookup"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/suppression"
 	"github.com/msgpulse/msgpulse/internal/testenv"
@@ -148,11 +147,14 @@ func TestSentSMSKeepsItsVendorID(t *testing.T) {
 	s.StartConsumer("c1", 1)
 	id := s.Notice(topology.SMS, "+15005550006", "hello", nil)
 	waitStatus(t, s, id, status.Sent)
-	got, err := s.Lookup.Task(context.Background(), "twilio", "SM1")
+	got, ok, err := s.Lookup.Get(context.Background(), "twilio", "SM1")
 	require.NoError(t, err)
-	require.Equal(t, id, got)
-	require.NoError(t, a.Apply(context.Background(), receipt.Receipt{TaskID: got, Channel: "sms", Kind: receipt.Delivered, Source: "twilio", Recipient: "+15005550006"}))
+	require.True(t, ok, "the vendor id is kept with sent")
+	require.Equal(t, id, got.TaskID)
+	require.Equal(t, "+15005550006", got.Recipient)
+	require.NoError(t, a.Apply(context.Background(), receipt.Receipt{TaskID: got.TaskID, Channel: "sms", Kind: receipt.Delivered, Source: "twilio", Recipient: got.Recipient}))
 	require.Equal(t, status.Delivered, s.StatusOf(id).Status)
-	_, err = s.Lookup.Task(context.Background(), "recording", "r-1")
-	require.ErrorIs(t, err, lookup.ErrNotFound)
+	_, ok, err = s.Lookup.Get(context.Background(), "recording", "r-1")
+	require.NoError(t, err)
+	require.False(t, ok)
 }

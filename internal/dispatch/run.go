@@ -34,7 +34,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/receipt/applier"
-	"github.com/msgpulse/msgpulse/internal/receipt/lookup"
+	"github.com/msgpulse/msgpulse/internal/receipt/smslookup"
 	"github.com/msgpulse/msgpulse/internal/startup"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/timeline"
@@ -202,10 +202,6 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	if err != nil {
 		return err
 	}
-	vendorIDs, err := lookup.New(redisClient, lookup.Config{Prefix: cfg.RedisPrefix})
-	if err != nil {
-		return err
-	}
 	wa := cfg.WeComAccounts
 	mediaStore, err := media.New(redisClient, media.Config{Prefix: cfg.RedisPrefix, Egress: egress.Policy{AllowPrivate: cfg.CallbackPrivate},
 		FetchTimeout: wa.MediaFetchTimeout, MinRate: int64(wa.MediaMinRate), RateWindow: wa.MediaRateWindow, UploadTimeout: wa.MediaUploadTimeout, CacheTTL: wa.MediaCacheTTL})
@@ -225,7 +221,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	}
 	d, err := New(Config{
 		Model: model, Claims: claims, Status: statuses, Templates: tpl, Keys: keys, Mail: mailer, SMS: smsSender, WeCom: weComCfg,
-		Delayed: delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix).WithExactMax(cfg.LimitExactMax), RateLimits: rateLimits, Callbacks: callbacks, Receipts: receipts, Lookup: vendorIDs,
+		Delayed: delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix).WithExactMax(cfg.LimitExactMax), RateLimits: rateLimits, Callbacks: callbacks, Receipts: receipts, SMSLookup: smslookup.New(redisClient, cfg.RedisPrefix),
 		Redis: redisClient, Fence: fence, SendTimeout: cfg.SendTimeout, MaxMessageBytes: cfg.MaxMessageBytes, Owner: cfg.ConsumerID, Metrics: metrics, DelayMetrics: delayMetrics,
 		Logger: log, Retry: RetryPolicy{MaxRetries: cfg.MaxRetries, Backoff: cfg.RetryBackoff, Throttled: cfg.ThrottledBackoff},
 	})

@@ -18,7 +18,9 @@
 // a secret, wherever it stands (access_token=…, &key=…, "corpsecret" :
 // "…" with any blanks, Signature=…); the credentials of an Authorization
 // header (Bearer …, Basic …, Token …); and header-style values of names
-// that hold secrets (X-Api-Key: …, Authorization: …). It may remove a
+// that hold secrets (X-Api-Key: …, Authorization: …, X-Twilio-Signature:
+// …); the token of an SMS vendor's hook path (/hooks/sms/aliyun/TOKEN),
+// relative as a router or a proxy quotes it. It may remove a
 // little more than a secret, never less.
 //
 // It must never log, and never keep what it removed.
@@ -53,7 +55,10 @@ var (
 	authValue = regexp.MustCompile(`(?i)(\b(?:bearer|basic|token)\s+)[A-Za-z0-9._~+/=-]{6,}`)
 	// A header-style "Name: value" whose name holds a secret: the value up
 	// to the end of the line or a quote (a header value may hold blanks).
-	headerValue = regexp.MustCompile(`(?i)((?:^|[^a-z0-9_-])(?:x-api-key|api[-_]?key|x-auth-token|auth[-_]?token|authorization|proxy-authorization)\s*:[ \t]*)[^\s"'][^"'\r\n]*`)
+	// The SMS vendors' hooks' paths (internal/receipt/smshook), relative:
+	// their last segment is the hook's secret token.
+	hookToken   = regexp.MustCompile(`(/hooks/sms/[a-z]+/)[^\s"'?#/]+`)
+	headerValue = regexp.MustCompile(`(?i)((?:^|[^a-z0-9_-])(?:x-api-key|api[-_]?key|x-auth-token|auth[-_]?token|authorization|proxy-authorization|x-twilio-signature)\s*:[ \t]*)[^\s"'][^"'\r\n]*`)
 )
 
 // Text returns s without the secrets it holds (see the package comment).
@@ -67,6 +72,7 @@ func Text(s string) string {
 	s = jsonValue.ReplaceAllString(s, "${1}"+Mark)
 	s = jsonBare.ReplaceAllString(s, "${1}"+Mark)
 	s = authValue.ReplaceAllString(s, "${1}"+Mark)
+	s = hookToken.ReplaceAllString(s, "${1}"+Mark)
 	return headerValue.ReplaceAllString(s, "${1}"+Mark)
 }
 
@@ -90,6 +96,10 @@ func mayHold(s string) bool {
 			if strings.HasPrefix(s[i:], "://") || secretBefore(s[:i]) {
 				return true
 			}
+		case '/':
+			if strings.HasPrefix(s[i:], "/hooks/sms/") {
+				return true
+			}
 		case 'b', 'B', 't', 'T':
 			if hasFold(s[i:], "bearer") || hasFold(s[i:], "basic") || hasFold(s[i:], "token") {
 				return true
@@ -107,7 +117,7 @@ func secretBefore(s string) bool {
 	if strings.HasSuffix(s, `"`) {
 		return true
 	}
-	for _, n := range []string{"key", "authorization"} {
+	for _, n := range []string{"key", "authorization", "signature"} {
 		if len(s) >= len(n) && strings.EqualFold(s[len(s)-len(n):], n) {
 			return true
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"maps"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/provider"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
@@ -41,6 +43,17 @@ type Channel interface {
 	// Drain makes what is handed off finish as soon as it can: the
 	// consumer is stopping.
 	Drain()
+}
+
+// SentWriter is a channel that writes something of its own when a send
+// succeeded (the SMS channel: the vendor's message id → the task, for
+// delivery reports). The pipeline queues it on the round trip that marks
+// the claim sent and records the status (markSent), so it costs no round
+// trip of its own: QueueSent queues scripts on p and returns what reports
+// their outcome once p ran, or nil when it queued none. A failure is
+// logged, never decides: the message went out.
+type SentWriter interface {
+	QueueSent(ctx context.Context, p redis.Scripter, t *Task) func() error
 }
 
 // Task is one delivery's message as a channel sees it.

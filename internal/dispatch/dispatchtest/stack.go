@@ -39,7 +39,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	rdbpkg "github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/receipt"
-	"github.com/msgpulse/msgpulse/internal/receipt/lookup"
+	"github.com/msgpulse/msgpulse/internal/receipt/smslookup"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/template"
@@ -116,8 +116,9 @@ type Stack struct {
 	// Receipts is the applier consumers started from now on are given
 	// (dispatch.Config.Receipts); nil = none.
 	Receipts receipt.Applier
-	// Lookup is the vendor message id store the consumers write.
-	Lookup *lookup.Store
+	// Lookup is the vendor message id store the consumers write (an
+	// SMS's, with its sent mark).
+	Lookup *smslookup.Store
 	opts   Options
 }
 
@@ -164,8 +165,7 @@ func New(t testing.TB, opts Options) *Stack {
 	require.NoError(t, err)
 	s.Claims, err = claim.New(s.Redis.Client, claim.Config{Prefix: s.Redis.Prefix, Lease: opts.Lease})
 	require.NoError(t, err)
-	s.Lookup, err = lookup.New(s.Redis.Client, lookup.Config{Prefix: s.Redis.Prefix})
-	require.NoError(t, err)
+	s.Lookup = smslookup.New(s.Redis.Client, s.Redis.Prefix)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	s.Session, err = broker.NewSession(broker.Config{URL: s.Broker.URL})
@@ -217,8 +217,6 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	require.NoError(t, err)
 	statuses, err := status.New(rdb, status.Config{Prefix: s.Redis.Prefix})
 	require.NoError(t, err)
-	vendorIDs, err := lookup.New(rdb, lookup.Config{Prefix: s.Redis.Prefix})
-	require.NoError(t, err)
 	mc := mail.DefaultConfig()
 	mc.Host, mc.Port, mc.TLS, mc.From, mc.Timeout = "127.0.0.1", port(t, s.Mail.Addr()), mail.TLSNone, "msgpulse <no-reply@msgpulse.test>", 5*time.Second
 	mailer, err := mail.New(mc, s.opts.Logger)
@@ -262,7 +260,8 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	}
 	d, err := dispatch.New(dispatch.Config{
 		Model: s.Model, Claims: claims, Status: statuses, Templates: tpl, Keys: s.Keys, Mail: m, SMS: sms, WeCom: wc,
-		Delayed: delayed, Limiter: ratelimit.New(rdb, s.Redis.Prefix), RateLimits: rl, Redis: rdb, Fence: s.fence(rdb), Receipts: s.Receipts, Lookup: vendorIDs,
+		SMSLookup: smslookup.New(rdb, s.Redis.Prefix), Receipts: s.Receipts,
+		Delayed: delayed, Limiter: ratelimit.New(rdb, s.Redis.Prefix), RateLimits: rl, Redis: rdb, Fence: s.fence(rdb),
 		Retry: s.opts.Retry, SendTimeout: 5 * time.Second, Owner: name, Metrics: s.Metrics, DelayMetrics: s.DelayMet,
 		Logger: s.opts.Logger.Named(name),
 	})

@@ -92,6 +92,10 @@ type TwilioConfig struct {
 	From                string // sender number; ignored when MessagingServiceSID is set
 	MessagingServiceSID string
 	BaseURL             string // default DefaultTwilioBaseURL
+	// StatusCallback, when set, is the URL Twilio posts each message's
+	// status changes to (PUBLIC_BASE_URL + /hooks/sms/twilio, see
+	// internal/receipt/smshook); "" sends none.
+	StatusCallback string
 }
 
 // ConfigError is one invalid setting, named by its environment variable so

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/msgpulse/msgpulse/internal/provider"
+	"github.com/msgpulse/msgpulse/internal/receipt"
 )
 
 // Twilio Programmable Messaging: create a Message.
@@ -53,6 +54,9 @@ func (t *twilio) SendSMS(ctx context.Context, m provider.SMS) (provider.Receipt,
 		return provider.Receipt{}, &provider.Error{Provider: t.name, Class: provider.Permanent, Code: "empty_text", Message: "twilio sends free text, and the message has none"}
 	}
 	form := url.Values{"To": {m.To}, "Body": {m.Text}}
+	if t.cfg.StatusCallback != "" {
+		form.Set("StatusCallback", t.cfg.StatusCallback)
+	}
 	if t.cfg.MessagingServiceSID != "" {
 		form.Set("MessagingServiceSid", t.cfg.MessagingServiceSID)
 	} else {
@@ -103,5 +107,18 @@ func (t *twilio) SendSMS(ctx context.Context, m provider.SMS) (provider.Receipt,
 	if class == provider.Throttled {
 		pe.RetryAfter = retryAfter(rep.header, t.now())
 	}
+	if e.Code == twilioOptedOut {
+		// The number replied STOP: a receipt in itself. The pipeline
+		// acks the message and suppresses the number (its Unwrap is pe,
+		// so anything that only classifies sees a permanent failure).
+		return provider.Receipt{}, &receipt.RefusedError{Err: pe, Receipt: receipt.Receipt{
+			Channel: "sms", Kind: receipt.Undelivered, Code: code, Detail: pe.Message,
+			Source: NameTwilio, Recipient: m.To, Suppress: receipt.SuppressOptOut,
+		}}
+	}
 	return provider.Receipt{}, pe
 }
+
+// twilioOptedOut is Twilio's "Attempt to send to unsubscribed recipient":
+// the number replied STOP (or another opt-out keyword) to this sender.
+const twilioOptedOut = 21610

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,7 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
+	"github.com/msgpulse/msgpulse/internal/breaker"
 	"github.com/msgpulse/msgpulse/internal/provider"
+	"github.com/msgpulse/msgpulse/internal/receipt"
 )
 
 const (
@@ -70,12 +73,22 @@ func (s *twilioServer) handler(reply func(http.ResponseWriter)) http.HandlerFunc
 		case (f.Get("From") == "") == (f.Get("MessagingServiceSid") == ""):
 			twilioError(400, 21603, "A 'From' or 'MessagingServiceSid' parameter is required to send a message.")(w)
 			return
+		case f.Has("StatusCallback") && !validCallback(f.Get("StatusCallback")):
+			twilioError(400, 21609, "Invalid 'StatusCallback'")(w)
+			return
 		}
 		s.mu.Lock()
 		s.last = f
 		s.mu.Unlock()
 		reply(w)
 	}
+}
+
+// validCallback is Twilio's check of a StatusCallback: a fully qualified
+// http(s) URL of at most 4000 characters whose host has no underscore.
+func validCallback(v string) bool {
+	u, err := url.Parse(v)
+	return err == nil && len(v) <= 4000 && (u.Scheme == "https" || u.Scheme == "http") && u.Host != "" && !strings.Contains(u.Host, "_")
 }
 
 func setupTwilio(t *testing.T, cfg TwilioConfig, reply func(http.ResponseWriter)) (provider.SMSSender, *twilioServer) {
@@ -119,12 +132,13 @@ func TestTwilioSend(t *testing.T) {
 			wantForm: url.Values{"To": {testTo}, "From": {twilioFrom}, "Body": {verifySMS().Text}}},
 		{name: "created with messaging service", cfg: TwilioConfig{MessagingServiceSID: "MG9752274e9e519418a7406176694466fa", From: twilioFrom}, reply: created,
 			wantID: "SM1f0e8ae6ade43cb3c0ce4525424e404f", wantForm: url.Values{"To": {testTo}, "MessagingServiceSid": {"MG9752274e9e519418a7406176694466fa"}, "Body": {verifySMS().Text}}},
+		{name: "StatusCallback when PUBLIC_BASE_URL is set", cfg: TwilioConfig{StatusCallback: "https://msg.example.com/hooks/sms/twilio"}, reply: created,
+			wantID: "SM1f0e8ae6ade43cb3c0ce4525424e404f", wantForm: url.Values{"To": {testTo}, "From": {twilioFrom}, "Body": {verifySMS().Text}, "StatusCallback": {"https://msg.example.com/hooks/sms/twilio"}}},
 		{name: "2xx without sid is still accepted", reply: respond(201, "not json"), wantID: ""},
 		{name: "invalid To: message echoes the number", reply: twilioError(400, 21211, "The 'To' number +8613900001234 is not a valid phone number."),
 			wantErr: &wantErr{class: provider.Permanent, code: "21211"}},
 		{name: "not a mobile number", reply: twilioError(400, 21614, "'To' number is not a valid mobile number"), wantErr: &wantErr{class: provider.Permanent, code: "21614"}},
 		{name: "geo permission", reply: twilioError(400, 21408, "Permission to send an SMS has not been enabled for the region indicated by the 'To' number"), wantErr: &wantErr{class: provider.Permanent, code: "21408"}},
-		{name: "unsubscribed", reply: twilioError(400, 21610, "Attempt to send to unsubscribed recipient"), wantErr: &wantErr{class: provider.Permanent, code: "21610"}},
 		{name: "trial unverified", reply: twilioError(400, 21608, "The number is unverified. Trial accounts cannot send messages to unverified numbers"), wantErr: &wantErr{class: provider.Permanent, code: "21608"}},
 		{name: "too many requests", reply: twilioError(429, 20429, "Too Many Requests", "Retry-After", "3"), wantErr: &wantErr{class: provider.Throttled, code: "20429", retry: 3 * time.Second}},
 		{name: "bare 429", reply: respond(429, ""), wantErr: &wantErr{class: provider.Throttled, code: "429"}},
@@ -165,4 +179,47 @@ func TestTwilioSend(t *testing.T) {
 			}
 		})
 	}
+}
+
+// 21610 at send (the number replied STOP) is a receipt in itself: a
+// RefusedError that suppresses the number as opted out, and, to what only
+// classifies, a permanent failure.
+func TestTwilioOptedOutIsRefused(t *testing.T) {
+	t.Parallel()
+	s, fs := setupTwilio(t, TwilioConfig{}, twilioError(400, 21610, "Attempt to send to unsubscribed recipient"))
+	_, err := s.SendSMS(context.Background(), verifySMS())
+	fs.mu.Lock()
+	require.Equal(t, 1, fs.calls)
+	fs.mu.Unlock()
+	var re *receipt.RefusedError
+	require.ErrorAs(t, err, &re)
+	re.Receipt.Detail = ""
+	require.Equal(t, receipt.Receipt{Channel: "sms", Kind: receipt.Undelivered, Code: "21610", Source: "twilio",
+		Recipient: testTo, Suppress: receipt.SuppressOptOut}, re.Receipt)
+	_ = requireProviderError(t, err, NameTwilio, wantErr{class: provider.Permanent, code: "21610"})
+	require.Equal(t, provider.Permanent, provider.Classify(err))
+}
+
+// The router hands the refusal on as it is, and counts it as a healthy
+// vendor's answer.
+func TestRouterPassesARefusalOn(t *testing.T) {
+	t.Parallel()
+	s, _ := setupTwilio(t, TwilioConfig{}, twilioError(400, 21610, "Attempt to send to unsubscribed recipient"))
+	r, err := NewRouter(s, nil, breaker.Config{FailureThreshold: 1, OpenFor: time.Minute}, nil)
+	require.NoError(t, err)
+	_, err = r.SendSMS(context.Background(), verifySMS())
+	var re *receipt.RefusedError
+	require.ErrorAs(t, err, &re)
+	require.Equal(t, breaker.Closed, r.States()[NameTwilio])
+}
+
+// Without PUBLIC_BASE_URL a send carries no StatusCallback.
+func TestTwilioNoStatusCallbackByDefault(t *testing.T) {
+	t.Parallel()
+	s, fs := setupTwilio(t, TwilioConfig{}, respond(201, `{"sid":"SM1"}`))
+	_, err := s.SendSMS(context.Background(), verifySMS())
+	require.NoError(t, err)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	require.False(t, fs.last.Has("StatusCallback"))
 }

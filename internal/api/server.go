@@ -34,6 +34,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/suppression"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/topology"
@@ -95,6 +96,11 @@ type Deps struct {
 	// Fraud is the SMS pumping guard (FRAUD_GUARD); nil = off, and
 	// /api/fraud/blocks lists nothing.
 	Fraud *fraud.Guard
+	// Suppression is the tenants' suppression list: sends and codes to
+	// a suppressed recipient are refused (422) in the limiter's script,
+	// and /api/suppressions serves it. nil = no list: nothing is
+	// refused, and /api/suppressions answers 501.
+	Suppression *suppression.Store
 }
 
 // Options are the API's behaviour settings.
@@ -274,6 +280,9 @@ func New(d Deps, opts Options) (*Server, error) {
 		{http.MethodGet, "/dlq/stats", apikey.Admin, s.dlqStats},
 		{http.MethodGet, "/fraud/blocks", apikey.Read, s.listFraudBlocks},
 		{http.MethodDelete, "/fraud/blocks/:tenant/:prefix", apikey.Send, s.liftFraudBlock},
+		{http.MethodGet, "/suppressions", apikey.Read, s.listSuppressions},
+		{http.MethodPost, "/suppressions", apikey.Send, s.addSuppression},
+		{http.MethodDelete, "/suppressions/:channel/:recipient", apikey.Send, s.deleteSuppression},
 	} {
 		g.Add(r.method, r.path, r.h, Require(r.scope))
 		s.scopes[[2]string{r.method, "/api" + r.path}] = r.scope

@@ -104,6 +104,9 @@ func (s *Server) listSuppressions(c *echo.Context) error {
 		f.Limit = n
 	}
 	k := Caller(c)
+	if t := q.Get("tenant"); t != "" && !tenantRE.MatchString(t) {
+		return badRequest("tenant must be a tenant's name, as API_KEYS gives it")
+	}
 	switch t := q.Get("tenant"); {
 	case k.Scopes.Has(apikey.Admin):
 		f.Tenant = t // "" is every tenant's
@@ -151,12 +154,12 @@ func (s *Server) addSuppression(c *echo.Context) error {
 	if e := noControl("code", in.Code); e != nil || len(in.Code) > 32 {
 		return badRequest("code must be a short status code such as 5.1.1 or 21610")
 	}
+	if in.Tenant != "" && !tenantRE.MatchString(in.Tenant) {
+		return badRequest("tenant must be a tenant's name, as API_KEYS gives it")
+	}
 	tenant, ok := suppressionTenant(c, in.Tenant)
 	if !ok {
 		return &apiError{Status: http.StatusForbidden, Msg: "a key without the admin scope adds to its own tenant's list only"}
-	}
-	if in.Tenant != "" && !tenantRE.MatchString(in.Tenant) {
-		return badRequest("tenant must be a tenant's name, as API_KEYS gives it")
 	}
 	ctx := c.Request().Context()
 	err := st.Add(ctx, suppression.Entry{Tenant: tenant, Channel: in.Channel, Recipient: rec, Reason: reason, Code: in.Code, At: s.now()})
@@ -189,6 +192,9 @@ func (s *Server) deleteSuppression(c *echo.Context) error {
 	rec, e := normalizeRecipient(channel, recipient)
 	if e != nil {
 		return e
+	}
+	if t := c.QueryParam("tenant"); t != "" && !tenantRE.MatchString(t) {
+		return badRequest("tenant must be a tenant's name, as API_KEYS gives it")
 	}
 	tenant, ok := suppressionTenant(c, c.QueryParam("tenant"))
 	none := notFound("%s %s is not on tenant %s's suppression list", channel, rec, tenant)

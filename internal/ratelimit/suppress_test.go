@@ -102,7 +102,7 @@ func TestTakeUpToLeavesSuppressedUnitsOut(t *testing.T) {
 	require.Equal(t, "unsubscribe", b.Suppressed[3].Reason)
 	// Units 0, 2 and 4 remain; the limit of 2 admits the first two.
 	require.Equal(t, 2, b.Admitted)
-	limitErr(t, b.Refused)
+	require.Equal(t, "per tenant", limitErr(t, b.Refused).Rule)
 	n, err := e.r.Client.ZCard(e.ctx, e.r.Prefix+"ratelimit:{tenant}:log:tenant").Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)

@@ -64,10 +64,22 @@ func alertExprs(t *testing.T) map[string]string {
 	out := map[string]string{}
 	for _, g := range load(t).Groups {
 		for _, r := range g.Rules {
+			if readsPending(r.Expr) {
+				continue // no binary exports it yet (pendingMetrics)
+			}
 			out["alert "+r.Alert] = threshold.ReplaceAllString(r.Expr, "")
 		}
 	}
 	return out
+}
+
+func readsPending(expr string) bool {
+	for _, name := range metricName.FindAllString(expr, -1) {
+		if _, ok := pendingMetrics[name]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // prom is a Prometheus server the test started.
@@ -298,5 +310,9 @@ func TestDashboardAndAlertsQueryARealPrometheus(t *testing.T) {
 			require.NotEqual(t, "err", r.Health, "%s: %s", r.Name, r.LastError)
 		}
 	}
-	require.Equal(t, len(alertExprs(t)), n, "every alert rule loaded")
+	total := 0
+	for _, g := range load(t).Groups {
+		total += len(g.Rules)
+	}
+	require.Equal(t, total, n, "every alert rule loaded, those reading a pending metric too")
 }

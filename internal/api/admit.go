@@ -56,7 +56,8 @@ type admitted struct {
 // stores its status record and its code in the same round trip. When
 // another request holds a's Idempotency-Key, the error is the
 // *ratelimit.OnceError (see onceOf) and nothing was written; any other
-// refusal is an *apiError: 429 for a limit or the fraud guard, 503 (what
+// refusal is an *apiError: 429 for a limit or the fraud guard, 422 for a
+// suppressed recipient, 503 (what
 // could have landed is being undone) when Redis did not answer.
 func (s *Server) admit(ctx context.Context, a candidate) (admitted, error) {
 	insert, err := s.d.Status.InsertCommands(a.record)
@@ -87,6 +88,10 @@ func (s *Server) admit(ctx context.Context, a candidate) (admitted, error) {
 		var ge *ratelimit.GuardError
 		if errors.As(err, &ge) {
 			return admitted{}, s.pumping(ctx, a.record.Tenant, a.number, ge)
+		}
+		var se *ratelimit.SuppressedError
+		if errors.As(err, &se) {
+			return admitted{}, s.suppressed(ctx, a.record.Tenant, a.record.Channel, a.recipient, se)
 		}
 		return admitted{}, s.limited(ctx, err)
 	}
@@ -142,9 +147,11 @@ func (s *Server) undoAdmission(ctx context.Context, a admitted) {
 // admitAs admits one recipient of a message under a given task id; with
 // once, for a request with an Idempotency-Key, its entry too.
 func (s *Server) admitAs(ctx context.Context, caller apikey.Key, req *Message, recipient string, now time.Time, taskID string, once *ratelimit.Once) (admitted, error) {
+	limits := rlRequest(s.noticeRules(caller, req))
+	limits.Suppress = s.suppressCheck(caller.Tenant, req.channel, recipient, false)
 	return s.admit(ctx, candidate{
 		taskID: taskID, recipient: recipient,
-		limits: rlRequest(s.noticeRules(caller, req)),
+		limits: limits,
 		record: acceptedRecord(ctx, caller, req, recipient, taskID, now),
 		once:   once,
 	})
@@ -155,14 +162,24 @@ func (s *Server) admitAs(ctx context.Context, caller apikey.Key, req *Message, r
 // together, in one Limiter.TakeUpTo: one script where a Take per
 // recipient would cost Redis a script and a dozen commands each. The
 // first ones that fit are admitted, as one by one they would be; refused
-// is the limit's 429 for all the others (nil when none was refused). The
+// is the limit's 429 for all the others (nil when none was refused).
+// Suppressed recipients are left out first, each with its 422 in
+// suppressed (by index in recipients): the others are admitted as if they
+// had not been there. The
 // admitted ones' status records are left to Status.CreateBatch, with the
 // batch's task list, in composites of a bounded size: inside the admitting
 // script, a batch's 1,000 records held Redis for about 7 ms in front of
 // every code (issue 22). A non-nil fatal is the 503 (or 500) for the whole
 // batch: what could have landed of these recipients is being undone.
-func (s *Server) admitBulk(ctx context.Context, caller apikey.Key, req *Message, recipients, taskIDs []string, now time.Time) (as []admitted, refused, fatal *apiError) {
-	b, err := s.d.Limiter.TakeUpTo(ctx, rlRequest(s.noticeRules(caller, req)), make([][]rdb.Command, len(recipients)))
+func (s *Server) admitBulk(ctx context.Context, caller apikey.Key, req *Message, recipients, taskIDs []string, now time.Time) (as []admitted, suppressed map[int]*apiError, refused, fatal *apiError) {
+	limits := rlRequest(s.noticeRules(caller, req))
+	if s.suppressCheck(caller.Tenant, req.channel, "", false) != nil {
+		limits.SuppressEach = make([]*ratelimit.Suppress, len(recipients))
+		for i, r := range recipients {
+			limits.SuppressEach[i] = s.suppressCheck(caller.Tenant, req.channel, r, false)
+		}
+	}
+	b, err := s.d.Limiter.TakeUpTo(ctx, limits, make([][]rdb.Command, len(recipients)))
 	if err != nil {
 		// On one Redis the script is not a transaction, and on a Redis
 		// Cluster the units admitted before the error hold reservations
@@ -170,22 +187,32 @@ func (s *Server) admitBulk(ctx context.Context, caller apikey.Key, req *Message,
 		for i := range b.Admitted {
 			s.rollbackLater(ctx, undo{reservation: b.Reservation(i)})
 		}
-		return nil, nil, s.limited(ctx, err)
+		return nil, nil, nil, s.limited(ctx, err)
 	}
-	as = make([]admitted, b.Admitted)
-	for i := range as {
+	as = make([]admitted, 0, b.Admitted)
+	for i := range recipients {
+		if se := b.Suppressed[i]; se != nil {
+			if suppressed == nil {
+				suppressed = map[int]*apiError{}
+			}
+			suppressed[i] = s.suppressed(ctx, caller.Tenant, req.channel, recipients[i], se)
+			continue
+		}
+		if len(as) == b.Admitted {
+			continue
+		}
 		rec := acceptedRecord(ctx, caller, req, recipients[i], taskIDs[i], now)
-		as[i] = admitted{recipient: recipients[i], taskID: taskIDs[i], res: b.Reservation(i), record: &rec}
+		as = append(as, admitted{recipient: recipients[i], taskID: taskIDs[i], res: b.Reservation(len(as)), record: &rec})
 	}
 	if b.Refused != nil {
 		refused = s.limited(ctx, b.Refused)
-	} else if b.Admitted < len(recipients) {
+	} else if b.Admitted+len(b.Suppressed) < len(recipients) {
 		// TakeUpTo refuses every unit it does not admit; anything else is
 		// a bug, and nothing of the batch is kept for it.
 		for _, r := range b.Reservations() {
 			s.rollbackLater(ctx, undo{reservation: r})
 		}
-		return nil, nil, internal(fmt.Errorf("frequency control admitted %d of %d recipients and refused none", b.Admitted, len(recipients)))
+		return nil, nil, nil, internal(fmt.Errorf("frequency control admitted %d of %d recipients and refused none", b.Admitted, len(recipients)))
 	}
-	return as, refused, nil
+	return as, suppressed, refused, nil
 }

@@ -272,15 +272,20 @@ func (s *Server) admitRecipients(ctx context.Context, caller apikey.Key, req *Me
 			recipients[j] = entries[i].recipient
 			ids[j] = taskID(recipients[j])
 		}
-		as, refused, fatal := s.admitBulk(ctx, caller, req, recipients, ids, now)
+		as, suppressed, refused, fatal := s.admitBulk(ctx, caller, req, recipients, ids, now)
 		if fatal != nil {
 			s.rollbackBatch(ctx, failedBatch{id: batchID, accepted: admittedSoFar(), held: held})
 			return admittedBatch{}, fatal
 		}
+		next := 0
 		for j, i := range rest {
-			if j < len(as) {
-				entries[i].a = &as[j]
-			} else {
+			switch {
+			case suppressed[j] != nil:
+				entries[i].e = suppressed[j]
+			case next < len(as):
+				entries[i].a = &as[next]
+				next++
+			default:
 				entries[i].e = refused
 			}
 		}

@@ -40,6 +40,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/receipt/smslookup"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/suppression"
 	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/testenv"
 	"github.com/msgpulse/msgpulse/internal/topology"
@@ -67,6 +68,8 @@ type harness struct {
 	guard   *fraud.Guard
 	// applied records what the SMS hooks applied (options.smsHooks)
 	applied *recordingApplier
+	// suppression is the API's list (Deps.Suppression)
+	suppression *suppression.Store
 	// apiRedis is the client the API uses: redis.Client, or one through
 	// options.redisVia
 	apiRedis redis.UniversalClient
@@ -245,12 +248,14 @@ func setup(t *testing.T, o options) *harness {
 	}
 	h.guard, err = fraud.New(h.apiRedis, h.redis.Prefix, o.fraud, h.limiter.ClockOffset)
 	require.NoError(t, err)
+	h.suppression, err = suppression.New(h.apiRedis, suppression.Config{Prefix: h.redis.Prefix})
+	require.NoError(t, err)
 	fence, err := rdb.NewFence(h.apiRedis, rdb.FenceConfig{Replicas: o.waitReplicas, Prefix: h.redis.Prefix})
 	require.NoError(t, err)
 	t.Cleanup(fence.Close)
 	h.srv, err = New(Deps{
 		// Stack traces as in production (logging.New): on errors only.
-		Log: zap.New(core, zap.AddStacktrace(zapcore.ErrorLevel)), Model: m, Publisher: pub, Delayed: delay.NewPublisher(bp, planner, m.Delay, nil), Fraud: h.guard,
+		Log: zap.New(core, zap.AddStacktrace(zapcore.ErrorLevel)), Model: m, Publisher: pub, Delayed: delay.NewPublisher(bp, planner, m.Delay, nil), Fraud: h.guard, Suppression: h.suppression,
 		Limiter: h.limiter, RateLimits: rl, Codes: codes, Status: st, Redis: h.apiRedis, Templates: tpl,
 		Registry: reg, Claims: claims, DLQ: CachedDLQStats(s, m, st, 0), Fence: fence,
 		Inspect: func(ctx context.Context, names []string) ([]broker.QueueState, error) {

@@ -114,7 +114,10 @@ func (s *Server) verifyRequest(key apikey.Key, r *VerificationCodeRequest) ratel
 	}
 	return ratelimit.Request{
 		Guard: guard,
-		Rules: nonEmpty(rules),
+		// A code to a recipient on the tenant's suppression list is
+		// refused in the same script, unless it only unsubscribed.
+		Suppress: s.suppressCheck(key.Tenant, r.Channel, r.Recipient, true),
+		Rules:    nonEmpty(rules),
 		// The cooldown also makes two identical requests at the same moment
 		// create one code: the second finds the first's cooldown.
 		Cooldown: &ratelimit.Cooldown{Name: "resend cooldown", Key: cooldownKey(tag, r.Purpose), Tag: tag, For: L.ResendInterval},

@@ -26,6 +26,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/startup"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/suppression"
 	"github.com/msgpulse/msgpulse/internal/timeline"
 	"github.com/msgpulse/msgpulse/internal/verify"
 )
@@ -114,11 +115,17 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	// The suppression list: the limiter's script refuses codes and sends
+	// to its recipients, /api/suppressions and the console serve it.
+	suppressions, err := suppression.New(redisClient, suppression.Config{Prefix: cfg.RedisPrefix})
+	if err != nil {
+		return err
+	}
 	if !guard.On() {
 		log.Warn("FRAUD_GUARD=off: nothing watches SMS codes for pumping (blocks in force still end on their own and can be lifted)")
 	}
 	srv, err := New(Deps{
-		Log: log, Model: model, Publisher: pub, Delayed: delayed, Limiter: limiter, Fraud: guard,
+		Log: log, Model: model, Publisher: pub, Delayed: delayed, Limiter: limiter, Fraud: guard, Suppression: suppressions,
 		RateLimits: rateLimits, Codes: codes, Status: statuses, Redis: redisClient, Templates: tpl, Registry: reg, Claims: claims,
 		Fence:    fence,
 		DLQ:      CachedDLQStats(session, model, statuses, 5*time.Second),
@@ -156,6 +163,7 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		Rates:        queueRates(mc, vhost),
 		Accounts:     srv.WeComAccountStates, // the reader behind /api/queues/stats' wecomAccounts
 		Fraud:        guard,                  // the blocks GET /api/fraud/blocks lists
+		Suppressions: suppressions,           // the list GET /api/suppressions reads
 		Authenticate: srv.KeyOf,
 		Lookup:       srv.KeyNamed,
 		ClientIP:     srv.ClientIP,

@@ -35,6 +35,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/receipt/smshook"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/suppression"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/topology"
@@ -99,6 +100,11 @@ type Deps struct {
 	// SMSHooks are the SMS vendors' delivery-report hooks under
 	// /hooks/sms/ (smshook.Hooks); nil = none, and those paths are 404.
 	SMSHooks *smshook.Hooks
+	// Suppression is the tenants' suppression list: sends and codes to
+	// a suppressed recipient are refused (422) in the limiter's script,
+	// and /api/suppressions serves it. nil = no list: nothing is
+	// refused, and /api/suppressions answers 501.
+	Suppression *suppression.Store
 }
 
 // Options are the API's behaviour settings.
@@ -287,6 +293,9 @@ func New(d Deps, opts Options) (*Server, error) {
 		{http.MethodGet, "/dlq/stats", apikey.Admin, s.dlqStats},
 		{http.MethodGet, "/fraud/blocks", apikey.Read, s.listFraudBlocks},
 		{http.MethodDelete, "/fraud/blocks/:tenant/:prefix", apikey.Send, s.liftFraudBlock},
+		{http.MethodGet, "/suppressions", apikey.Read, s.listSuppressions},
+		{http.MethodPost, "/suppressions", apikey.Send, s.addSuppression},
+		{http.MethodDelete, "/suppressions/:channel/:recipient", apikey.Send, s.deleteSuppression},
 	} {
 		g.Add(r.method, r.path, r.h, Require(r.scope))
 		s.scopes[[2]string{r.method, "/api" + r.path}] = r.scope

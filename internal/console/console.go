@@ -69,6 +69,9 @@ type Deps struct {
 	// Fraud lists and lifts the SMS fraud guard's blocks; nil hides the
 	// page.
 	Fraud Fraud
+	// Suppressions lists the tenants' suppression lists and removes
+	// entries; nil hides the page.
+	Suppressions Suppressions
 }
 
 // Rates are one queue's messages per second in (published) and out
@@ -201,6 +204,10 @@ func (c *Console) routes() {
 		m.HandleFunc("GET /console/fraud", c.authed(c.fraudPage))
 		m.HandleFunc("GET /console/fraud/lift", c.authed(c.fraudLiftPage))
 		m.HandleFunc("POST /console/fraud/lift", c.authed(c.fraudLift))
+	}
+	if c.d.Suppressions != nil {
+		m.HandleFunc("GET /console/suppressions", c.authed(c.suppressionsPage))
+		m.HandleFunc("POST /console/suppressions/remove", c.authed(c.suppressionRemove))
 	}
 	c.mux = m
 }
@@ -357,6 +364,7 @@ func (c *Console) render(w http.ResponseWriter, code int, page string, rq *reque
 	data["Now"] = c.now().UTC()
 	data["Running"] = c.running()
 	data["FraudPage"] = c.d.Fraud != nil
+	data["SuppressionsPage"] = c.d.Suppressions != nil
 	var b strings.Builder
 	if err := t.ExecuteTemplate(&b, "layout", data); err != nil {
 		c.log.Error("render", zap.String("page", page), zap.Error(err))
@@ -373,7 +381,7 @@ func (c *Console) fail(w http.ResponseWriter, rq *request, code int, err error) 
 	c.render(w, code, "error", rq, map[string]any{"Error": err.Error()})
 }
 
-var pageNames = []string{"login", "error", "queues", "dlq", "dlqlist", "dlqshow", "confirm", "purge", "job", "message", "fraud", "fraudlift"}
+var pageNames = []string{"login", "error", "queues", "dlq", "dlqlist", "dlqshow", "confirm", "purge", "job", "message", "fraud", "fraudlift", "suppressions"}
 
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{

@@ -56,6 +56,9 @@ type harness struct {
 	accounts func(ctx context.Context) ([]accountstate.State, error)
 	// fraud is Deps.Fraud of the consoles serve builds (nil: none).
 	fraud console.Fraud
+	// suppressions is Deps.Suppressions of the consoles serve builds
+	// (nil: none).
+	suppressions console.Suppressions
 }
 
 func setup(t *testing.T) *harness { t.Helper(); return setupModel(t, nil) }
@@ -107,6 +110,7 @@ func (h *harness) serve(t *testing.T, apiKeys []apikey.Key, adjust func(*console
 		Lookup:       set.ByName,
 		Accounts:     h.accounts,
 		Fraud:        h.fraud,
+		Suppressions: h.suppressions,
 	})
 	require.NoError(t, err)
 	t.Cleanup(con.Close)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/redis/go-redis/v9"
 
@@ -13,8 +14,13 @@ import (
 
 // Bulk is what TakeUpTo admitted of a request's units.
 type Bulk struct {
-	// Admitted is how many units were admitted: the first ones, in order.
+	// Admitted is how many units were admitted: the first ones, in order,
+	// of those not Suppressed.
 	Admitted int
+	// Suppressed are the units (0-based, of the request's) refused by
+	// their Request.SuppressEach: left out, as if they had not been
+	// asked for, and nothing recorded for them.
+	Suppressed map[int]*SuppressedError
 	// Refused is the *LimitError of unit Admitted+1, the one every later
 	// unit would get too; nil when all were admitted.
 	Refused error
@@ -62,12 +68,16 @@ func (b Bulk) Reservations() []*Reservation { return b.res }
 // rdb.FailFast): unlike Take's, it does not recognise a second run of
 // itself.
 func (l *Limiter) TakeUpTo(ctx context.Context, req Request, each [][]rdb.Command) (Bulk, error) {
-	if req.Cooldown != nil || req.Once != nil || len(req.Then) > 0 || req.Guard != nil {
-		return Bulk{}, errors.New("ratelimit: take up to: no cooldown, once, guard or Then in a bulk request (give each unit's writes in each)")
+	if req.Cooldown != nil || req.Once != nil || len(req.Then) > 0 || req.Guard != nil || req.Suppress != nil {
+		return Bulk{}, errors.New("ratelimit: take up to: no cooldown, once, guard, suppress or Then in a bulk request (give each unit's writes in each, its check in SuppressEach)")
 	}
 	n := len(each)
 	if n == 0 {
 		return Bulk{}, nil
+	}
+	sup, except, err := bulkSuppress(req.SuppressEach, n)
+	if err != nil {
+		return Bulk{}, err
 	}
 	per := len(each[0])
 	for i, cmds := range each {
@@ -83,7 +93,7 @@ func (l *Limiter) TakeUpTo(ctx context.Context, req Request, each [][]rdb.Comman
 	if err != nil {
 		return Bulk{}, err
 	}
-	if len(p.keys) == 0 && per == 0 {
+	if len(p.keys) == 0 && per == 0 && len(sup) == 0 {
 		res.Units = n
 		return Bulk{Admitted: n, res: []*Reservation{res}}, nil
 	}
@@ -93,7 +103,14 @@ func (l *Limiter) TakeUpTo(ctx context.Context, req Request, each [][]rdb.Comman
 		res.Marks = []string{mk}
 		keys = append(keys, mk)
 	}
-	args = append(args, n, per)
+	args = append(args, n, per, len(sup), len(except))
+	for _, r := range except {
+		args = append(args, r)
+	}
+	for _, u := range sup {
+		keys = append(keys, req.SuppressEach[u].Key)
+		args = append(args, u+1)
+	}
 	for _, cmds := range each {
 		for _, c := range cmds {
 			args = append(args, len(c))
@@ -104,25 +121,29 @@ func (l *Limiter) TakeUpTo(ctx context.Context, req Request, each [][]rdb.Comman
 	if err != nil {
 		return Bulk{}, fmt.Errorf("ratelimit: take up to: %w", err)
 	}
-	if len(raw) == 4 && raw[0] == int64(1) {
-		out, err := refusal(raw)
+	if len(raw) == 5 && raw[0] == int64(1) {
+		out, err := refusal(raw[:4])
 		if err != nil {
 			return Bulk{}, err
 		}
-		return Bulk{Refused: limitError(req, out, p.ruleIdx, p.winIdx)}, nil
+		return Bulk{Refused: limitError(req, out, p.ruleIdx, p.winIdx), Suppressed: bulkSuppressed(raw[4])}, nil
 	}
-	if (len(raw) != 3 && len(raw) != 6) || raw[0] != int64(0) {
+	if (len(raw) != 4 && len(raw) != 7) || raw[0] != int64(0) {
 		return Bulk{}, fmt.Errorf("ratelimit: take up to: unexpected reply %v", raw)
 	}
 	k, _ := raw[2].(int64)
 	res.Replies, _ = raw[1].([]any)
-	if k < 1 || int(k) > n || len(res.Replies) != int(k)*per {
+	suppressed := bulkSuppressed(raw[3])
+	if k == 0 && len(suppressed) == n {
+		return Bulk{Suppressed: suppressed}, nil
+	}
+	if k < 1 || int(k) > n-len(suppressed) || len(res.Replies) != int(k)*per {
 		return Bulk{}, fmt.Errorf("ratelimit: take up to: %d units admitted of %d, %d replies", k, n, len(res.Replies))
 	}
 	res.Units = int(k)
-	b := Bulk{Admitted: int(k), res: []*Reservation{res}}
-	if len(raw) == 6 {
-		out, err := refusal([]any{int64(1), raw[3], raw[4], raw[5]})
+	b := Bulk{Admitted: int(k), res: []*Reservation{res}, Suppressed: suppressed}
+	if len(raw) == 7 {
+		out, err := refusal([]any{int64(1), raw[4], raw[5], raw[6]})
 		if err != nil {
 			return Bulk{}, err
 		}
@@ -135,10 +156,21 @@ func (l *Limiter) TakeUpTo(ctx context.Context, req Request, each [][]rdb.Comman
 // refused.
 func (l *Limiter) takeEach(ctx context.Context, req Request, each [][]rdb.Command) (Bulk, error) {
 	var b Bulk
-	for _, cmds := range each {
+	for i, cmds := range each {
 		r := req
-		r.Then = cmds
+		r.Then, r.SuppressEach = cmds, nil
+		if len(req.SuppressEach) > 0 {
+			r.Suppress = req.SuppressEach[i]
+		}
 		res, err := l.Take(ctx, r)
+		var se *SuppressedError
+		if errors.As(err, &se) {
+			if b.Suppressed == nil {
+				b.Suppressed = map[int]*SuppressedError{}
+			}
+			b.Suppressed[i] = se
+			continue
+		}
 		if errors.Is(err, ErrLimited) {
 			b.Refused = err
 			return b, nil
@@ -157,14 +189,19 @@ func (l *Limiter) takeEach(ctx context.Context, req Request, each [][]rdb.Comman
 // n), records k (each log gets members ID:1 … ID:k, each counter k, the
 // mark once), and runs the first k units' commands.
 //
-// KEYS: per rule its log and its counter, then the mark when ARGV[4] > 0.
+// KEYS: per rule its log and its counter, then the mark when ARGV[4] > 0,
+// then the suppression entries of the units checked.
 // ARGV: reservation id, 0 (no cooldown), number of rules, mark ms, the
 // clock's offset ms (Limiter.Advance), then per rule its windows as
-// takeScript's, then n, the commands per unit, and the
+// takeScript's, then n, the commands per unit, the number of units
+// checked for suppression, the number of reasons that do not refuse and
+// those reasons, the checked units' 1-based positions, and the
 // units' commands (words, then the words) in order.
-// Returns {1, rule, window, retry ms} when not even one unit fits, else
-// {0, replies, k}, followed by unit k+1's rule, window and retry ms when
-// k < n. Unit k+1's refusal is what takeScript would answer for one more
+// A suppressed unit (suppress.go) is left out first: n and k count the
+// others. sup is a list of {unit, reason, code, task, at}.
+// Returns {1, rule, window, retry ms, sup} when not even one unit fits,
+// else {0, replies, k, sup}, followed by unit k+1's rule, window and retry
+// ms when k < n. Unit k+1's refusal is what takeScript would answer for one more
 // request with the k counted: the longest wait among the windows it would
 // overflow.
 var takeUpToScript = redis.NewScript(counterLua + `
@@ -188,7 +225,26 @@ for r = 1, nrules do
 end
 local n = tonumber(ARGV[a])
 local per = tonumber(ARGV[a + 1])
-a = a + 2
+local nsup, nexc = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+a = a + 4
+local exc = {}
+for i = 1, nexc do exc[ARGV[a + i - 1]] = true end
+a = a + nexc
+local kb = 2 * nrules
+if markms > 0 then kb = kb + 1 end
+local skip, sup = {}, {}
+for i = 1, nsup do
+  local u = tonumber(ARGV[a + i - 1])
+  local e = redis.call('HMGET', KEYS[kb + i], 'reason', 'code', 'task', 'at')
+  if e[1] and not exc[e[1]] then
+    skip[u] = true
+    sup[#sup + 1] = {u, e[1], e[2] or '', e[3] or '', e[4] or ''}
+  end
+end
+a = a + nsup
+local units = n
+n = n - #sup
+if n == 0 then return {0, {}, 0, sup} end
 local k = n
 local spans, counted, rooms = {}, {}, {}
 for r = 1, nrules do
@@ -246,7 +302,7 @@ if k < n then
     end
   end
 end
-if k == 0 then return {1, best[1], best[2], best[3]} end
+if k == 0 then return {1, best[1], best[2], best[3], sup} end
 for r = 1, nrules do
   if spans[r] > 0 then
     local key = KEYS[2 * r - 1]
@@ -269,11 +325,63 @@ if markms > 0 then
   redis.call('SET', KEYS[2 * nrules + 1], nows, 'PX', ARGV[4])
 end
 local replies = {}
-for c = 1, k * per do
-  local nw = tonumber(ARGV[a])
-  replies[c] = redis.call(unpack(ARGV, a + 1, a + nw))
-  a = a + 1 + nw
+local done = 0
+for u = 1, units do
+  if done >= k then break end
+  for c = 1, per do
+    local nw = tonumber(ARGV[a])
+    if not skip[u] then replies[#replies + 1] = redis.call(unpack(ARGV, a + 1, a + nw)) end
+    a = a + 1 + nw
+  end
+  if not skip[u] then done = done + 1 end
 end
-if best then return {0, replies, k, best[1], best[2], best[3]} end
-return {0, replies, k}
+if best then return {0, replies, k, sup, best[1], best[2], best[3]} end
+return {0, replies, k, sup}
 `)
+
+// bulkSuppress checks TakeUpTo's SuppressEach: nil, or one per unit (nil
+// for a unit not checked), every check with the same exceptions, which
+// the script is given once. It returns the checked units and the
+// exceptions.
+func bulkSuppress(each []*Suppress, n int) (units []int, except []string, err error) {
+	if len(each) == 0 {
+		return nil, nil, nil
+	}
+	if len(each) != n {
+		return nil, nil, fmt.Errorf("ratelimit: take up to: %d suppression checks for %d units", len(each), n)
+	}
+	first := true
+	for i, s := range each {
+		if s == nil {
+			continue
+		}
+		if err := s.check(); err != nil {
+			return nil, nil, err
+		}
+		if first {
+			except, first = s.Except, false
+		} else if !slices.Equal(except, s.Except) {
+			return nil, nil, errors.New("ratelimit: take up to: the units' suppression checks must have the same exceptions")
+		}
+		units = append(units, i)
+	}
+	return units, except, nil
+}
+
+// bulkSuppressed reads the bulk script's list of suppressed units.
+func bulkSuppressed(v any) map[int]*SuppressedError {
+	list, _ := v.([]any)
+	if len(list) == 0 {
+		return nil
+	}
+	out := make(map[int]*SuppressedError, len(list))
+	for _, x := range list {
+		e, _ := x.([]any)
+		if len(e) != 5 {
+			continue
+		}
+		u, _ := e[0].(int64)
+		out[int(u)-1] = suppressedReply([]any{int64(1), int64(-2), e[1], e[2], e[3], e[4]})
+	}
+	return out
+}

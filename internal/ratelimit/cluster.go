@@ -25,12 +25,13 @@ import (
 // slotGroup is the part of a request whose keys share a hash tag.
 type slotGroup struct {
 	tag   string
-	keys  []string // per rule its log and counter, then the cooldown key when hasCD, then mark, then the guard's
+	keys  []string // per rule its log and counter, then the cooldown key when hasCD, then mark, then the suppression entry, then the guard's
 	rules []int    // the script's 1-based rule positions in the whole request
 	args  []any    // per rule: window count, then (length, limit, mode) triples
 	hasCD bool
 	mark  string // the reservation's mark when a window of the group is counted, or it has the guard
 	guard bool   // the request's guard is here
+	sup   bool   // the request's suppression entry is here
 }
 
 // hashTag returns what Redis Cluster hashes for key: the part between the
@@ -80,6 +81,11 @@ func (l *Limiter) groupBySlot(p prepared, cooldownKey, id string) []*slotGroup {
 	if cooldownKey != "" {
 		group(cooldownKey).hasCD = true
 	}
+	if p.supKey != "" {
+		// A group of its own unless it shares a rule's tag (a code's
+		// per-recipient rule): it writes nothing, so it needs no mark.
+		group(p.supKey).sup = true
+	}
 	if len(p.guardKeys) > 0 {
 		g := group(p.guardKeys[0])
 		g.guard = true
@@ -93,6 +99,9 @@ func (l *Limiter) groupBySlot(p prepared, cooldownKey, id string) []*slotGroup {
 		}
 		if g.mark != "" {
 			g.keys = append(g.keys, g.mark)
+		}
+		if g.sup {
+			g.keys = append(g.keys, p.supKey)
 		}
 		if g.guard {
 			g.keys = append(g.keys, p.guardKeys...)
@@ -120,7 +129,7 @@ func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req R
 	)
 	err := rdb.Pipelined(ctx, cc, func(p redis.Pipeliner) (func() error, error) {
 		if o := req.Once; o != nil {
-			oargs := []any{o.Digest, o.IDs, res.ID, int64(0), 0, int64(0), args[4], 0}
+			oargs := []any{o.Digest, o.IDs, res.ID, int64(0), 0, int64(0), args[4], 0, 0} // no rules, suppression check nor guard
 			then := o.reserve(res.OnceKey, res.ID)
 			oargs = append(oargs, len(then))
 			for _, c := range then {
@@ -140,6 +149,11 @@ func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req R
 				mark = args[3]
 			}
 			gargs := append([]any{res.ID, cd, len(g.rules), mark, args[4]}, g.args...)
+			if g.sup {
+				gargs = append(gargs, pr.sup...)
+			} else {
+				gargs = append(gargs, 0)
+			}
 			if g.guard {
 				gargs = append(gargs, pr.guard...)
 			} else {
@@ -209,12 +223,17 @@ func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req R
 	// a group counts once and is not refused by its own cooldown.
 	var refused []int64
 	var failed []error
+	var suppressed *SuppressedError
 	for i, g := range groups {
 		if errs[i] != nil {
 			failed = append(failed, errs[i])
 			continue
 		}
 		if len(replies[i]) == 2 && replies[i][0] == int64(0) {
+			continue
+		}
+		if se := suppressedReply(replies[i]); se != nil {
+			suppressed = se
 			continue
 		}
 		out, err := refusal(replies[i])
@@ -232,12 +251,17 @@ func (l *Limiter) takeSpread(ctx context.Context, cc *redis.ClusterClient, req R
 	if onceErr != nil {
 		failed = append(failed, onceErr)
 	}
-	if refused != nil || len(failed) > 0 {
+	if refused != nil || suppressed != nil || len(failed) > 0 {
 		// Undo whatever the admitting groups reserved; a refusing group
 		// reserved nothing, and rollback of an absent member is a no-op.
 		rerr := l.undoRefused(context.WithoutCancel(ctx), cc, res, undoOnce)
 		if len(failed) > 0 {
 			return nil, fmt.Errorf("ratelimit: take: %w", errors.Join(append(failed, rerr)...))
+		}
+		if suppressed != nil {
+			// The recipient's suppression says more than any limit: it
+			// lasts until it is removed.
+			return nil, withLeftBehind(suppressed, req, res, rerr)
 		}
 		return nil, withLeftBehind(limitError(req, refused, ruleIdx, winIdx), req, res, rerr)
 	}
@@ -284,11 +308,14 @@ func withLeftBehind(err error, req Request, res *Reservation, undoErr error) err
 	}
 	var le *LimitError
 	var ge *GuardError
+	var se *SuppressedError
 	switch {
 	case errors.As(err, &le):
 		le.LeftBehind = leftBehind(req, res, undoErr)
 	case errors.As(err, &ge):
 		ge.LeftBehind = leftBehind(req, res, undoErr)
+	case errors.As(err, &se):
+		se.LeftBehind = leftBehind(req, res, undoErr)
 	}
 	return err
 }

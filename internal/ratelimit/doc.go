@@ -31,6 +31,12 @@
 // blocked. It must never count a refused request, and never block a
 // destination on another's counts.
 //
+// A Take may also carry a Suppress (suppress.go), and a TakeUpTo one per
+// unit: the same script reads the recipient's suppression entry and
+// refuses the request (a *SuppressedError) before anything is counted or
+// written. It must never write an entry, and never refuse for a reason
+// the check excepts (an unsubscribe, for a code).
+//
 // The take script also keeps the API's Idempotency-Key entries (Once): a
 // request finds its key's entry, or reserves it, in the Take it runs
 // anyway. It must never let two requests hold one entry, never reserve an

@@ -126,7 +126,7 @@ func (g *Guard) check() error {
 
 // guardLua is the take script's guard (takeLua), after its rules: it reads
 // the guard's words at ARGV[a] (a count, 0 = no guard) and its keys after
-// the cooldown and the mark. Unless the script runs again for its own
+// the cooldown, the mark and the suppression entry (suppress.go). Unless the script runs again for its own
 // reservation, it refuses when the destination is blocked, or blocks it
 // now (a write even though the request is refused: the block is the
 // destination's state, not the request's) when its counts say so, and
@@ -136,7 +136,7 @@ const guardLua = `
 local gcw, gsent = nil, nil
 local ng = tonumber(ARGV[a]) or 0
 if ng > 0 then
-  local gb = 2 * nrules
+  local gb = 2 * nrules + supk
   if cdms > 0 then gb = gb + 1 end
   if markms > 0 then gb = gb + 1 end
   gsent = KEYS[gb + 1]

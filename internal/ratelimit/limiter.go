@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -55,19 +56,22 @@ func ceilMS(d time.Duration) int64 {
 //
 // KEYS: per rule its log and its counter (counter.go), then the cooldown
 // key when ARGV[2] > 0, then the reservation's mark when ARGV[4] > 0, then
-// the guard's three keys when it has one (guard.go).
+// the suppression entry when it has one (suppress.go), then the guard's
+// three keys when it has one (guard.go).
 // ARGV: reservation id, cooldown ms (0 = none), number of rules, mark ms
 // (0 = no counter window), the clock's offset ms (Limiter.Advance; 0),
 // then per rule: number of windows, then (length ms, limit, mode) per
 // window, mode 0 for an exact window (the log), 1 for a counted one. After
-// the rules: the guard's words (a count, 0 = none: guard.go), then the
+// the rules: the suppression check's words (a count, 0 = none:
+// suppress.go), the guard's words (a count, 0 = none: guard.go), then the
 // number of Then commands, then per command its number of words and the
 // words.
 // Returns {0, replies} when admitted (replies: one per Then command), else
 // {1, rule, window, retry ms} for the violation with the longest retry
 // (rule 0 = the cooldown); rule and window are 1-based positions in the
 // arguments; or the guard's refusal, {1, -1, reason, retry ms, sent,
-// verified, started}, when it is the longest.
+// verified, started}, when it is the longest; or, before any of them, the
+// suppression check's {1, -2, reason, code, task, at}.
 //
 // An exact window is (now-length, now]. Its entries are the highest-scored
 // ones of the log, so when count >= limit the entry whose departure makes
@@ -166,7 +170,7 @@ if markms == 0 and cdms == 0 and firstlog ~= nil then
     best = nil
   end
 end
-` + guardLua + `
+` + suppressLua + guardLua + `
 if best then return best end
 for r = 1, nrules do
   if again then break end
@@ -217,12 +221,16 @@ type prepared struct {
 	// keys, which follow the cooldown and the mark.
 	guard     []any
 	guardKeys []string
+	// sup are the suppression check's words (just its count, 0, without
+	// one) and supKey its entry, which follows the mark.
+	sup    []any
+	supKey string
 }
 
 // prepare checks req and turns it into the scripts' keys and arguments,
 // filling res's Keys, Counters and CooldownKey.
 func (l *Limiter) prepare(req Request, res *Reservation) (prepared, error) {
-	p := prepared{args: []any{res.ID, int64(0), 0, int64(0), l.offset.Load()}, guard: []any{0}}
+	p := prepared{args: []any{res.ID, int64(0), 0, int64(0), l.offset.Load()}, guard: []any{0}, sup: []any{0}}
 	seen := make(map[string]bool, len(req.Rules))
 	for i, r := range req.Rules {
 		if r.Key == "" {
@@ -291,6 +299,12 @@ func (l *Limiter) prepare(req Request, res *Reservation) (prepared, error) {
 		}
 		p.guard, p.guardKeys = g.args(), g.keys()
 	}
+	if sp := req.Suppress; sp != nil {
+		if err := sp.check(); err != nil {
+			return p, err
+		}
+		p.sup, p.supKey = sp.args(), sp.Key
+	}
 	if p.markTag != "" {
 		p.args[3] = ceilMS(markTTL)
 	}
@@ -305,6 +319,9 @@ func (l *Limiter) Take(ctx context.Context, req Request) (*Reservation, error) {
 	// when two replicas take in the same millisecond.
 	id := rand.Text()
 	res := &Reservation{ID: id}
+	if len(req.SuppressEach) > 0 {
+		return nil, errors.New("ratelimit: take: SuppressEach is TakeUpTo's; a Take checks its one Suppress")
+	}
 	p, err := l.prepare(req, res)
 	if err != nil {
 		return nil, err
@@ -316,7 +333,7 @@ func (l *Limiter) Take(ctx context.Context, req Request) (*Reservation, error) {
 		}
 		res.OnceKey = l.onceKey(req.Once.Key)
 	}
-	if len(keys) == 0 && len(req.Then) == 0 && req.Once == nil && req.Guard == nil {
+	if len(keys) == 0 && len(req.Then) == 0 && req.Once == nil && req.Guard == nil && req.Suppress == nil {
 		return res, nil
 	}
 	if cc, ok := rdb.AsCluster(l.rdb); ok {
@@ -328,8 +345,11 @@ func (l *Limiter) Take(ctx context.Context, req Request) (*Reservation, error) {
 		res.Marks = []string{mk}
 		keys = append(keys, mk)
 	}
+	if p.supKey != "" {
+		keys = append(keys, p.supKey)
+	}
 	keys = append(keys, p.guardKeys...)
-	args = append(args, p.guard...)
+	args = append(append(args, p.sup...), p.guard...)
 	script, then := takeScript, req.Then
 	if o := req.Once; o != nil {
 		// The once script reads its two arguments and the entry's two keys
@@ -360,6 +380,9 @@ func (l *Limiter) Take(ctx context.Context, req Request) (*Reservation, error) {
 	}
 	if oe := priorEntry(raw); oe != nil {
 		return nil, oe
+	}
+	if se := suppressedReply(raw); se != nil {
+		return nil, se
 	}
 	out, err := refusal(raw)
 	if err != nil {

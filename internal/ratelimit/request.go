@@ -67,6 +67,14 @@ type Request struct {
 	// Guard, when set, also judges the request's destination (guard.go):
 	// a blocked one refuses it with a *GuardError.
 	Guard *Guard
+	// Suppress, when set, refuses the request when its recipient is
+	// suppressed (suppress.go), with a *SuppressedError, before anything
+	// is recorded.
+	Suppress *Suppress
+	// SuppressEach are TakeUpTo's per unit (nil or one per unit, nil for
+	// a unit that is not checked): a suppressed unit is left out of the
+	// bulk, the others are admitted as if it had not been there.
+	SuppressEach []*Suppress
 }
 
 // Reservation is what Take recorded, with enough to undo it from any replica.

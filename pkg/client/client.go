@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -234,6 +235,75 @@ func (c *Client) LiftFraudBlock(ctx context.Context, tenant, prefix string) erro
 	}
 	_, err := c.do(ctx, http.MethodDelete, "/api/fraud/blocks/"+url.PathEscape(tenant)+"/"+url.PathEscape(prefix), true, nil, func(ctx context.Context, _ io.Reader, e oapi.RequestEditorFn) (*http.Response, error) {
 		return c.api.LiftFraudBlock(ctx, tenant, prefix, e)
+	})
+	return err
+}
+
+// ListSuppressions returns one page of the suppression list
+// (GET /api/suppressions): the key's tenant's, or every tenant's with the
+// admin scope (f.Tenant narrows it to one). Give the page's Next as
+// f.Cursor for the page after; "" means it was the last.
+func (c *Client) ListSuppressions(ctx context.Context, f SuppressionFilter) (*SuppressionPage, error) {
+	q := url.Values{}
+	p := &oapi.ListSuppressionsParams{}
+	if f.Channel != "" {
+		q.Set("channel", f.Channel)
+		ch := oapi.ListSuppressionsParamsChannel(f.Channel)
+		p.Channel = &ch
+	}
+	for _, kv := range []struct {
+		name string
+		v    string
+		dst  **string
+	}{{"recipient", f.Recipient, &p.Recipient}, {"tenant", f.Tenant, &p.Tenant}, {"cursor", f.Cursor, &p.Cursor}} {
+		if kv.v != "" {
+			q.Set(kv.name, kv.v)
+			v := kv.v
+			*kv.dst = &v
+		}
+	}
+	if f.Limit > 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+		p.Limit = &f.Limit
+	}
+	path := "/api/suppressions"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	return call[SuppressionPage](ctx, c, http.MethodGet, path, nil, func(ctx context.Context, _ io.Reader, e oapi.RequestEditorFn) (*http.Response, error) {
+		return c.api.ListSuppressions(ctx, p, e)
+	})
+}
+
+// AddSuppression puts a recipient on the suppression list by hand
+// (POST /api/suppressions): reason "manual" unless in.Reason names one.
+// It returns the entry as it now is: one already there keeps its reason,
+// unless it was an unsubscribe and in's reason stops codes too.
+func (c *Client) AddSuppression(ctx context.Context, in SuppressionInput) (*Suppression, error) {
+	return call[Suppression](ctx, c, http.MethodPost, "/api/suppressions", in, func(ctx context.Context, body io.Reader, e oapi.RequestEditorFn) (*http.Response, error) {
+		return c.api.AddSuppressionWithBody(ctx, jsonType, body, e)
+	})
+}
+
+// DeleteSuppression takes recipient off the channel's ("email" or "sms")
+// suppression list of tenant ("" is the key's own; another needs the
+// admin scope) (DELETE /api/suppressions/{channel}/{recipient}). A
+// recipient not on the list is a 404 *APIError.
+func (c *Client) DeleteSuppression(ctx context.Context, channel, recipient, tenant string) error {
+	if err := segment("channel", channel); err != nil {
+		return err
+	}
+	if err := segment("recipient", recipient); err != nil {
+		return err
+	}
+	path := "/api/suppressions/" + url.PathEscape(channel) + "/" + url.PathEscape(recipient)
+	p := &oapi.DeleteSuppressionParams{}
+	if tenant != "" {
+		path += "?tenant=" + url.QueryEscape(tenant)
+		p.Tenant = &tenant
+	}
+	_, err := c.do(ctx, http.MethodDelete, path, true, nil, func(ctx context.Context, _ io.Reader, e oapi.RequestEditorFn) (*http.Response, error) {
+		return c.api.DeleteSuppression(ctx, channel, recipient, p, e)
 	})
 	return err
 }

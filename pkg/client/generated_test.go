@@ -77,6 +77,9 @@ func TestTypesCarryTheContractsFields(t *testing.T) {
 		{"DLQStats", DLQStats{}, oapi.DLQStats{}},
 		{"DLQQueueStat", DLQQueueStat{}, oapi.DLQQueueStat{}},
 		{"FraudBlock", FraudBlock{}, oapi.FraudBlock{}},
+		{"Suppression", Suppression{}, oapi.Suppression{}},
+		{"SuppressionInput", SuppressionInput{}, oapi.SuppressionInput{}},
+		{"SuppressionPage", SuppressionPage{}, oapi.SuppressionPage{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ours, gen := jsonFields(reflect.TypeOf(tc.ours)), jsonFields(reflect.TypeOf(tc.gen))

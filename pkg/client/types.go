@@ -394,3 +394,42 @@ type FraudBlock struct {
 	Sent     int `json:"sent"`
 	Verified int `json:"verified"`
 }
+
+// Suppression is one recipient on a tenant's suppression list: codes and
+// notices to it are refused (422, "recipient is suppressed: hard bounce
+// 5.1.1 on 2026-11-29"), codes only when Reason is not "unsubscribe".
+type Suppression struct {
+	Tenant  string `json:"tenant"`
+	Channel string `json:"channel"` // "email" or "sms"
+	// Recipient is normalised as a send's: a lower-case address, E.164.
+	Recipient string `json:"recipient"`
+	// Reason is hard_bounce, complaint, opt_out, unreachable, unsubscribe
+	// or manual.
+	Reason string    `json:"reason"`
+	Code   string    `json:"code,omitempty"`   // the bounce's or vendor's code: "5.1.1", "21610"
+	TaskID string    `json:"taskId,omitempty"` // the message that put it there
+	At     time.Time `json:"at"`
+}
+
+// SuppressionInput is what Client.AddSuppression adds.
+type SuppressionInput struct {
+	Channel   string `json:"channel"`
+	Recipient string `json:"recipient"`
+	Reason    string `json:"reason,omitempty"` // "" is manual
+	Code      string `json:"code,omitempty"`
+	Tenant    string `json:"tenant,omitempty"` // "" is the key's own; another needs admin
+}
+
+// SuppressionPage is one page of Client.ListSuppressions.
+type SuppressionPage struct {
+	Entries []Suppression `json:"entries"`
+	// Next is the cursor of the page after; "" on the last.
+	Next string `json:"next,omitempty"`
+}
+
+// SuppressionFilter is what Client.ListSuppressions lists; its zero value
+// is the first page of everything the key may read.
+type SuppressionFilter struct {
+	Channel, Recipient, Tenant, Cursor string
+	Limit                              int // 0: the server's default (100)
+}

@@ -458,6 +458,102 @@ func (e StatusCallbackEvent) Valid() bool {
 	}
 }
 
+// Defines values for SuppressionChannel.
+const (
+	SuppressionChannelEmail SuppressionChannel = "email"
+	SuppressionChannelSms   SuppressionChannel = "sms"
+)
+
+// Valid indicates whether the value is a known member of the SuppressionChannel enum.
+func (e SuppressionChannel) Valid() bool {
+	switch e {
+	case SuppressionChannelEmail:
+		return true
+	case SuppressionChannelSms:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SuppressionReason.
+const (
+	SuppressionReasonComplaint   SuppressionReason = "complaint"
+	SuppressionReasonHardBounce  SuppressionReason = "hard_bounce"
+	SuppressionReasonManual      SuppressionReason = "manual"
+	SuppressionReasonOptOut      SuppressionReason = "opt_out"
+	SuppressionReasonUnreachable SuppressionReason = "unreachable"
+	SuppressionReasonUnsubscribe SuppressionReason = "unsubscribe"
+)
+
+// Valid indicates whether the value is a known member of the SuppressionReason enum.
+func (e SuppressionReason) Valid() bool {
+	switch e {
+	case SuppressionReasonComplaint:
+		return true
+	case SuppressionReasonHardBounce:
+		return true
+	case SuppressionReasonManual:
+		return true
+	case SuppressionReasonOptOut:
+		return true
+	case SuppressionReasonUnreachable:
+		return true
+	case SuppressionReasonUnsubscribe:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SuppressionInputChannel.
+const (
+	SuppressionInputChannelEmail SuppressionInputChannel = "email"
+	SuppressionInputChannelSms   SuppressionInputChannel = "sms"
+)
+
+// Valid indicates whether the value is a known member of the SuppressionInputChannel enum.
+func (e SuppressionInputChannel) Valid() bool {
+	switch e {
+	case SuppressionInputChannelEmail:
+		return true
+	case SuppressionInputChannelSms:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SuppressionInputReason.
+const (
+	SuppressionInputReasonComplaint   SuppressionInputReason = "complaint"
+	SuppressionInputReasonHardBounce  SuppressionInputReason = "hard_bounce"
+	SuppressionInputReasonManual      SuppressionInputReason = "manual"
+	SuppressionInputReasonOptOut      SuppressionInputReason = "opt_out"
+	SuppressionInputReasonUnreachable SuppressionInputReason = "unreachable"
+	SuppressionInputReasonUnsubscribe SuppressionInputReason = "unsubscribe"
+)
+
+// Valid indicates whether the value is a known member of the SuppressionInputReason enum.
+func (e SuppressionInputReason) Valid() bool {
+	switch e {
+	case SuppressionInputReasonComplaint:
+		return true
+	case SuppressionInputReasonHardBounce:
+		return true
+	case SuppressionInputReasonManual:
+		return true
+	case SuppressionInputReasonOptOut:
+		return true
+	case SuppressionInputReasonUnreachable:
+		return true
+	case SuppressionInputReasonUnsubscribe:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for VerificationCodeStatus.
 const (
 	VerificationCodeStatusQueued VerificationCodeStatus = "queued"
@@ -506,6 +602,24 @@ func (e WeComMediaType) Valid() bool {
 	case Image:
 		return true
 	case Video:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListSuppressionsParamsChannel.
+const (
+	ListSuppressionsParamsChannelEmail ListSuppressionsParamsChannel = "email"
+	ListSuppressionsParamsChannelSms   ListSuppressionsParamsChannel = "sms"
+)
+
+// Valid indicates whether the value is a known member of the ListSuppressionsParamsChannel enum.
+func (e ListSuppressionsParamsChannel) Valid() bool {
+	switch e {
+	case ListSuppressionsParamsChannelEmail:
+		return true
+	case ListSuppressionsParamsChannelSms:
 		return true
 	default:
 		return false
@@ -1365,6 +1479,94 @@ type StatusCallbackChannel string
 // StatusCallbackEvent defines model for StatusCallback.Event.
 type StatusCallbackEvent string
 
+// Suppression defines model for Suppression.
+type Suppression struct {
+	At      time.Time          `json:"at"`
+	Channel SuppressionChannel `json:"channel"`
+
+	// Code the bounce's or the vendor's code, when there is one
+	//
+	// Example: 5.1.1
+	Code *string `json:"code,omitempty"`
+
+	// Reason why; every reason but `unsubscribe` stops codes too
+	Reason SuppressionReason `json:"reason"`
+
+	// Recipient normalised as a send's (a lower-case address, E.164)
+	//
+	// Example: alice@example.com
+	Recipient string `json:"recipient"`
+
+	// TaskID the message whose bounce, complaint or unsubscribe put it here
+	TaskID *string `json:"taskId,omitempty"`
+
+	// Tenant Example: shop
+	Tenant string `json:"tenant"`
+}
+
+// SuppressionChannel defines model for Suppression.Channel.
+type SuppressionChannel string
+
+// SuppressionReason why; every reason but `unsubscribe` stops codes too
+type SuppressionReason string
+
+// SuppressionEnvelope defines model for SuppressionEnvelope.
+type SuppressionEnvelope struct {
+	// Code the HTTP status, repeated
+	//
+	// Example: 200
+	Code int         `json:"code"`
+	Data Suppression `json:"data"`
+
+	// Msg a human-readable outcome; on errors, what went wrong
+	//
+	// Example: ok
+	Msg string `json:"msg"`
+}
+
+// SuppressionInput defines model for SuppressionInput.
+type SuppressionInput struct {
+	Channel SuppressionInputChannel `json:"channel"`
+	Code    *string                 `json:"code,omitempty"`
+
+	// Reason `manual` when left out
+	Reason *SuppressionInputReason `json:"reason,omitempty"`
+
+	// Recipient Example: alice@example.com
+	Recipient string `json:"recipient"`
+
+	// Tenant whose list; another tenant's only with `admin`
+	Tenant *string `json:"tenant,omitempty"`
+}
+
+// SuppressionInputChannel defines model for SuppressionInput.Channel.
+type SuppressionInputChannel string
+
+// SuppressionInputReason `manual` when left out
+type SuppressionInputReason string
+
+// SuppressionPage defines model for SuppressionPage.
+type SuppressionPage struct {
+	Entries []Suppression `json:"entries"`
+
+	// Next the cursor of the page after; absent on the last
+	Next *string `json:"next,omitempty"`
+}
+
+// SuppressionPageEnvelope defines model for SuppressionPageEnvelope.
+type SuppressionPageEnvelope struct {
+	// Code the HTTP status, repeated
+	//
+	// Example: 200
+	Code int             `json:"code"`
+	Data SuppressionPage `json:"data"`
+
+	// Msg a human-readable outcome; on errors, what went wrong
+	//
+	// Example: ok
+	Msg string `json:"msg"`
+}
+
 // TaskID a task id as returned on acceptance (a UUID today)
 //
 // Example: 0196a4b2-80aa-7b3c-8d4e-5f6a7b8c9d0e
@@ -1664,6 +1866,33 @@ type SendMessageParams struct {
 	IdempotencyKey *IdempotencyKey `json:"Idempotency-Key,omitempty"`
 }
 
+// ListSuppressionsParams defines parameters for ListSuppressions.
+type ListSuppressionsParams struct {
+	// Channel only this channel's entries
+	Channel *ListSuppressionsParamsChannel `form:"channel,omitempty" json:"channel,omitempty"`
+
+	// Recipient only this recipient's entries, normalised as a send's (a lower-case address, E.164)
+	Recipient *string `form:"recipient,omitempty" json:"recipient,omitempty"`
+
+	// Tenant with `admin`, only this tenant's entries
+	Tenant *string `form:"tenant,omitempty" json:"tenant,omitempty"`
+
+	// Limit the page's size (default 100)
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor the `next` of the page before, with the same filters
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListSuppressionsParamsChannel defines parameters for ListSuppressions.
+type ListSuppressionsParamsChannel string
+
+// DeleteSuppressionParams defines parameters for DeleteSuppression.
+type DeleteSuppressionParams struct {
+	// Tenant with `admin`, whose list
+	Tenant *string `form:"tenant,omitempty" json:"tenant,omitempty"`
+}
+
 // RequestVerificationCodeParams defines parameters for RequestVerificationCode.
 type RequestVerificationCodeParams struct {
 	// IdempotencyKey Makes the request safe to retry (Stripe's `Idempotency-Key`; IETF
@@ -1703,6 +1932,9 @@ type CreateRateLimitJSONRequestBody = RateLimitInput
 
 // UpdateRateLimitJSONRequestBody defines body for UpdateRateLimit for application/json ContentType.
 type UpdateRateLimitJSONRequestBody = RateLimitInput
+
+// AddSuppressionJSONRequestBody defines body for AddSuppression for application/json ContentType.
+type AddSuppressionJSONRequestBody = SuppressionInput
 
 // RequestVerificationCodeJSONRequestBody defines body for RequestVerificationCode for application/json ContentType.
 type RequestVerificationCodeJSONRequestBody = VerificationCodeRequest
@@ -2198,6 +2430,69 @@ type ClientInterface interface {
 	//
 	// Corresponds with PUT /api/rate-limits/{id} (the `UpdateRateLimit` operationId).
 	UpdateRateLimit(ctx context.Context, id RateLimitIDPath, body UpdateRateLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListSuppressions The suppression list, a page at a time
+	//
+	// The key's tenant's entries; with `admin`, every tenant's (or the
+	// one `tenant` names). A key without `admin` that names another tenant
+	// is answered 403. Ordered by tenant, channel and recipient; a page
+	// holds at most `limit` entries, and `next`, when present, is the
+	// `cursor` of the page after (which may be empty). Reading changes
+	// nothing.
+	//
+	// What is on it: email addresses that hard-bounced (a DSN 5.x.x, or
+	// 5.1.x refused during the send) or complained (an ARF report), numbers
+	// the SMS vendor reports as opted out or unreachable, recipients who
+	// used one-click unsubscribe, and entries added by hand. A code or
+	// notice to a suppressed recipient is answered 422 with a `msg` naming
+	// the entry (`recipient is suppressed: hard bounce 5.1.1 on
+	// 2026-11-29`), and nothing is queued, stored or counted; a batch
+	// lists it under `rejected` with that code and message. Codes are
+	// refused by every reason but `unsubscribe`: a reader who left a
+	// newsletter still gets login codes. WeCom keeps no list.
+	//
+	// Corresponds with GET /api/suppressions (the `ListSuppressions` operationId).
+	ListSuppressions(ctx context.Context, params *ListSuppressionsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AddSuppressionWithBody Suppress a recipient by hand
+	//
+	// Adds the recipient (validated and normalised as a send's) to the
+	// key's tenant's list; a key with `admin` (and `send`) may name
+	// another tenant, any other key naming one is answered 403. The reason
+	// is `manual` unless one is given. Adding is idempotent: an entry
+	// already there keeps its reason and date, except that an
+	// `unsubscribe` is replaced by a reason that stops codes too. `data`
+	// is the entry as it now is.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/suppressions (the `AddSuppression` operationId).
+	AddSuppressionWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AddSuppression Suppress a recipient by hand
+	//
+	// Adds the recipient (validated and normalised as a send's) to the
+	// key's tenant's list; a key with `admin` (and `send`) may name
+	// another tenant, any other key naming one is answered 403. The reason
+	// is `manual` unless one is given. Adding is idempotent: an entry
+	// already there keeps its reason and date, except that an
+	// `unsubscribe` is replaced by a reason that stops codes too. `data`
+	// is the entry as it now is.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/suppressions (the `AddSuppression` operationId).
+	AddSuppression(ctx context.Context, body AddSuppressionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteSuppression Remove a recipient from the list
+	//
+	// The next code or notice to the recipient goes out again. A key
+	// removes its own tenant's entry; one with `admin` (and `send`) any
+	// tenant's, named by `tenant`. A recipient not on the list, or on
+	// another tenant's (for a key without `admin`), is answered 404.
+	//
+	// Corresponds with DELETE /api/suppressions/{channel}/{recipient} (the `DeleteSuppression` operationId).
+	DeleteSuppression(ctx context.Context, channel string, recipient string, params *DeleteSuppressionParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RequestVerificationCodeWithBody Generate a code and send it to a recipient
 	//
@@ -2712,6 +3007,109 @@ func (c *Client) UpdateRateLimitWithBody(ctx context.Context, id RateLimitIDPath
 // Corresponds with PUT /api/rate-limits/{id} (the `UpdateRateLimit` operationId).
 func (c *Client) UpdateRateLimit(ctx context.Context, id RateLimitIDPath, body UpdateRateLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewUpdateRateLimitRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListSuppressions The suppression list, a page at a time
+//
+// The key's tenant's entries; with `admin`, every tenant's (or the
+// one `tenant` names). A key without `admin` that names another tenant
+// is answered 403. Ordered by tenant, channel and recipient; a page
+// holds at most `limit` entries, and `next`, when present, is the
+// `cursor` of the page after (which may be empty). Reading changes
+// nothing.
+//
+// What is on it: email addresses that hard-bounced (a DSN 5.x.x, or
+// 5.1.x refused during the send) or complained (an ARF report), numbers
+// the SMS vendor reports as opted out or unreachable, recipients who
+// used one-click unsubscribe, and entries added by hand. A code or
+// notice to a suppressed recipient is answered 422 with a `msg` naming
+// the entry (`recipient is suppressed: hard bounce 5.1.1 on
+// 2026-11-29`), and nothing is queued, stored or counted; a batch
+// lists it under `rejected` with that code and message. Codes are
+// refused by every reason but `unsubscribe`: a reader who left a
+// newsletter still gets login codes. WeCom keeps no list.
+//
+// Corresponds with GET /api/suppressions (the `ListSuppressions` operationId).
+func (c *Client) ListSuppressions(ctx context.Context, params *ListSuppressionsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListSuppressionsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AddSuppressionWithBody Suppress a recipient by hand
+//
+// Adds the recipient (validated and normalised as a send's) to the
+// key's tenant's list; a key with `admin` (and `send`) may name
+// another tenant, any other key naming one is answered 403. The reason
+// is `manual` unless one is given. Adding is idempotent: an entry
+// already there keeps its reason and date, except that an
+// `unsubscribe` is replaced by a reason that stops codes too. `data`
+// is the entry as it now is.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/suppressions (the `AddSuppression` operationId).
+func (c *Client) AddSuppressionWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAddSuppressionRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AddSuppression Suppress a recipient by hand
+//
+// Adds the recipient (validated and normalised as a send's) to the
+// key's tenant's list; a key with `admin` (and `send`) may name
+// another tenant, any other key naming one is answered 403. The reason
+// is `manual` unless one is given. Adding is idempotent: an entry
+// already there keeps its reason and date, except that an
+// `unsubscribe` is replaced by a reason that stops codes too. `data`
+// is the entry as it now is.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/suppressions (the `AddSuppression` operationId).
+func (c *Client) AddSuppression(ctx context.Context, body AddSuppressionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAddSuppressionRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteSuppression Remove a recipient from the list
+//
+// The next code or notice to the recipient goes out again. A key
+// removes its own tenant's entry; one with `admin` (and `send`) any
+// tenant's, named by `tenant`. A recipient not on the list, or on
+// another tenant's (for a key without `admin`), is answered 404.
+//
+// Corresponds with DELETE /api/suppressions/{channel}/{recipient} (the `DeleteSuppression` operationId).
+func (c *Client) DeleteSuppression(ctx context.Context, channel string, recipient string, params *DeleteSuppressionParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteSuppressionRequest(c.Server, channel, recipient, params)
 	if err != nil {
 		return nil, err
 	}
@@ -3430,6 +3828,216 @@ func NewUpdateRateLimitRequestWithBody(server string, id RateLimitIDPath, conten
 	return req, nil
 }
 
+// NewListSuppressionsRequest constructs an http.Request for the ListSuppressions method
+func NewListSuppressionsRequest(server string, params *ListSuppressionsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/suppressions")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Channel != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "channel", *params.Channel, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Recipient != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "recipient", *params.Recipient, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Tenant != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "tenant", *params.Tenant, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewAddSuppressionRequest calls the generic AddSuppression builder with application/json body
+func NewAddSuppressionRequest(server string, body AddSuppressionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewAddSuppressionRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewAddSuppressionRequestWithBody constructs an http.Request for the AddSuppression method, with any body, and a specified content type
+func NewAddSuppressionRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/suppressions")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteSuppressionRequest constructs an http.Request for the DeleteSuppression method
+func NewDeleteSuppressionRequest(server string, channel string, recipient string, params *DeleteSuppressionParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "channel", channel, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "recipient", recipient, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/suppressions/%s/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Tenant != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "tenant", *params.Tenant, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewRequestVerificationCodeRequest calls the generic RequestVerificationCode builder with application/json body
 func NewRequestVerificationCodeRequest(server string, params *RequestVerificationCodeParams, body RequestVerificationCodeJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -3868,6 +4476,73 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PUT /api/rate-limits/{id} (the `UpdateRateLimit` operationId).
 	UpdateRateLimitWithResponse(ctx context.Context, id RateLimitIDPath, body UpdateRateLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateRateLimitResponse, error)
+
+	// ListSuppressionsWithResponse The suppression list, a page at a time
+	//
+	// The key's tenant's entries; with `admin`, every tenant's (or the
+	// one `tenant` names). A key without `admin` that names another tenant
+	// is answered 403. Ordered by tenant, channel and recipient; a page
+	// holds at most `limit` entries, and `next`, when present, is the
+	// `cursor` of the page after (which may be empty). Reading changes
+	// nothing.
+	//
+	// What is on it: email addresses that hard-bounced (a DSN 5.x.x, or
+	// 5.1.x refused during the send) or complained (an ARF report), numbers
+	// the SMS vendor reports as opted out or unreachable, recipients who
+	// used one-click unsubscribe, and entries added by hand. A code or
+	// notice to a suppressed recipient is answered 422 with a `msg` naming
+	// the entry (`recipient is suppressed: hard bounce 5.1.1 on
+	// 2026-11-29`), and nothing is queued, stored or counted; a batch
+	// lists it under `rejected` with that code and message. Codes are
+	// refused by every reason but `unsubscribe`: a reader who left a
+	// newsletter still gets login codes. WeCom keeps no list.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/suppressions (the `ListSuppressions` operationId).
+	ListSuppressionsWithResponse(ctx context.Context, params *ListSuppressionsParams, reqEditors ...RequestEditorFn) (*ListSuppressionsResponse, error)
+
+	// AddSuppressionWithBodyWithResponse Suppress a recipient by hand
+	//
+	// Adds the recipient (validated and normalised as a send's) to the
+	// key's tenant's list; a key with `admin` (and `send`) may name
+	// another tenant, any other key naming one is answered 403. The reason
+	// is `manual` unless one is given. Adding is idempotent: an entry
+	// already there keeps its reason and date, except that an
+	// `unsubscribe` is replaced by a reason that stops codes too. `data`
+	// is the entry as it now is.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/suppressions (the `AddSuppression` operationId).
+	AddSuppressionWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AddSuppressionResponse, error)
+
+	// AddSuppressionWithResponse Suppress a recipient by hand
+	//
+	// Adds the recipient (validated and normalised as a send's) to the
+	// key's tenant's list; a key with `admin` (and `send`) may name
+	// another tenant, any other key naming one is answered 403. The reason
+	// is `manual` unless one is given. Adding is idempotent: an entry
+	// already there keeps its reason and date, except that an
+	// `unsubscribe` is replaced by a reason that stops codes too. `data`
+	// is the entry as it now is.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/suppressions (the `AddSuppression` operationId).
+	AddSuppressionWithResponse(ctx context.Context, body AddSuppressionJSONRequestBody, reqEditors ...RequestEditorFn) (*AddSuppressionResponse, error)
+
+	// DeleteSuppressionWithResponse Remove a recipient from the list
+	//
+	// The next code or notice to the recipient goes out again. A key
+	// removes its own tenant's entry; one with `admin` (and `send`) any
+	// tenant's, named by `tenant`. A recipient not on the list, or on
+	// another tenant's (for a key without `admin`), is answered 404.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/suppressions/{channel}/{recipient} (the `DeleteSuppression` operationId).
+	DeleteSuppressionWithResponse(ctx context.Context, channel string, recipient string, params *DeleteSuppressionParams, reqEditors ...RequestEditorFn) (*DeleteSuppressionResponse, error)
 
 	// RequestVerificationCodeWithBodyWithResponse Generate a code and send it to a recipient
 	//
@@ -5201,6 +5876,248 @@ func (r UpdateRateLimitResponse) ContentType() string {
 	return ""
 }
 
+// ListSuppressionsResponse503Headers the declared response headers of an HTTP 503 response for ListSuppressions
+type ListSuppressionsResponse503Headers struct {
+	RetryAfter int
+}
+
+type ListSuppressionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SuppressionPageEnvelope
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ServiceUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListSuppressionsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListSuppressionsResponse) GetJSON200() *SuppressionPageEnvelope {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListSuppressionsResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListSuppressionsResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ListSuppressionsResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListSuppressionsResponse) GetJSON503() *ServiceUnavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListSuppressionsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListSuppressionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListSuppressionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListSuppressionsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// AddSuppressionResponse503Headers the declared response headers of an HTTP 503 response for AddSuppression
+type AddSuppressionResponse503Headers struct {
+	RetryAfter int
+}
+
+type AddSuppressionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *SuppressionEnvelope
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ServiceUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *AddSuppressionResponse503Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r AddSuppressionResponse) GetJSON201() *SuppressionEnvelope {
+	return r.JSON201
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r AddSuppressionResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r AddSuppressionResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r AddSuppressionResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r AddSuppressionResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r AddSuppressionResponse) GetJSON503() *ServiceUnavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r AddSuppressionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AddSuppressionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AddSuppressionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AddSuppressionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// DeleteSuppressionResponse503Headers the declared response headers of an HTTP 503 response for DeleteSuppression
+type DeleteSuppressionResponse503Headers struct {
+	RetryAfter int
+}
+
+type DeleteSuppressionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *EmptyEnvelope
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthorized
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *Forbidden
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *ServiceUnavailable
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *DeleteSuppressionResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DeleteSuppressionResponse) GetJSON200() *EmptyEnvelope {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r DeleteSuppressionResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r DeleteSuppressionResponse) GetJSON401() *Unauthorized {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r DeleteSuppressionResponse) GetJSON403() *Forbidden {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r DeleteSuppressionResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r DeleteSuppressionResponse) GetJSON503() *ServiceUnavailable {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteSuppressionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteSuppressionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteSuppressionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteSuppressionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // RequestVerificationCodeResponse409Headers the declared response headers of an HTTP 409 response for RequestVerificationCode
 type RequestVerificationCodeResponse409Headers struct {
 	RetryAfter int
@@ -5871,6 +6788,97 @@ func (c *ClientWithResponses) UpdateRateLimitWithResponse(ctx context.Context, i
 		return nil, err
 	}
 	return ParseUpdateRateLimitResponse(rsp)
+}
+
+// ListSuppressionsWithResponse The suppression list, a page at a time
+//
+// The key's tenant's entries; with `admin`, every tenant's (or the
+// one `tenant` names). A key without `admin` that names another tenant
+// is answered 403. Ordered by tenant, channel and recipient; a page
+// holds at most `limit` entries, and `next`, when present, is the
+// `cursor` of the page after (which may be empty). Reading changes
+// nothing.
+//
+// What is on it: email addresses that hard-bounced (a DSN 5.x.x, or
+// 5.1.x refused during the send) or complained (an ARF report), numbers
+// the SMS vendor reports as opted out or unreachable, recipients who
+// used one-click unsubscribe, and entries added by hand. A code or
+// notice to a suppressed recipient is answered 422 with a `msg` naming
+// the entry (`recipient is suppressed: hard bounce 5.1.1 on
+// 2026-11-29`), and nothing is queued, stored or counted; a batch
+// lists it under `rejected` with that code and message. Codes are
+// refused by every reason but `unsubscribe`: a reader who left a
+// newsletter still gets login codes. WeCom keeps no list.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/suppressions (the `ListSuppressions` operationId).
+func (c *ClientWithResponses) ListSuppressionsWithResponse(ctx context.Context, params *ListSuppressionsParams, reqEditors ...RequestEditorFn) (*ListSuppressionsResponse, error) {
+	rsp, err := c.ListSuppressions(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListSuppressionsResponse(rsp)
+}
+
+// AddSuppressionWithBodyWithResponse Suppress a recipient by hand
+//
+// Adds the recipient (validated and normalised as a send's) to the
+// key's tenant's list; a key with `admin` (and `send`) may name
+// another tenant, any other key naming one is answered 403. The reason
+// is `manual` unless one is given. Adding is idempotent: an entry
+// already there keeps its reason and date, except that an
+// `unsubscribe` is replaced by a reason that stops codes too. `data`
+// is the entry as it now is.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/suppressions (the `AddSuppression` operationId).
+func (c *ClientWithResponses) AddSuppressionWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*AddSuppressionResponse, error) {
+	rsp, err := c.AddSuppressionWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAddSuppressionResponse(rsp)
+}
+
+// AddSuppressionWithResponse Suppress a recipient by hand
+//
+// Adds the recipient (validated and normalised as a send's) to the
+// key's tenant's list; a key with `admin` (and `send`) may name
+// another tenant, any other key naming one is answered 403. The reason
+// is `manual` unless one is given. Adding is idempotent: an entry
+// already there keeps its reason and date, except that an
+// `unsubscribe` is replaced by a reason that stops codes too. `data`
+// is the entry as it now is.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/suppressions (the `AddSuppression` operationId).
+func (c *ClientWithResponses) AddSuppressionWithResponse(ctx context.Context, body AddSuppressionJSONRequestBody, reqEditors ...RequestEditorFn) (*AddSuppressionResponse, error) {
+	rsp, err := c.AddSuppression(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAddSuppressionResponse(rsp)
+}
+
+// DeleteSuppressionWithResponse Remove a recipient from the list
+//
+// The next code or notice to the recipient goes out again. A key
+// removes its own tenant's entry; one with `admin` (and `send`) any
+// tenant's, named by `tenant`. A recipient not on the list, or on
+// another tenant's (for a key without `admin`), is answered 404.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/suppressions/{channel}/{recipient} (the `DeleteSuppression` operationId).
+func (c *ClientWithResponses) DeleteSuppressionWithResponse(ctx context.Context, channel string, recipient string, params *DeleteSuppressionParams, reqEditors ...RequestEditorFn) (*DeleteSuppressionResponse, error) {
+	rsp, err := c.DeleteSuppression(ctx, channel, recipient, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteSuppressionResponse(rsp)
 }
 
 // RequestVerificationCodeWithBodyWithResponse Generate a code and send it to a recipient
@@ -7113,6 +8121,221 @@ func ParseUpdateRateLimitResponse(rsp *http.Response) (*UpdateRateLimitResponse,
 	switch {
 	case rsp.StatusCode == 503:
 		var headers UpdateRateLimitResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListSuppressionsResponse parses an HTTP response from a ListSuppressionsWithResponse call
+func ParseListSuppressionsResponse(rsp *http.Response) (*ListSuppressionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListSuppressionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SuppressionPageEnvelope
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers ListSuppressionsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseAddSuppressionResponse parses an HTTP response from a AddSuppressionWithResponse call
+func ParseAddSuppressionResponse(rsp *http.Response) (*AddSuppressionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AddSuppressionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest SuppressionEnvelope
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers AddSuppressionResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseDeleteSuppressionResponse parses an HTTP response from a DeleteSuppressionWithResponse call
+func ParseDeleteSuppressionResponse(rsp *http.Response) (*DeleteSuppressionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteSuppressionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest EmptyEnvelope
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers DeleteSuppressionResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {

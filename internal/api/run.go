@@ -121,11 +121,18 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	// What comes back after sent: receipts applied here (the SMS hooks, the
+	// bounce receiver) move statuses, fire callbacks and fill the list.
+	rcpts, err := newReceipts(cfg, keys, statuses, suppressions, redisClient, reg, log)
+	if err != nil {
+		return err
+	}
+	defer rcpts.close() // after the HTTP server drained: its hooks queue callbacks
 	if !guard.On() {
 		log.Warn("FRAUD_GUARD=off: nothing watches SMS codes for pumping (blocks in force still end on their own and can be lifted)")
 	}
 	srv, err := New(Deps{
-		Log: log, Model: model, Publisher: pub, Delayed: delayed, Limiter: limiter, Fraud: guard, Suppression: suppressions,
+		Log: log, Model: model, Publisher: pub, Delayed: delayed, Limiter: limiter, Fraud: guard, Suppression: suppressions, SMSHooks: rcpts.smsHooks,
 		RateLimits: rateLimits, Codes: codes, Status: statuses, Redis: redisClient, Templates: tpl, Registry: reg, Claims: claims,
 		Fence:    fence,
 		DLQ:      CachedDLQStats(session, model, statuses, 5*time.Second),

@@ -37,6 +37,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/receipt/smslookup"
 	"github.com/msgpulse/msgpulse/internal/startup"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/suppression"
 	"github.com/msgpulse/msgpulse/internal/timeline"
 	"github.com/msgpulse/msgpulse/internal/token"
 	"github.com/msgpulse/msgpulse/internal/topology"
@@ -196,8 +197,13 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	// A provider's refusal during the send that is a receipt (550 5.1.1,
 	// Twilio 21610) is applied here as the API's receivers apply theirs:
 	// the status, the tenant's callback, the suppression list.
-	var suppressor applier.Suppressor // nil: refusals suppress nobody until the suppression store is wired here
-	receipts, err := applier.New(applier.Config{Status: statuses, Keys: keys, Callbacks: callbacks, Suppressor: suppressor,
+	// A refusal during the send (550 5.1.1, Twilio 21610) suppresses its
+	// recipient in the list the API checks.
+	suppressions, err := suppression.New(redisClient, suppression.Config{Prefix: cfg.RedisPrefix})
+	if err != nil {
+		return err
+	}
+	receipts, err := applier.New(applier.Config{Status: statuses, Keys: keys, Callbacks: callbacks, Suppressor: suppressions,
 		Metrics: applier.NewMetrics(reg), Logger: log.Named("receipt")})
 	if err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
+	"github.com/msgpulse/msgpulse/internal/receipt/unsub"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/template"
@@ -66,7 +67,10 @@ type Config struct {
 	Templates *template.Store
 	Keys      *seal.Keys
 	Mail      provider.Mailer
-	SMS       provider.SMSSender
+	// Unsubscribe makes the List-Unsubscribe link of mail notices at
+	// normal and low (PUBLIC_BASE_URL); nil = no unsubscribe headers.
+	Unsubscribe *unsub.Links
+	SMS         provider.SMSSender
 	// WeCom is the WeCom channel's own configuration: its client, accounts,
 	// merge and media. Its Templates, Limiter, SendTimeout, metrics and
 	// Logger are this Config's.

@@ -18,8 +18,10 @@
 // a secret, wherever it stands (access_token=…, &key=…, "corpsecret" :
 // "…" with any blanks, Signature=…); the credentials of an Authorization
 // header (Bearer …, Basic …, Token …); and header-style values of names
-// that hold secrets (X-Api-Key: …, Authorization: …). It may remove a
-// little more than a secret, never less.
+// that hold secrets (X-Api-Key: …, Authorization: …); and the rest of a
+// path, absolute or not, after a prefix whose next segment is a token
+// (secretPaths: /unsubscribe/TOKEN, as in "no such endpoint: GET
+// /unsubscribe/…"). It may remove a little more than a secret, never less.
 //
 // It must never log, and never keep what it removed.
 package redact
@@ -51,10 +53,17 @@ var (
 	jsonBare = regexp.MustCompile(`(?i)("(?:` + secretNames + `|` + queryNames + `)"\s*:\s*)[^\s",}\]\[{][^\s,}\]]*`)
 	// An Authorization header's credentials.
 	authValue = regexp.MustCompile(`(?i)(\b(?:bearer|basic|token)\s+)[A-Za-z0-9._~+/=-]{6,}`)
+	// A path whose segment after a secretPaths prefix is a token, up to
+	// the end of the path; not a route's ":param", which logs name.
+	secretPath = regexp.MustCompile(`(` + strings.Join(secretPaths, "|") + `)[^\s"'<>:][^\s"'<>]*`)
 	// A header-style "Name: value" whose name holds a secret: the value up
 	// to the end of the line or a quote (a header value may hold blanks).
 	headerValue = regexp.MustCompile(`(?i)((?:^|[^a-z0-9_-])(?:x-api-key|api[-_]?key|x-auth-token|auth[-_]?token|authorization|proxy-authorization)\s*:[ \t]*)[^\s"'][^"'\r\n]*`)
 )
+
+// secretPaths are the path prefixes whose next segment is a secret: the
+// signed token of a one-click unsubscribe link (unsub.Path).
+var secretPaths = []string{"/unsubscribe/"}
 
 // Text returns s without the secrets it holds (see the package comment).
 func Text(s string) string {
@@ -67,6 +76,7 @@ func Text(s string) string {
 	s = jsonValue.ReplaceAllString(s, "${1}"+Mark)
 	s = jsonBare.ReplaceAllString(s, "${1}"+Mark)
 	s = authValue.ReplaceAllString(s, "${1}"+Mark)
+	s = secretPath.ReplaceAllString(s, "${1}"+Mark)
 	return headerValue.ReplaceAllString(s, "${1}"+Mark)
 }
 
@@ -90,6 +100,10 @@ func mayHold(s string) bool {
 			if strings.HasPrefix(s[i:], "://") || secretBefore(s[:i]) {
 				return true
 			}
+		case '/':
+			if secretPathAt(s[i:]) {
+				return true
+			}
 		case 'b', 'B', 't', 'T':
 			if hasFold(s[i:], "bearer") || hasFold(s[i:], "basic") || hasFold(s[i:], "token") {
 				return true
@@ -109,6 +123,15 @@ func secretBefore(s string) bool {
 	}
 	for _, n := range []string{"key", "authorization"} {
 		if len(s) >= len(n) && strings.EqualFold(s[len(s)-len(n):], n) {
+			return true
+		}
+	}
+	return false
+}
+
+func secretPathAt(s string) bool {
+	for _, p := range secretPaths {
+		if strings.HasPrefix(s, p) {
 			return true
 		}
 	}

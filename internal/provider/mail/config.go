@@ -122,7 +122,7 @@ func (c Config) Validate() error {
 		return bad("From", "%v", err)
 	}
 	if c.DKIM != nil {
-		if err := c.DKIM.validate(); err != nil {
+		if err := c.DKIM.Validate(); err != nil {
 			return bad("DKIM", "%v", err)
 		}
 	}

@@ -75,7 +75,8 @@ func checkDKIMKey(k crypto.Signer) error {
 	return fmt.Errorf("a %T key: DKIM signs with RSA or Ed25519", k)
 }
 
-func (d *DKIM) validate() error {
+// Validate reports what is wrong with d.
+func (d *DKIM) Validate() error {
 	switch {
 	case d.Domain == "" || strings.ContainsAny(d.Domain, " \t\r\n;=") || !strings.Contains(d.Domain, "."):
 		return errors.New("the domain must be a domain name")

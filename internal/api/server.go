@@ -37,6 +37,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/topology"
+	"github.com/msgpulse/msgpulse/internal/unsubscribe"
 	"github.com/msgpulse/msgpulse/internal/verify"
 )
 
@@ -95,6 +96,10 @@ type Deps struct {
 	// Fraud is the SMS pumping guard (FRAUD_GUARD); nil = off, and
 	// /api/fraud/blocks lists nothing.
 	Fraud *fraud.Guard
+	// Unsubscribe serves GET and POST /unsubscribe/{token}, the one-click
+	// unsubscribe link of mail notices (PUBLIC_BASE_URL); nil = no such
+	// routes.
+	Unsubscribe *unsubscribe.Handler
 }
 
 // Options are the API's behaviour settings.
@@ -249,6 +254,13 @@ func New(d Deps, opts Options) (*Server, error) {
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{Registry: d.Registry})))
 	e.GET("/openapi.yaml", func(c *echo.Context) error { return c.Blob(http.StatusOK, "application/yaml", apidoc.OpenAPI) })
+	if d.Unsubscribe != nil {
+		// Outside /api and X-API-Key: a reader's mail client calls these,
+		// and the signed token in the path is the credential. The request
+		// line names the route, never the path (redact drops the token
+		// from echo's 404 and 405 lines too).
+		d.Unsubscribe.Register(e)
+	}
 
 	// The route table: every /api route and the scope it needs, checked
 	// here and nowhere else (Visible narrows reads to the caller's tenant).

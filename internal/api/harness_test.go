@@ -41,6 +41,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/testenv"
 	"github.com/msgpulse/msgpulse/internal/topology"
+	"github.com/msgpulse/msgpulse/internal/unsubscribe"
 	"github.com/msgpulse/msgpulse/internal/verify"
 )
 
@@ -118,6 +119,8 @@ type options struct {
 	// with waitReplicas as REDIS_WAIT_REPLICAS; 0 = no fence)
 	replicated   *testenv.Replicated
 	waitReplicas int
+	// unsubscribe serves /unsubscribe/{token} (nil = no such routes)
+	unsubscribe *unsubscribe.Handler
 }
 
 func defaultLimits() config.Limits {
@@ -257,8 +260,9 @@ func setup(t *testing.T, o options) *harness {
 			return h.broker.Mgmt.HeadTimestamps(ctx, h.broker.VHost)
 		},
 		Ready:    func(context.Context) map[string]string { return map[string]string{"amqp": "ok", "redis": "ok"} },
-		Gauge:    h.gauge,
-		Accounts: accounts,
+		Gauge:       h.gauge,
+		Accounts:    accounts,
+		Unsubscribe: o.unsubscribe,
 	}, Options{APIKeys: o.keys, Egress: o.egress, CallbackKeys: *o.callbackKeys, AuthFailuresPerMinute: o.authFailures, BodyLimit: 4096, Limits: o.limits, PublishTimeout: 3 * time.Second,
 		BatchMaxBytes: o.batchMaxBytes, Robots: o.robots, AdmitFill: fills, WeComAccounts: o.wecomAccounts, SMSCodes: o.smsCodes,
 		TrustedProxies: o.trustedProxies, RequestLog: o.requestLog, RedisTimeout: o.redisTimeout, WeComLimits: o.wecomLimits})

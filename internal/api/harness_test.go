@@ -260,9 +260,10 @@ func setup(t *testing.T, o options) *harness {
 			return h.broker.Mgmt.HeadTimestamps(ctx, h.broker.VHost)
 		},
 		Ready:    func(context.Context) map[string]string { return map[string]string{"amqp": "ok", "redis": "ok"} },
-		Gauge:       h.gauge,
-		Accounts:    accounts,
-		Unsubscribe: o.unsubscribe,
+		Gauge:    h.gauge,
+		Accounts: accounts,
+
+		Unsubscribe: o.unsubscribe, // nil: no /unsubscribe routes
 	}, Options{APIKeys: o.keys, Egress: o.egress, CallbackKeys: *o.callbackKeys, AuthFailuresPerMinute: o.authFailures, BodyLimit: 4096, Limits: o.limits, PublishTimeout: 3 * time.Second,
 		BatchMaxBytes: o.batchMaxBytes, Robots: o.robots, AdmitFill: fills, WeComAccounts: o.wecomAccounts, SMSCodes: o.smsCodes,
 		TrustedProxies: o.trustedProxies, RequestLog: o.requestLog, RedisTimeout: o.redisTimeout, WeComLimits: o.wecomLimits})

@@ -44,6 +44,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/testenv"
 	"github.com/msgpulse/msgpulse/internal/topology"
+	"github.com/msgpulse/msgpulse/internal/unsubscribe"
 	"github.com/msgpulse/msgpulse/internal/verify"
 )
 
@@ -128,6 +129,8 @@ type options struct {
 	// smsHooks turns the SMS vendors' hooks on; their receipts go to
 	// harness.applied
 	smsHooks *smshook.Config
+	// unsubscribe serves /unsubscribe/{token} (nil = no such routes)
+	unsubscribe *unsubscribe.Handler
 }
 
 func defaultLimits() config.Limits {
@@ -272,6 +275,8 @@ func setup(t *testing.T, o options) *harness {
 		Gauge:    h.gauge,
 		Accounts: accounts,
 		SMSHooks: h.smsHooks(o, zap.New(core)),
+
+		Unsubscribe: o.unsubscribe, // nil: no /unsubscribe routes
 	}, Options{APIKeys: o.keys, Egress: o.egress, CallbackKeys: *o.callbackKeys, AuthFailuresPerMinute: o.authFailures, BodyLimit: 4096, Limits: o.limits, PublishTimeout: 3 * time.Second,
 		BatchMaxBytes: o.batchMaxBytes, Robots: o.robots, AdmitFill: fills, WeComAccounts: o.wecomAccounts, SMSCodes: o.smsCodes,
 		TrustedProxies: o.trustedProxies, RequestLog: o.requestLog, RedisTimeout: o.redisTimeout, WeComLimits: o.wecomLimits})

@@ -28,6 +28,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/suppression"
 	"github.com/msgpulse/msgpulse/internal/timeline"
+	"github.com/msgpulse/msgpulse/internal/unsubscribe"
 	"github.com/msgpulse/msgpulse/internal/verify"
 )
 
@@ -128,11 +129,19 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		return err
 	}
 	defer rcpts.close() // after the HTTP server drained: its hooks queue callbacks
+	// One-click unsubscribe (RFC 8058), when PUBLIC_BASE_URL is set.
+	unsub, err := unsubscribe.FromConfig(cfg.Receipts, suppressions, log.Named("unsubscribe"))
+	if err != nil {
+		return err
+	}
+	if unsub != nil {
+		unsub.Timeout = cfg.RedisTimeout
+	}
 	if !guard.On() {
 		log.Warn("FRAUD_GUARD=off: nothing watches SMS codes for pumping (blocks in force still end on their own and can be lifted)")
 	}
 	srv, err := New(Deps{
-		Log: log, Model: model, Publisher: pub, Delayed: delayed, Limiter: limiter, Fraud: guard, Suppression: suppressions, SMSHooks: rcpts.smsHooks,
+		Log: log, Model: model, Publisher: pub, Delayed: delayed, Limiter: limiter, Fraud: guard, Suppression: suppressions, SMSHooks: rcpts.smsHooks, Unsubscribe: unsub,
 		RateLimits: rateLimits, Codes: codes, Status: statuses, Redis: redisClient, Templates: tpl, Registry: reg, Claims: claims,
 		Fence:    fence,
 		DLQ:      CachedDLQStats(session, model, statuses, 5*time.Second),

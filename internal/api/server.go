@@ -39,6 +39,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/topology"
+	"github.com/msgpulse/msgpulse/internal/unsubscribe"
 	"github.com/msgpulse/msgpulse/internal/verify"
 )
 
@@ -105,6 +106,10 @@ type Deps struct {
 	// and /api/suppressions serves it. nil = no list: nothing is
 	// refused, and /api/suppressions answers 501.
 	Suppression *suppression.Store
+	// Unsubscribe serves GET and POST /unsubscribe/{token}, the one-click
+	// unsubscribe link of mail notices (PUBLIC_BASE_URL); nil = no such
+	// routes.
+	Unsubscribe *unsubscribe.Handler
 }
 
 // Options are the API's behaviour settings.
@@ -267,6 +272,13 @@ func New(d Deps, opts Options) (*Server, error) {
 		for _, r := range d.SMSHooks.Routes() {
 			e.Any(r.Path, r.Handler)
 		}
+	}
+	if d.Unsubscribe != nil {
+		// Outside /api and X-API-Key: a reader's mail client calls these,
+		// and the signed token in the path is the credential. The request
+		// line names the route, never the path (redact drops the token
+		// from echo's 404 and 405 lines too).
+		d.Unsubscribe.Register(e)
 	}
 
 	// The route table: every /api route and the scope it needs, checked

@@ -134,6 +134,7 @@ func LoadConsumer(lookup func(string) (string, bool)) (Consumer, *envconf.Loader
 	c.RateLimitRefresh = l.Duration("RATE_LIMIT_REFRESH", 30*time.Second, time.Second, time.Hour, "full reload of per-provider rate-limit configs (changes also arrive at once by pub/sub)")
 	c.LimitExactMax = l.Int("LIMIT_EXACT_MAX", ratelimit.DefaultExactMax, 1, ratelimit.MaxLimit, "largest limit kept exact (a log entry per request); a window with a larger limit is counted by a sliding-window counter: never more than its limit per fixed window, at most 2x in any span of its length (a previous window's requests all at its end), about its limit under steady load (docs/commands.md)")
 	c.SMTP = loadSMTP(l)
+	c.SMTP.DKIM = loadDKIMKey(l, c.Receipts)
 	c.SMS = loadSMS(l)
 	c.SMS.Twilio.StatusCallback = c.Receipts.TwilioStatusCallback()
 	c.WeCom = loadWeCom(l, c.Channels)

@@ -54,6 +54,26 @@ func loadSMTP(l *envconf.Loader) mail.Config {
 	return c
 }
 
+// loadDKIMKey reads DKIM_PRIVATE_KEY_FILE when DKIM is on (config/receipt.go
+// read the three names), so a key that cannot be read or cannot sign
+// DKIM stops the consumer at start instead of failing every mail.
+func loadDKIMKey(l *envconf.Loader, r Receipts) *mail.DKIM {
+	if r.DKIMDomain == "" || r.DKIMSelector == "" || r.DKIMKeyFile == "" {
+		return nil
+	}
+	key, err := mail.LoadDKIMKey(r.DKIMKeyFile)
+	if err != nil {
+		l.Fail("DKIM_PRIVATE_KEY_FILE", r.DKIMKeyFile, "%v", err)
+		return nil
+	}
+	d := &mail.DKIM{Domain: r.DKIMDomain, Selector: r.DKIMSelector, Key: key}
+	if err := d.Validate(); err != nil {
+		l.Fail("DKIM_DOMAIN", r.DKIMDomain, "%v", err)
+		return nil
+	}
+	return d
+}
+
 // Mailcatcher configures cmd/mailcatcher, the local SMTP server that
 // stands in for the recipients' inboxes.
 type Mailcatcher struct {

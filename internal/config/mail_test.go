@@ -1,6 +1,12 @@
 package config
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -110,5 +116,38 @@ func TestLoadMailcatcher(t *testing.T) {
 			require.NoError(t, l.Errs())
 			require.Equal(t, tc.want, got)
 		})
+	}
+}
+
+// The DKIM key is read at start: a file that is missing or holds no key
+// DKIM can sign with stops the consumer, naming DKIM_PRIVATE_KEY_FILE; a
+// good one reaches the mailer's config.
+func TestDKIMKeyIsReadAtStart(t *testing.T) {
+	dir := t.TempDir()
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	require.NoError(t, err)
+	good := filepath.Join(dir, "dkim.pem")
+	bad := filepath.Join(dir, "bad.pem")
+	require.NoError(t, os.WriteFile(good, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(bad, []byte("not a key"), 0o600))
+	for _, tc := range []struct {
+		name, file, wantErr string
+	}{
+		{"an Ed25519 key", good, ""},
+		{"no such file", filepath.Join(dir, "none.pem"), "DKIM_PRIVATE_KEY_FILE"},
+		{"not a key", bad, "DKIM_PRIVATE_KEY_FILE"},
+	} {
+		env := map[string]string{"DKIM_DOMAIN": "example.com", "DKIM_SELECTOR": "s1", "DKIM_PRIVATE_KEY_FILE": tc.file}
+		c, l := LoadConsumer(withDefaults(func(k string) (string, bool) { v, ok := env[k]; return v, ok }))
+		err := receiptErr(l.Errs())
+		if tc.wantErr == "" {
+			require.NoError(t, err, tc.name)
+			require.NotNil(t, c.SMTP.DKIM, tc.name)
+			require.Equal(t, "s1", c.SMTP.DKIM.Selector, tc.name)
+			continue
+		}
+		require.ErrorContains(t, err, tc.wantErr, tc.name)
 	}
 }

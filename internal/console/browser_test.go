@@ -4,15 +4,12 @@ import (
 	"context"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
-)
 
-// chromiumPath is Debian's chromium, which scripts/browser.sh installs
-// (`make test` runs it first).
-const chromiumPath = "/usr/bin/chromium"
+	testbrowser "github.com/msgpulse/msgpulse/internal/testenv/browser"
+)
 
 // browser drives one headless Chromium with a fresh profile.
 type browser struct {
@@ -20,46 +17,18 @@ type browser struct {
 	ctx context.Context
 }
 
-// newBrowser starts Chromium; without it the test is skipped, except in
-// CI, where a missing browser is a failure (make test installs it).
+// newBrowser starts Chromium (testenv/browser: skipped without one,
+// except in CI, where a missing browser is a failure).
 func newBrowser(t *testing.T) *browser {
 	t.Helper()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is missing: scripts/browser.sh installs it", chromiumPath)
-		}
-		t.Skipf("%s is missing: run scripts/browser.sh", chromiumPath)
-	}
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chromiumPath),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.WindowSize(1280, 860),
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	// The first run starts the browser and binds it to the context it is
-	// given: this one, not a deadline of one step.
-	_, err := chromedp.Run(ctx, chromedp.Navigate("about:blank"))
-	require.NoError(t, err, "start chromium")
-	return &browser{t: t, ctx: ctx}
+	return &browser{t: t, ctx: testbrowser.Start(t)}
 }
 
 // do runs one action with a deadline, so a missing element fails the
 // test instead of hanging it.
 func do[T any](b *browser, what string, a chromedp.Action[T]) T {
 	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
-	defer cancel()
-	v, err := chromedp.Run(ctx, a)
-	require.NoError(b.t, err, what)
-	return v
+	return testbrowser.Do(b.t, b.ctx, what, a)
 }
 
 func (b *browser) open(url string) { b.t.Helper(); do(b, "open "+url, chromedp.Navigate(url)) }

@@ -1,10 +1,14 @@
 package dispatch
 
 import (
+	"fmt"
+
+	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/dispatch/channel"
 	mailchannel "github.com/msgpulse/msgpulse/internal/dispatch/mail"
 	smschannel "github.com/msgpulse/msgpulse/internal/dispatch/sms"
 	wecomchannel "github.com/msgpulse/msgpulse/internal/dispatch/wecom"
+	"github.com/msgpulse/msgpulse/internal/receipt/unsub"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
@@ -19,7 +23,7 @@ func channels(cfg *Config) map[string]channel.Channel {
 		topology.WeCom: channel.Unconfigured{What: "WeCom"},
 	}
 	if cfg.Mail != nil {
-		chs[topology.Mail] = mailchannel.New(cfg.Mail, cfg.Templates)
+		chs[topology.Mail] = mailchannel.New(cfg.Mail, cfg.Templates, cfg.Unsubscribe)
 	}
 	if cfg.SMS != nil {
 		chs[topology.SMS] = smschannel.New(cfg.SMS, cfg.Templates, cfg.SMSLookup)
@@ -28,4 +32,18 @@ func channels(cfg *Config) map[string]channel.Channel {
 		chs[topology.WeCom] = wecomchannel.New(*cfg.WeCom)
 	}
 	return chs
+}
+
+// unsubscribeLinks makes the List-Unsubscribe links of mail notices from
+// PUBLIC_BASE_URL and RECEIPT_SECRET (config checked both); nil without
+// PUBLIC_BASE_URL: no unsubscribe headers.
+func unsubscribeLinks(r config.Receipts) (*unsub.Links, error) {
+	if r.PublicBaseURL == "" {
+		return nil, nil
+	}
+	s, err := unsub.New(r.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("RECEIPT_SECRET: %w", err)
+	}
+	return &unsub.Links{Base: r.PublicBaseURL, Signer: s}, nil
 }

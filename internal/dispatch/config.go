@@ -19,6 +19,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/receipt"
+	"github.com/msgpulse/msgpulse/internal/receipt/unsub"
 	"github.com/msgpulse/msgpulse/internal/seal"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/template"
@@ -72,6 +73,9 @@ type Config struct {
 	// (smslookup.Store), written with the sent mark; nil = none, and no
 	// delivery report finds its message.
 	SMSLookup smschannel.Lookup
+	// Unsubscribe makes the List-Unsubscribe link of mail notices at
+	// normal and low (PUBLIC_BASE_URL); nil = no unsubscribe headers.
+	Unsubscribe *unsub.Links
 	// WeCom is the WeCom channel's own configuration: its client, accounts,
 	// merge and media. Its Templates, Limiter, SendTimeout, metrics and
 	// Logger are this Config's.

@@ -225,8 +225,12 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 			Media: mediaStore, MediaWorkers: wa.MediaWorkers, MediaTenantWorkers: wa.MediaTenantWorkers,
 			MediaMaxBytes: int64(wa.MediaMaxBytes), MediaTenantMaxBytes: int64(wa.MediaTenantMaxBytes)}
 	}
+	links, err := unsubscribeLinks(cfg.Receipts)
+	if err != nil {
+		return err
+	}
 	d, err := New(Config{
-		Model: model, Claims: claims, Status: statuses, Templates: tpl, Keys: keys, Mail: mailer, SMS: smsSender, WeCom: weComCfg,
+		Model: model, Claims: claims, Status: statuses, Templates: tpl, Keys: keys, Mail: mailer, Unsubscribe: links, SMS: smsSender, WeCom: weComCfg,
 		Delayed: delayed, Limiter: ratelimit.New(redisClient, cfg.RedisPrefix).WithExactMax(cfg.LimitExactMax), RateLimits: rateLimits, Callbacks: callbacks, Receipts: receipts, SMSLookup: smslookup.New(redisClient, cfg.RedisPrefix),
 		Redis: redisClient, Fence: fence, SendTimeout: cfg.SendTimeout, MaxMessageBytes: cfg.MaxMessageBytes, Owner: cfg.ConsumerID, Metrics: metrics, DelayMetrics: delayMetrics,
 		Logger: log, Retry: RetryPolicy{MaxRetries: cfg.MaxRetries, Backoff: cfg.RetryBackoff, Throttled: cfg.ThrottledBackoff},

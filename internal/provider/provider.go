@@ -89,6 +89,10 @@ type Mail struct {
 	// TaskID identifies the message; mailers put it in the Message-ID so a
 	// receiving system can spot a duplicate.
 	TaskID string
+	// ListUnsubscribe, when set, is the notice's one-click unsubscribe
+	// URL (RFC 8058): the mailer adds List-Unsubscribe with it and
+	// List-Unsubscribe-Post. Codes and high notices leave it empty.
+	ListUnsubscribe string
 }
 
 // SMS is one rendered text message.

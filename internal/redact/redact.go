@@ -20,8 +20,10 @@
 // header (Bearer …, Basic …, Token …); and header-style values of names
 // that hold secrets (X-Api-Key: …, Authorization: …, X-Twilio-Signature:
 // …); the token of an SMS vendor's hook path (/hooks/sms/aliyun/TOKEN),
-// relative as a router or a proxy quotes it. It may remove a
-// little more than a secret, never less.
+// relative as a router or a proxy quotes it; and the rest of a path,
+// absolute or not, after a prefix whose next segment is a token
+// (secretPaths: /unsubscribe/TOKEN, as in "no such endpoint: GET
+// /unsubscribe/…"). It may remove a little more than a secret, never less.
 //
 // It must never log, and never keep what it removed.
 package redact
@@ -53,6 +55,9 @@ var (
 	jsonBare = regexp.MustCompile(`(?i)("(?:` + secretNames + `|` + queryNames + `)"\s*:\s*)[^\s",}\]\[{][^\s,}\]]*`)
 	// An Authorization header's credentials.
 	authValue = regexp.MustCompile(`(?i)(\b(?:bearer|basic|token)\s+)[A-Za-z0-9._~+/=-]{6,}`)
+	// A path whose segment after a secretPaths prefix is a token, up to
+	// the end of the path; not a route's ":param", which logs name.
+	secretPath = regexp.MustCompile(`(` + strings.Join(secretPaths, "|") + `)[^\s"'<>:][^\s"'<>]*`)
 	// A header-style "Name: value" whose name holds a secret: the value up
 	// to the end of the line or a quote (a header value may hold blanks).
 	// The SMS vendors' hooks' paths (internal/receipt/smshook), relative:
@@ -60,6 +65,10 @@ var (
 	hookToken   = regexp.MustCompile(`(/hooks/sms/[a-z]+/)[^\s"'?#/]+`)
 	headerValue = regexp.MustCompile(`(?i)((?:^|[^a-z0-9_-])(?:x-api-key|api[-_]?key|x-auth-token|auth[-_]?token|authorization|proxy-authorization|x-twilio-signature)\s*:[ \t]*)[^\s"'][^"'\r\n]*`)
 )
+
+// secretPaths are the path prefixes whose next segment is a secret: the
+// signed token of a one-click unsubscribe link (unsub.Path).
+var secretPaths = []string{"/unsubscribe/"}
 
 // Text returns s without the secrets it holds (see the package comment).
 func Text(s string) string {
@@ -73,6 +82,7 @@ func Text(s string) string {
 	s = jsonBare.ReplaceAllString(s, "${1}"+Mark)
 	s = authValue.ReplaceAllString(s, "${1}"+Mark)
 	s = hookToken.ReplaceAllString(s, "${1}"+Mark)
+	s = secretPath.ReplaceAllString(s, "${1}"+Mark)
 	return headerValue.ReplaceAllString(s, "${1}"+Mark)
 }
 
@@ -97,7 +107,7 @@ func mayHold(s string) bool {
 				return true
 			}
 		case '/':
-			if strings.HasPrefix(s[i:], "/hooks/sms/") {
+			if strings.HasPrefix(s[i:], "/hooks/sms/") || secretPathAt(s[i:]) {
 				return true
 			}
 		case 'b', 'B', 't', 'T':
@@ -119,6 +129,15 @@ func secretBefore(s string) bool {
 	}
 	for _, n := range []string{"key", "authorization", "signature"} {
 		if len(s) >= len(n) && strings.EqualFold(s[len(s)-len(n):], n) {
+			return true
+		}
+	}
+	return false
+}
+
+func secretPathAt(s string) bool {
+	for _, p := range secretPaths {
+		if strings.HasPrefix(s, p) {
 			return true
 		}
 	}

@@ -128,3 +128,24 @@ func BenchmarkTextNothingToRemove(b *testing.B) {
 		_ = redact.Text(s)
 	}
 }
+
+// The token of an unsubscribe link is a secret wherever its path is
+// written, with or without a scheme and host: echo's "no such endpoint"
+// and "method not allowed" name the request's path.
+func TestTextTakesUnsubscribeTokensOut(t *testing.T) {
+	t.Parallel()
+	const tok = "ZW1haWwKc2hvcAphQGIuYwoxODAw.c2lnbmF0dXJl"
+	for _, tc := range []struct{ name, in, want string }{
+		{"echo's 405", "method PUT not allowed on /unsubscribe/" + tok, "method PUT not allowed on /unsubscribe/[redacted]"},
+		{"echo's 404, a segment more", "no such endpoint: GET /unsubscribe/" + tok + "/x", "no such endpoint: GET /unsubscribe/[redacted]"},
+		{"quoted", `path "/unsubscribe/` + tok + `" refused`, `path "/unsubscribe/[redacted]" refused`},
+		{"absolute", "List-Unsubscribe: <https://msg.example.com/unsubscribe/" + tok + ">", "List-Unsubscribe: <https://msg.example.com/unsubscribe/[redacted]>"},
+		{"the route pattern stays", "route=/unsubscribe/:token", "route=/unsubscribe/:token"},
+		{"other paths stay", "GET /api/messages/t-1", "GET /api/messages/t-1"},
+	} {
+		got := redact.Text(tc.in)
+		require.NotContains(t, got, tok, tc.name)
+		require.Equal(t, tc.want, got, tc.name)
+		require.Equal(t, got, redact.Text(got), "%s: a second pass changes nothing", tc.name)
+	}
+}

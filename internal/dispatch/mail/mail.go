@@ -10,13 +10,17 @@ import (
 
 	"github.com/msgpulse/msgpulse/internal/breaker"
 	"github.com/msgpulse/msgpulse/internal/dispatch/channel"
+	"github.com/msgpulse/msgpulse/internal/envelope"
 	"github.com/msgpulse/msgpulse/internal/provider"
+	"github.com/msgpulse/msgpulse/internal/receipt/unsub"
 	"github.com/msgpulse/msgpulse/internal/template"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
-// New returns the mail channel sending through m.
-func New(m provider.Mailer, templates *template.Store) channel.Channel {
+// New returns the mail channel sending through m. links, when set
+// (PUBLIC_BASE_URL), gives notices at normal and low their one-click
+// unsubscribe link (listUnsubscribe); nil sends none.
+func New(m provider.Mailer, templates *template.Store, links *unsub.Links) channel.Channel {
 	return &channel.Rendered[template.RenderedEmail]{
 		Channel: topology.Mail,
 		Name:    m.Name,
@@ -24,9 +28,33 @@ func New(m provider.Mailer, templates *template.Store) channel.Channel {
 			return templates.RenderEmail(t.Msg.Template, t.Msg.Locale, t.Vars)
 		},
 		Call: func(ctx context.Context, t *channel.Task, e template.RenderedEmail) (provider.Receipt, error) {
-			return m.SendMail(ctx, provider.Mail{To: t.Msg.Recipient, Subject: e.Subject, HTML: e.HTML, Text: e.Text, TaskID: t.Msg.TaskID})
+			return m.SendMail(ctx, provider.Mail{To: t.Msg.Recipient, Subject: e.Subject, HTML: e.HTML, Text: e.Text, TaskID: t.Msg.TaskID,
+				ListUnsubscribe: listUnsubscribe(links, t.Msg)})
 		},
 	}
+}
+
+// listUnsubscribe is the List-Unsubscribe link of msg: a notice at normal
+// or low, the bulk mail Gmail's sender rules ask one-click unsubscribe of.
+// A code and a high notice (a password reset, a security alert) get none,
+// so that no reader opts out of them by a mail client's button; nor does
+// a message without a tenant, which no suppression entry could name. A
+// link that cannot be signed is left out: the address it would name
+// cannot be sent to either, and the provider says so.
+func listUnsubscribe(links *unsub.Links, msg *envelope.Message) string {
+	if links == nil || msg.Kind != envelope.Notification || msg.Tenant == "" {
+		return ""
+	}
+	switch topology.Level(msg.Level) {
+	case topology.Normal, topology.Low:
+	default:
+		return ""
+	}
+	u, err := links.URL(msg.Tenant, msg.Recipient)
+	if err != nil {
+		return ""
+	}
+	return u
 }
 
 // Guard puts a circuit breaker in front of a mailer (seed 000): when

@@ -57,6 +57,9 @@ type Config struct {
 	// TLSConfig overrides the TLS settings (e.g. RootCAs for a private CA);
 	// nil means the system roots, ServerName = Host, TLS 1.2 or later.
 	TLSConfig *tls.Config
+	// DKIM, when set, signs every mail (DKIM_DOMAIN, DKIM_SELECTOR,
+	// DKIM_PRIVATE_KEY_FILE); nil sends unsigned.
+	DKIM *DKIM
 }
 
 // DefaultConfig is the local mail catcher, no TLS, no AUTH.
@@ -117,6 +120,11 @@ func (c Config) Validate() error {
 	}
 	if _, _, err := parseFrom(c.From); err != nil {
 		return bad("From", "%v", err)
+	}
+	if c.DKIM != nil {
+		if err := c.DKIM.Validate(); err != nil {
+			return bad("DKIM", "%v", err)
+		}
 	}
 	return nil
 }

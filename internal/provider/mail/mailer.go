@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	netmail "net/mail"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +30,13 @@ const ProviderName = "smtp"
 // TaskHeader carries provider.Mail.TaskID, so a message found in a mailbox
 // or an MTA log leads back to its task.
 const TaskHeader = "X-Msgpulse-Task-Id"
+
+// The one-click unsubscribe headers (RFC 2369, RFC 8058) a notice carries
+// when provider.Mail.ListUnsubscribe is set.
+const (
+	ListUnsubscribe     gomail.Header = "List-Unsubscribe"
+	ListUnsubscribePost gomail.Header = "List-Unsubscribe-Post"
+)
 
 // maxIdle: a pooled connection idle for longer is closed instead of
 // reused. Servers drop idle clients after a while (often well under the
@@ -339,6 +347,8 @@ func (m *Mailer) build(mail provider.Mail) (*gomail.Msg, string, string, error) 
 		return nil, "", "", invalid("task id contains a line break or control character")
 	case mail.Text == "" && mail.HTML == "":
 		return nil, "", "", invalid("message has neither a text nor an HTML body")
+	case mail.ListUnsubscribe != "" && !oneClickURL(mail.ListUnsubscribe):
+		return nil, "", "", invalid("unsubscribe link is not an http(s) URL")
 	}
 	msg := gomail.NewMsg(gomail.WithNoDefaultUserAgent())
 	from := *m.from
@@ -352,6 +362,15 @@ func (m *Mailer) build(mail provider.Mail) (*gomail.Msg, string, string, error) 
 		msg.SetGenHeader(gomail.Header(TaskHeader), mail.TaskID)
 	}
 	msg.SetUserAgent("msgpulse")
+	if mail.ListUnsubscribe != "" {
+		// RFC 8058: the link, and the POST body a mail client sends to it
+		// when the reader presses the client's own unsubscribe button.
+		msg.SetGenHeader(ListUnsubscribe, "<"+mail.ListUnsubscribe+">")
+		msg.SetGenHeader(ListUnsubscribePost, "List-Unsubscribe=One-Click")
+	}
+	if m.cfg.DKIM != nil {
+		msg.SetDKIM(m.cfg.DKIM.signer())
+	}
 	switch {
 	case mail.Text != "" && mail.HTML != "":
 		// Text first: multipart/alternative lists parts from plainest to
@@ -395,6 +414,17 @@ func messageID(taskID, domain string) string {
 		left = hex.EncodeToString(b)
 	}
 	return left + "@" + domain
+}
+
+// oneClickURL: u may stand between the angle brackets of List-Unsubscribe
+// (RFC 2369): an absolute http(s) URL with nothing that would end the
+// header or the bracket early.
+func oneClickURL(u string) bool {
+	if hasControl(u) || strings.ContainsAny(u, "<> ,") {
+		return false
+	}
+	p, err := url.Parse(u)
+	return err == nil && (p.Scheme == "https" || p.Scheme == "http") && p.Host != ""
 }
 
 func rcptAddr(rcpt string) string { return strings.TrimSuffix(strings.TrimPrefix(rcpt, "<"), ">") }

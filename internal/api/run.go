@@ -23,6 +23,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/fraud"
 	"github.com/msgpulse/msgpulse/internal/mgmt"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
+	"github.com/msgpulse/msgpulse/internal/receipt"
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/startup"
 	"github.com/msgpulse/msgpulse/internal/status"
@@ -173,6 +174,18 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		}
 		return err
 	}
+	// receiptApplier stores what the receivers read: the status, the
+	// events, the callback, the suppression list (issue 45). nil until
+	// internal/receipt/applier is built here (from redisClient and
+	// statuses); startBounce refuses BOUNCE_SMTP_ADDR without one.
+	var receiptApplier receipt.Applier
+	bounces, err := startBounce(cfg, receiptApplier, log)
+	if err != nil {
+		return err
+	}
+	// On every way out, after the HTTP server drained (defers run last in,
+	// first out) and before Redis closes.
+	defer closeBounce(ctx, cfg.ShutdownTimeout, bounces, log)
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("HTTP_ADDR: %w", err)

@@ -100,9 +100,9 @@ func walk(rep *Report, h textproto.MIMEHeader, body io.Reader, depth int) error 
 	if ct == "" {
 		ct = "text/plain"
 	}
-	mt, params, err := mime.ParseMediaType(ct)
-	if err != nil {
-		return nil // an unreadable part of a report is skipped, not fatal
+	mt, params, perr := mime.ParseMediaType(ct)
+	if perr != nil {
+		mt = "" // an unreadable part of a report is skipped, not fatal
 	}
 	switch {
 	case strings.HasPrefix(mt, "multipart/"):
@@ -118,7 +118,7 @@ func walk(rep *Report, h textproto.MIMEHeader, body io.Reader, depth int) error 
 		mr := multipart.NewReader(body, params["boundary"])
 		for {
 			p, err := mr.NextRawPart()
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				return nil
 			}
 			if err != nil {
@@ -196,7 +196,7 @@ func readDSN(rep *Report, r io.Reader) error {
 			first = false
 		}
 		if err != nil {
-			if err == io.EOF || len(rep.Recipients) > 0 {
+			if errors.Is(err, io.EOF) || len(rep.Recipients) > 0 {
 				return nil
 			}
 			return fmt.Errorf("bounce: delivery-status: %w", err)
@@ -221,7 +221,7 @@ func recipientStatus(h textproto.MIMEHeader) RecipientStatus {
 
 func readFeedback(rep *Report, r io.Reader) error {
 	h, err := textproto.NewReader(bufio.NewReader(r)).ReadMIMEHeader()
-	if err != nil && err != io.EOF && len(h) == 0 {
+	if err != nil && !errors.Is(err, io.EOF) && len(h) == 0 {
 		return fmt.Errorf("bounce: feedback-report: %w", err)
 	}
 	if rep.Feedback == nil {
@@ -315,4 +315,3 @@ func date(s string) time.Time {
 	}
 	return t.UTC()
 }
-

@@ -46,7 +46,7 @@ var (
 	postfixOnce    sync.Once
 	postfixStarted bool
 	postfixSkip    string
-	postfixErr     error
+	errPostfix     error
 )
 
 func TestMain(m *testing.M) {
@@ -82,7 +82,7 @@ func startPostfix(t *testing.T) {
 			return
 		}
 		if out, err := postfixScript("start").CombinedOutput(); err != nil {
-			postfixErr = fmt.Errorf("scripts/postfix.sh start: %v: %s", err, out)
+			errPostfix = fmt.Errorf("scripts/postfix.sh start: %w: %s", err, out)
 			return
 		}
 		postfixStarted = true
@@ -90,7 +90,7 @@ func startPostfix(t *testing.T) {
 	if postfixSkip != "" {
 		t.Skip(postfixSkip)
 	}
-	require.NoError(t, postfixErr)
+	require.NoError(t, errPostfix)
 }
 
 // maillog is the Postfix log so far.

@@ -29,8 +29,12 @@ run: services build ## run the whole system locally: topology, mail catcher, API
 browser: ## install Debian's chromium if missing (the console's browser test drives it)
 	@./scripts/browser.sh
 
+.PHONY: postfix
+postfix: ## install Debian's postfix if missing, its system instance left off (internal/bounce's tests run an instance of their own)
+	@./scripts/postfix.sh install
+
 .PHONY: test
-test: services browser ## every test, -race: all packages on RabbitMQ 3.10.8, the broker's suites, the fault and the cluster scenarios also on 4.0.5, classic and quorum (scripts/test.sh)
+test: services browser postfix ## every test, -race: all packages on RabbitMQ 3.10.8, the broker's suites, the fault and the cluster scenarios also on 4.0.5, classic and quorum (scripts/test.sh)
 	@TEST_TIMEOUT=$(TEST_TIMEOUT) GO=$(GO) ./scripts/test.sh
 
 .PHONY: test-rabbitmq4

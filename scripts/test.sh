@@ -96,7 +96,7 @@ broker_suites() { $GO test -race -count=1 -timeout "$TIMEOUT" "${BROKER_PKGS[@]}
 
 # fuzz runs each fuzz target for FUZZ_TIME: go test -fuzz takes one
 # target at a time. Their seeds also run in 3-all, as plain tests.
-FUZZ_TARGETS=(./internal/api:FuzzSendRequest ./internal/api:FuzzBatchRequest ./internal/api:FuzzVerificationCodeRequest ./internal/api:FuzzVerifyRequest)
+FUZZ_TARGETS=(./internal/api:FuzzSendRequest ./internal/api:FuzzBatchRequest ./internal/api:FuzzVerificationCodeRequest ./internal/api:FuzzVerifyRequest ./internal/bounce:FuzzParse)
 fuzz() {
   local t rc=0
   for t in "${FUZZ_TARGETS[@]}"; do

@@ -197,6 +197,14 @@ func Run(ctx context.Context, cfg config.API, log *zap.Logger) error {
 		}
 		return err
 	}
+	// The bounce receiver hands what it reads to the same applier.
+	bounces, err := startBounce(cfg, rcpts.applier, log)
+	if err != nil {
+		return err
+	}
+	// On every way out, after the HTTP server drained (defers run last in,
+	// first out) and before Redis closes.
+	defer closeBounce(ctx, cfg.ShutdownTimeout, bounces, log)
 	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("HTTP_ADDR: %w", err)

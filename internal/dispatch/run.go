@@ -35,6 +35,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/receipt/applier"
 	"github.com/msgpulse/msgpulse/internal/receipt/smslookup"
+	"github.com/msgpulse/msgpulse/internal/receipt/verp"
 	"github.com/msgpulse/msgpulse/internal/startup"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/suppression"
@@ -123,7 +124,15 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	for _, ch := range cfg.Channels {
 		switch ch {
 		case topology.Mail:
-			m, err := mail.New(cfg.SMTP, log.Named("smtp"))
+			smtpCfg := cfg.SMTP
+			if cfg.Receipts.BounceDomain != "" {
+				// Every mail's envelope sender names its task, signed, so
+				// its bounces reach the API's receiver tied to it.
+				if smtpCfg.ReturnPath, err = verp.New(cfg.Receipts.Secret, cfg.Receipts.BounceDomain); err != nil {
+					return fmt.Errorf("MAIL_BOUNCE_DOMAIN: %w", err)
+				}
+			}
+			m, err := mail.New(smtpCfg, log.Named("smtp"))
 			if err != nil {
 				return fmt.Errorf("SMTP: %w", err)
 			}

@@ -57,6 +57,9 @@ type Options struct {
 	SMS provider.SMSSender
 	// Mailer wraps the SMTP mailer (e.g. to crash mid-send); nil = as is.
 	Mailer func(provider.Mailer) provider.Mailer
+	// ReturnPath makes each mail's envelope sender (a *verp.Signer, as
+	// with MAIL_BOUNCE_DOMAIN); nil = the From address.
+	ReturnPath mail.ReturnPath
 	// WeComBase is the URL of a wecomtest server: each consumer then
 	// sends WeCom messages there, with its own client and the access
 	// token shared through Redis, like separate processes.
@@ -219,6 +222,7 @@ func (s *Stack) StartConsumerWith(name string, concurrency int, rdb redis.Univer
 	require.NoError(t, err)
 	mc := mail.DefaultConfig()
 	mc.Host, mc.Port, mc.TLS, mc.From, mc.Timeout = "127.0.0.1", port(t, s.Mail.Addr()), mail.TLSNone, "msgpulse <no-reply@msgpulse.test>", 5*time.Second
+	mc.ReturnPath = s.opts.ReturnPath
 	mailer, err := mail.New(mc, s.opts.Logger)
 	require.NoError(t, err)
 	var m provider.Mailer = mailer

@@ -16,6 +16,7 @@ import (
 
 	"github.com/msgpulse/msgpulse/internal/logging"
 	"github.com/msgpulse/msgpulse/internal/provider"
+	"github.com/msgpulse/msgpulse/internal/receipt"
 )
 
 // classify turns a send failure into a *provider.Error:
@@ -115,4 +116,44 @@ func trimReply(msg, rcpt string) string {
 		msg = string(r[:300]) + "…"
 	}
 	return msg
+}
+
+// enhancedRE reads the enhanced status code (RFC 3463) at the start of a
+// reply's text: "5.1.1 <bob@example.com>: Recipient address rejected".
+var enhancedRE = regexp.MustCompile(`^([245])\.(\d{1,3})\.(\d{1,3})\b`)
+
+// noSuchRecipient are the 5.1.x codes that say the recipient's address is
+// dead (RFC 3463): 5.1.1 no such mailbox, 5.1.2 no such domain, 5.1.3 the
+// address cannot be an address, 5.1.6 the mailbox moved away, 5.1.10 the
+// domain takes no mail (null MX, RFC 7505). The others of 5.1 name the
+// sender's address (5.1.7, 5.1.8) or nothing in particular (5.1.0), so
+// they must not put the recipient on the suppression list.
+var noSuchRecipient = map[string]bool{"5.1.1": true, "5.1.2": true, "5.1.3": true, "5.1.6": true, "5.1.10": true}
+
+// refused returns the *receipt.RefusedError of a server that refused the
+// recipient at RCPT TO with one of noSuchRecipient's codes: a hard bounce
+// during the send, which the pipeline acks and applies (the status becomes
+// bounced, the address is suppressed). Every other failure is pe as it
+// was. The refusal wraps pe, so errors.As still finds the permanent
+// *provider.Error. A reply without an enhanced code ("550 no such user")
+// stays a plain permanent failure: its reason is a guess.
+func refused(failed, err error, rcpt string) error {
+	var pe *provider.Error
+	var se *stageError
+	var te *textproto.Error
+	if !errors.As(failed, &pe) || !errors.As(err, &se) || se.stage != stageRcpt || !errors.As(err, &te) || te.Code/100 != 5 {
+		return failed
+	}
+	m := enhancedRE.FindStringSubmatch(te.Msg)
+	if m == nil {
+		return failed
+	}
+	code := m[1] + "." + m[2] + "." + m[3]
+	if !noSuchRecipient[code] {
+		return failed
+	}
+	return &receipt.RefusedError{Receipt: receipt.Receipt{
+		Channel: "email", Kind: receipt.Bounced, Code: code, Detail: pe.Code + " " + pe.Message,
+		Source: "smtp", Recipient: strings.ToLower(rcptAddr(rcpt)), Suppress: receipt.SuppressHardBounce,
+	}, Err: pe}
 }

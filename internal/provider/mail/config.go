@@ -54,12 +54,21 @@ type Config struct {
 	// of two, since DATA must wait for its 354 before the message and BDAT
 	// need not. Off: DATA, for a server that offers it and gets it wrong.
 	Chunking bool
+	// ReturnPath, when set, makes each mail's envelope sender (MAIL FROM,
+	// the Return-Path the receiving server writes) an address naming its
+	// task (MAIL_BOUNCE_DOMAIN, a *verp.Signer); nil keeps From's address.
+	ReturnPath ReturnPath
 	// TLSConfig overrides the TLS settings (e.g. RootCAs for a private CA);
 	// nil means the system roots, ServerName = Host, TLS 1.2 or later.
 	TLSConfig *tls.Config
 	// DKIM, when set, signs every mail (DKIM_DOMAIN, DKIM_SELECTOR,
 	// DKIM_PRIVATE_KEY_FILE); nil sends unsigned.
 	DKIM *DKIM
+}
+
+// ReturnPath makes the envelope sender of a task's mail (verp.Signer).
+type ReturnPath interface {
+	Address(taskID string) (string, error)
 }
 
 // DefaultConfig is the local mail catcher, no TLS, no AUTH.

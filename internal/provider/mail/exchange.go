@@ -56,14 +56,13 @@ func (m *Mailer) step(ctx context.Context, c *conn, stage string, f func() error
 
 // deliver runs one mail transaction on c. keep says whether c is in a
 // known, clean state and may be reused.
-func (m *Mailer) deliver(ctx context.Context, c *conn, msg *gomail.Msg, rcpt string) (resp string, keep bool, err error) {
+func (m *Mailer) deliver(ctx context.Context, c *conn, msg *gomail.Msg, from, rcpt string) (resp string, keep bool, err error) {
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
 	defer func() {
 		if !stop() {
 			keep = false // the abort spoiled the socket's deadline
 		}
 	}()
-	from := "<" + m.from.Address + ">"
 	if m.cfg.Pipelining && m.cfg.Chunking && c.pipelining && c.chunking {
 		return m.deliverChunked(ctx, c, msg, from, rcpt)
 	}

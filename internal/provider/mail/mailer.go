@@ -165,6 +165,7 @@ func (m *Mailer) SendMail(ctx context.Context, mail provider.Mail) (provider.Rec
 		return provider.Receipt{}, classify(ctx, &stageError{stage: stageWait, err: err}, rcpt)
 	}
 	defer m.release()
+	from := m.envelopeFrom(mail.TaskID)
 
 	c, reused := m.take()
 	for {
@@ -175,7 +176,7 @@ func (m *Mailer) SendMail(ctx context.Context, mail provider.Mail) (provider.Rec
 			}
 			reused = false
 		}
-		resp, keep, err := m.deliver(ctx, c, msg, rcpt)
+		resp, keep, err := m.deliver(ctx, c, msg, from, rcpt)
 		if keep {
 			m.put(c)
 		} else {
@@ -198,8 +199,23 @@ func (m *Mailer) SendMail(ctx context.Context, mail provider.Mail) (provider.Rec
 			c = nil
 			continue
 		}
-		return provider.Receipt{}, m.fail(ctx, err, rcpt)
+		return provider.Receipt{}, refused(m.fail(ctx, err, rcpt), err, rcpt)
 	}
+}
+
+// envelopeFrom is the MAIL FROM of the mail of taskID: its signed VERP
+// address when Config.ReturnPath is set, so that a bounce names its
+// message; SMTP_FROM's address otherwise, or when the id does not fit in
+// one (logged: its bounces cannot be read).
+func (m *Mailer) envelopeFrom(taskID string) string {
+	if m.cfg.ReturnPath != nil && taskID != "" {
+		addr, err := m.cfg.ReturnPath.Address(taskID)
+		if err == nil {
+			return "<" + addr + ">"
+		}
+		m.log.Warn("mail keeps SMTP_FROM as its envelope sender: no VERP address for its task id; its bounces will not be read", zap.Error(err))
+	}
+	return "<" + m.from.Address + ">"
 }
 
 func (m *Mailer) fail(ctx context.Context, err error, rcpt string) error {

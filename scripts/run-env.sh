@@ -15,6 +15,15 @@ export API_KEYS="${API_KEYS:-$DEV_KEY_NAME:$DEV_KEY:send+read+admin}"
 # Callbacks are signed per tenant; without a secret a callbackUrl is refused.
 export CALLBACK_SECRET="${CALLBACK_SECRET:-dev-callback-secret-change-me}"
 export HTTP_ADDR="${HTTP_ADDR:-127.0.0.1:8080}"
+# What comes back after sent (docs/bounces.md, docs/bulk-mail.md): mail
+# leaves with a signed VERP return path at a local bounce domain, whose
+# receiver listens on BOUNCE_SMTP_ADDR (a bounce can be tried by hand with
+# curl, docs/bounces.md), and notices carry a one-click unsubscribe link to
+# this API (http is accepted on loopback only).
+export RECEIPT_SECRET="${RECEIPT_SECRET:-dev-receipt-secret-change-me-0123456789}"
+export PUBLIC_BASE_URL="${PUBLIC_BASE_URL:-http://$HTTP_ADDR}"
+export MAIL_BOUNCE_DOMAIN="${MAIL_BOUNCE_DOMAIN:-bounce.localhost}"
+export BOUNCE_SMTP_ADDR="${BOUNCE_SMTP_ADDR:-127.0.0.1:2525}"
 export METRICS_ADDR="${METRICS_ADDR:-127.0.0.1:9090}"
 export MAILCATCHER_SMTP_ADDR="${MAILCATCHER_SMTP_ADDR:-127.0.0.1:1025}"
 export MAILCATCHER_HTTP_ADDR="${MAILCATCHER_HTTP_ADDR:-127.0.0.1:8025}"

@@ -15,11 +15,11 @@ BIN=bin
 say() { printf '\033[1m%s\033[0m\n' "$*"; }
 
 busy=()
-for addr in "$HTTP_ADDR" "$METRICS_ADDR" "$MAILCATCHER_SMTP_ADDR" "$MAILCATCHER_HTTP_ADDR"; do
+for addr in "$HTTP_ADDR" "$METRICS_ADDR" "$MAILCATCHER_SMTP_ADDR" "$MAILCATCHER_HTTP_ADDR" "$BOUNCE_SMTP_ADDR"; do
   if (exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}") 2>/dev/null; then busy+=("$addr"); fi
 done
 if [ ${#busy[@]} -gt 0 ]; then
-  echo "run: already in use: ${busy[*]} (another make run? set HTTP_ADDR / METRICS_ADDR / MAILCATCHER_*_ADDR)" >&2
+  echo "run: already in use: ${busy[*]} (another make run? set HTTP_ADDR / METRICS_ADDR / MAILCATCHER_*_ADDR / BOUNCE_SMTP_ADDR)" >&2
   exit 1
 fi
 

@@ -240,3 +240,82 @@ Subject: notice
 --b2--
 `
 }
+
+// mailsWith returns the mails that reached rcpt, in arrival order.
+func (s *system) mailsWith(rcpt string) []map[string][]string {
+	var out []map[string][]string
+	for _, m := range s.mail.Messages() {
+		for _, to := range m.To {
+			if to == rcpt {
+				out = append(out, m.Headers)
+			}
+		}
+	}
+	return out
+}
+
+// One-click unsubscribe (RFC 8058) with every setting at its default but
+// the public URL: a low notice carries the signed link; opening it (as a
+// mail client's prefetch does) unsubscribes nobody; a forged one is
+// refused; the one-click POST stops notices, and codes still go, without
+// the link.
+func TestOneClickUnsubscribeStopsNoticesNotCodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e: runs the binaries")
+	}
+	addr := testenv.FreeAddr(t)
+	s := newSystem(t, "RECEIPT_SECRET="+e2eReceiptSecret, "PUBLIC_BASE_URL=http://"+addr)
+	_, c := s.api("HTTP_ADDR=" + addr)
+	s.consumer("c1")
+	ctx := testenv.Context(t, 2*time.Minute)
+	to := "reader-" + uuid.NewString()[:8] + "@example.com"
+	arrived := func(n int) []map[string][]string {
+		t.Helper()
+		testenv.WaitFor(t, 20*time.Second, fmt.Sprintf("mail %d to %s", n, to), func() bool { return len(s.mailsWith(to)) >= n })
+		return s.mailsWith(to)
+	}
+
+	_, err := c.SendMessage(ctx, client.SendRequest{MessageType: client.MessageEmail, TemplateCode: "notice", Recipient: to,
+		Variables: map[string]string{"title": "t", "content": "c"}, Level: client.LevelLow})
+	require.NoError(t, err)
+	low := arrived(1)[0]
+	require.Len(t, low["List-Unsubscribe"], 1, "a low notice carries List-Unsubscribe")
+	require.Equal(t, []string{"List-Unsubscribe=One-Click"}, low["List-Unsubscribe-Post"])
+	link := strings.Trim(low["List-Unsubscribe"][0], "<>")
+	require.True(t, strings.HasPrefix(link, "http://"+addr+"/unsubscribe/"), link)
+
+	for range 2 { // a scanner's prefetch, then the reader's look
+		resp, err := http.Get(link)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	page, err := c.ListSuppressions(ctx, client.SuppressionFilter{Recipient: to})
+	require.NoError(t, err)
+	require.Empty(t, page.Entries, "a GET unsubscribes nobody")
+
+	forged := link[:len(link)-1] + map[bool]string{true: "A", false: "B"}[!strings.HasSuffix(link, "A")]
+	resp, err := http.Post(forged, "application/x-www-form-urlencoded", strings.NewReader("List-Unsubscribe=One-Click"))
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.GreaterOrEqual(t, resp.StatusCode, 400, "a forged token is refused")
+	require.Less(t, resp.StatusCode, 500)
+
+	resp, err = http.Post(link, "application/x-www-form-urlencoded", strings.NewReader("List-Unsubscribe=One-Click"))
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	page, err = c.ListSuppressions(ctx, client.SuppressionFilter{Recipient: to})
+	require.NoError(t, err)
+	require.Len(t, page.Entries, 1)
+	require.Equal(t, "unsubscribe", string(page.Entries[0].Reason))
+
+	_, err = c.SendMessage(ctx, client.SendRequest{MessageType: client.MessageEmail, TemplateCode: "notice", Recipient: to,
+		Variables: map[string]string{"title": "t", "content": "c"}, Level: client.LevelLow})
+	refusedAs(t, err, "recipient is suppressed: unsubscribed")
+	_, err = c.RequestVerificationCode(ctx, client.VerificationCodeRequest{Channel: client.ChannelEmail, Recipient: to, Purpose: "login"})
+	require.NoError(t, err, "an unsubscribe stops notices only")
+	code := arrived(2)[1]
+	require.Empty(t, code["List-Unsubscribe"], "a code carries no List-Unsubscribe")
+	require.Empty(t, code["List-Unsubscribe-Post"])
+}

@@ -97,6 +97,11 @@ func (s *system) start(name string, extra ...string) *proc {
 func (s *system) api(extra ...string) (*proc, *client.Client) {
 	s.t.Helper()
 	addr := testenv.FreeAddr(s.t)
+	for _, e := range extra { // a test that must know it first (PUBLIC_BASE_URL) names it
+		if a, ok := strings.CutPrefix(e, "HTTP_ADDR="); ok {
+			addr = a
+		}
+	}
 	p := s.start("api", append([]string{"HTTP_ADDR=" + addr}, extra...)...)
 	s.apiURL = "http://" + addr
 	c, err := client.New("http://"+addr, apiKey)

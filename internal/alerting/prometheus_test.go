@@ -67,10 +67,24 @@ func alertExprs(t *testing.T) map[string]string {
 			if readsPending(r.Expr) {
 				continue // no binary exports it yet (pendingMetrics)
 			}
+			if series, ok := volumeGuarded[r.Alert]; ok {
+				out["alert "+r.Alert] = series
+				continue
+			}
 			out["alert "+r.Alert] = threshold.ReplaceAllString(r.Expr, "")
 		}
 	}
 	return out
+}
+
+// volumeGuarded are the alerts that judge a rate only past a day's volume
+// (1,000 mails: a handful of complaints among a few mails is no rate), so
+// no short run gives their ratio a value: here the series they divide
+// must exist, from every tenant's start at zero; promtool's tests
+// (alerts_test.yml) fire them.
+var volumeGuarded = map[string]string{
+	"MailBounceRateHigh":    `sum by (tenant) (increase(msgpulse_receipts_total{kind="bounced"}[24h]))`,
+	"MailComplaintRateHigh": `sum by (tenant) (increase(msgpulse_receipts_total{kind="complained"}[24h]))`,
 }
 
 func readsPending(expr string) bool {

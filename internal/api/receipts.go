@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/callback"
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/egress"
@@ -40,8 +41,14 @@ func newReceipts(cfg config.API, keys *seal.Keys, statuses *status.Store, suppre
 	if err != nil {
 		return nil, err
 	}
+	metrics := applier.NewMetrics(reg)
+	tenants := []string{apikey.DefaultTenant}
+	for _, k := range cfg.APIKeys {
+		tenants = append(tenants, k.Tenant)
+	}
+	metrics.Zero(tenants)
 	a, err := applier.New(applier.Config{Status: statuses, Keys: keys, Callbacks: cbs, Suppressor: suppressions,
-		Metrics: applier.NewMetrics(reg), Logger: log.Named("receipt")})
+		Metrics: metrics, Logger: log.Named("receipt")})
 	if err != nil {
 		cbs.Close(context.Background())
 		return nil, err

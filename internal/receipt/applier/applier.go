@@ -76,6 +76,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
+// Zero starts every kind's series of each tenant at 0, so that a rate
+// over them (the complaint and bounce alerts) exists before the first
+// receipt: the API zeroes the tenants of its keys.
+func (m *Metrics) Zero(tenants []string) {
+	for _, t := range tenants {
+		label := m.tenant(t)
+		for _, k := range []receipt.Kind{receipt.Delivered, receipt.Undelivered, receipt.Bounced, receipt.Complained, receipt.Delayed, receipt.Accepted} {
+			m.Receipts.WithLabelValues(label, string(k))
+		}
+	}
+}
+
 // tenant is the label of tenant, "other" past MaxTenantLabels.
 func (m *Metrics) tenant(tenant string) string {
 	m.mu.Lock()

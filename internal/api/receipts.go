@@ -54,7 +54,8 @@ func newReceipts(cfg config.API, keys *seal.Keys, statuses *status.Store, suppre
 		return nil, err
 	}
 	r := &receipts{applier: a, callbacks: cbs}
-	if hc := smshook.ConfigFrom(cfg.Receipts); hc.On() {
+	r2 := cfg.Receipts
+	if hc := (smshook.Config{PublicBaseURL: r2.PublicBaseURL, TwilioAuthToken: r2.TwilioAuthToken, AliyunToken: r2.AliyunToken, TencentToken: r2.TencentToken}); hc.On() {
 		if r.smsHooks, err = smshook.New(hc, a, smslookup.New(rc, cfg.RedisPrefix), log.Named("smshook")); err != nil {
 			cbs.Close(context.Background())
 			return nil, err

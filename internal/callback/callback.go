@@ -34,6 +34,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/redact"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
+	"github.com/msgpulse/msgpulse/pkg/client"
 )
 
 // Config configures status callbacks (seed 000).
@@ -89,26 +90,9 @@ func NewResults() *prometheus.CounterVec {
 }
 
 // Payload is the JSON a callbackUrl receives when a message reaches a
-// final status, or a receipt changes it.
-type Payload struct {
-	Event      string     `json:"event"` // "message.status"
-	TaskID     string     `json:"taskId"`
-	Status     string     `json:"status"`
-	Channel    string     `json:"channel"`
-	Recipient  string     `json:"recipient"` // masked
-	Attempts   int        `json:"attempts"`
-	Provider   string     `json:"provider,omitempty"`
-	SentAt     *time.Time `json:"sentAt,omitempty"`
-	LastError  string     `json:"lastError,omitempty"`
-	ErrorClass string     `json:"errorClass,omitempty"`
-	Reason     string     `json:"reason,omitempty"`
-	UpdatedAt  time.Time  `json:"updatedAt"`
-	// What the receipt that set a receipt state said (status.Record).
-	ReceiptCode   string     `json:"receiptCode,omitempty"`
-	ReceiptDetail string     `json:"receiptDetail,omitempty"`
-	ReceiptSource string     `json:"receiptSource,omitempty"`
-	DeliveredAt   *time.Time `json:"deliveredAt,omitempty"`
-}
+// final status, or a receipt changes it: pkg/client's StatusCallback, the
+// very type a Go tenant reads it into, so the two cannot drift.
+type Payload = client.StatusCallback
 
 type callbackJob struct {
 	url    string
@@ -187,7 +171,7 @@ func (c *Sender) Send(ctx context.Context, url, tenant string, rec status.Record
 
 // PayloadOf is the callback body of rec.
 func PayloadOf(rec status.Record) Payload {
-	return Payload{Event: "message.status", TaskID: rec.TaskID, Status: string(rec.Status), Channel: rec.Channel,
+	return Payload{Event: "message.status", TaskID: rec.TaskID, Status: client.Status(rec.Status), Channel: client.Channel(rec.Channel),
 		Recipient: rec.Recipient, Attempts: rec.Attempts, Provider: rec.Provider, SentAt: rec.SentAt, LastError: rec.LastError,
 		ErrorClass: rec.ErrorClass, Reason: rec.Reason, UpdatedAt: rec.UpdatedAt,
 		ReceiptCode: rec.ReceiptCode, ReceiptDetail: rec.ReceiptDetail, ReceiptSource: rec.ReceiptSource, DeliveredAt: rec.DeliveredAt}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/msgpulse/msgpulse/internal/envconf"
+	"github.com/msgpulse/msgpulse/internal/receipt/smshook"
 )
 
 // Receipts are the settings of what comes back after a message was sent
@@ -43,7 +44,7 @@ type Receipts struct {
 // TwilioHookPath is where Twilio posts status callbacks, under
 // PublicBaseURL: the consumer sends it as StatusCallback, the API serves
 // it, and the signature is computed over PublicBaseURL + TwilioHookPath.
-const TwilioHookPath = "/hooks/sms/twilio"
+const TwilioHookPath = smshook.TwilioPath
 
 // TwilioStatusCallback is the StatusCallback a Twilio send carries: ""
 // without PUBLIC_BASE_URL (no receipts from Twilio).

@@ -454,7 +454,7 @@ func TestCallbackRedirectIsNotFollowed(t *testing.T) {
 	keys, err := callbackkey.New(nil, "callback-master-secret-0123")
 	require.NoError(t, err)
 	metrics := dispatch.NewMetrics(prometheus.NewRegistry())
-	cbs, err := dispatch.NewCallbacks(dispatch.CallbackConfig{Keys: keys, Attempts: 2, Backoff: 10 * time.Millisecond, Metrics: metrics, Egress: egress.Policy{AllowPrivate: true}})
+	cbs, err := dispatch.NewCallbacks(dispatch.CallbackConfig{Keys: keys, Attempts: 2, Backoff: 10 * time.Millisecond, Results: metrics.Callbacks, Egress: egress.Policy{AllowPrivate: true}})
 	require.NoError(t, err)
 	cbs.Send(context.Background(), srv.URL+"/cb", "shopA", status.Record{TaskID: "t-redirect", Status: status.Sent, Channel: "sms", UpdatedAt: time.Now()})
 	cbs.Close(context.Background()) // waits for the queued callback
@@ -474,7 +474,7 @@ func TestCallbackWithoutTenantKeyIsNotSent(t *testing.T) {
 	keys, err := callbackkey.New(map[string]string{"shopA": "shopA-callback-secret-0001"}, "")
 	require.NoError(t, err)
 	metrics := dispatch.NewMetrics(prometheus.NewRegistry())
-	cbs, err := dispatch.NewCallbacks(dispatch.CallbackConfig{Keys: keys, Metrics: metrics, Egress: egress.Policy{AllowPrivate: true}})
+	cbs, err := dispatch.NewCallbacks(dispatch.CallbackConfig{Keys: keys, Results: metrics.Callbacks, Egress: egress.Policy{AllowPrivate: true}})
 	require.NoError(t, err)
 	cbs.Send(context.Background(), srv.URL, "shopB", status.Record{TaskID: "t-nokey", Status: status.Sent, UpdatedAt: time.Now()})
 	cbs.Close(context.Background())
@@ -516,7 +516,7 @@ func TestCallbackToPrivateAddressAtDialTimeIsRefused(t *testing.T) {
 			core, logs := observer.New(zapcore.DebugLevel)
 			metrics := dispatch.NewMetrics(prometheus.NewRegistry())
 			cbs, err := dispatch.NewCallbacks(dispatch.CallbackConfig{Keys: testCallbackKeys(t), Backoff: 10 * time.Millisecond, Logger: zap.New(core),
-				Metrics: metrics, Egress: egress.Policy{AllowPrivate: tc.allow, Lookup: lookup}})
+				Results: metrics.Callbacks, Egress: egress.Policy{AllowPrivate: tc.allow, Lookup: lookup}})
 			require.NoError(t, err)
 			before := calls.Load()
 			cbs.Send(context.Background(), "http://user:hunter2@hooks.shop.example:"+port+"/cb", "", status.Record{TaskID: "t-" + tc.name, Status: status.Sent, Channel: "sms", UpdatedAt: time.Now()})

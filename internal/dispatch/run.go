@@ -193,7 +193,7 @@ func Run(ctx context.Context, cfg config.Consumer, log *zap.Logger, opts ...Opti
 	if err != nil {
 		return err
 	}
-	callbacks, err := NewCallbacks(CallbackConfig{Keys: cfg.CallbackKeys, Timeout: cfg.CallbackTimeout, Attempts: cfg.CallbackAttempts, Logger: log.Named("callback"), Metrics: metrics,
+	callbacks, err := NewCallbacks(CallbackConfig{Keys: cfg.CallbackKeys, Timeout: cfg.CallbackTimeout, Attempts: cfg.CallbackAttempts, Logger: log.Named("callback"), Results: metrics.Callbacks,
 		Egress: egress.Policy{AllowPrivate: cfg.CallbackPrivate}})
 	if err != nil {
 		return err

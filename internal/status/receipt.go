@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/msgpulse/msgpulse/internal/receipt"
 	"github.com/msgpulse/msgpulse/internal/redact"
 	"github.com/msgpulse/msgpulse/internal/seal"
 )
@@ -61,9 +60,20 @@ const (
 	Changed
 )
 
+// The receipt kinds that are kept as events and change no state
+// (receipt.Delayed, receipt.Accepted).
+const (
+	EventDelayed  = "delayed"
+	EventAccepted = "accepted"
+)
+
 // ReceiptUpdate is a receipt as ApplyReceipt applies it.
 type ReceiptUpdate struct {
-	Kind receipt.Kind
+	// Kind is a receipt.Kind's value: a receipt state (State.Receipt),
+	// which the record moves to, or EventDelayed or EventAccepted, kept as
+	// events only. A string, so that this store stands below the receipt
+	// packages that use it.
+	Kind string
 	// Channel is the message's (the API's name): a receipt for a message
 	// of another channel changes nothing (ErrRecipientMismatch).
 	Channel string
@@ -145,7 +155,7 @@ func (s *Store) ApplyReceipt(ctx context.Context, taskID string, u ReceiptUpdate
 	if taskID == "" {
 		return Record{}, Duplicate, errors.New("status: TaskID is required")
 	}
-	if !u.Kind.Valid() {
+	if !State(u.Kind).Receipt() && u.Kind != EventDelayed && u.Kind != EventAccepted {
 		return Record{}, Duplicate, fmt.Errorf("%w: kind %q", ErrInvalidReceipt, u.Kind)
 	}
 	at := ""
@@ -172,14 +182,7 @@ func (s *Store) ApplyReceipt(ctx context.Context, taskID string, u ReceiptUpdate
 	case 2:
 		outcome = Kept
 	}
-	flat, _ := out[1].([]any)
-	m := make(map[string]string, len(flat)/2)
-	for i := 0; i+1 < len(flat); i += 2 {
-		k, _ := flat[i].(string)
-		v, _ := flat[i+1].(string)
-		m[k] = v
-	}
-	r, err := parse(m)
+	r, err := parseReply(out[1])
 	if err != nil {
 		return Record{}, Duplicate, err
 	}

@@ -47,7 +47,7 @@ func TestReceiptRules(t *testing.T) {
 				before := time.Now().Add(-time.Hour).Truncate(time.Millisecond).UTC()
 				require.NoError(t, e.s.Create(e.ctx, status.Record{TaskID: id, Channel: "sms", Status: from, ReceiptCode: "old", CreatedAt: before, UpdatedAt: before}))
 				at := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
-				rec, outcome, err := e.s.ApplyReceipt(e.ctx, id, status.ReceiptUpdate{Kind: k, Channel: "sms", Code: "30003", Detail: "unreachable", Source: "twilio", At: at})
+				rec, outcome, err := e.s.ApplyReceipt(e.ctx, id, status.ReceiptUpdate{Kind: string(k), Channel: "sms", Code: "30003", Detail: "unreachable", Source: "twilio", At: at})
 				require.NoError(t, err)
 				changed := outcome == status.Changed
 				require.NotEqual(t, status.Duplicate, outcome)
@@ -89,7 +89,7 @@ func TestLateUpdatesNeverUndoAReceipt(t *testing.T) {
 		for _, late := range []status.State{status.Queued, status.Scheduled, status.Sending, status.Retrying, status.Sent, status.Failed, status.Expired, ""} {
 			id := fmt.Sprintf("late-%s-%s", st, late)
 			require.NoError(t, e.s.Create(e.ctx, status.Record{TaskID: id, Channel: "email", Status: status.Sent}))
-			_, _, err := e.s.ApplyReceipt(e.ctx, id, status.ReceiptUpdate{Kind: receipt.Kind(st), Code: "5.1.1", Source: "dsn"})
+			_, _, err := e.s.ApplyReceipt(e.ctx, id, status.ReceiptUpdate{Kind: string(st), Code: "5.1.1", Source: "dsn"})
 			require.NoError(t, err)
 			before, err := e.s.Get(e.ctx, id)
 			require.NoError(t, err)
@@ -113,7 +113,7 @@ func TestReceiptsOutOfOrderAndTwice(t *testing.T) {
 	e := setup(t)
 	require.NoError(t, e.s.Create(e.ctx, status.Record{TaskID: "ooo", Channel: "sms", Status: status.Sending}))
 	t0 := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
-	delivered := status.ReceiptUpdate{Kind: receipt.Delivered, Code: "DELIVERED", Source: "aliyun", At: t0}
+	delivered := status.ReceiptUpdate{Kind: string(receipt.Delivered), Code: "DELIVERED", Source: "aliyun", At: t0}
 	first, outcome, err := e.s.ApplyReceipt(e.ctx, "ooo", delivered)
 	require.NoError(t, err)
 	require.Equal(t, status.Changed, outcome)
@@ -130,7 +130,7 @@ func TestReceiptsOutOfOrderAndTwice(t *testing.T) {
 	require.ErrorIs(t, err, status.ErrFinal)
 
 	// An intermediate report after the final one: kept, the state stays.
-	rec, outcome, err := e.s.ApplyReceipt(e.ctx, "ooo", status.ReceiptUpdate{Kind: receipt.Accepted, Source: "aliyun", At: t0.Add(-time.Minute)})
+	rec, outcome, err := e.s.ApplyReceipt(e.ctx, "ooo", status.ReceiptUpdate{Kind: string(receipt.Accepted), Source: "aliyun", At: t0.Add(-time.Minute)})
 	require.NoError(t, err)
 	require.Equal(t, status.Kept, outcome)
 	require.Equal(t, status.Delivered, rec.Status)
@@ -139,13 +139,13 @@ func TestReceiptsOutOfOrderAndTwice(t *testing.T) {
 	require.Equal(t, &t0, rec.DeliveredAt)
 
 	// A failure report after delivered: kept, delivered stays.
-	rec, outcome, err = e.s.ApplyReceipt(e.ctx, "ooo", status.ReceiptUpdate{Kind: receipt.Undelivered, Code: "30003", Source: "twilio", At: t0.Add(time.Minute)})
+	rec, outcome, err = e.s.ApplyReceipt(e.ctx, "ooo", status.ReceiptUpdate{Kind: string(receipt.Undelivered), Code: "30003", Source: "twilio", At: t0.Add(time.Minute)})
 	require.NoError(t, err)
 	require.Equal(t, status.Kept, outcome)
 	require.Equal(t, status.Delivered, rec.Status)
 
 	// A complaint follows delivery.
-	rec, outcome, err = e.s.ApplyReceipt(e.ctx, "ooo", status.ReceiptUpdate{Kind: receipt.Complained, Source: "arf"})
+	rec, outcome, err = e.s.ApplyReceipt(e.ctx, "ooo", status.ReceiptUpdate{Kind: string(receipt.Complained), Source: "arf"})
 	require.NoError(t, err)
 	require.Equal(t, status.Changed, outcome)
 	require.Equal(t, status.Complained, rec.Status)
@@ -156,7 +156,7 @@ func TestReceiptsOutOfOrderAndTwice(t *testing.T) {
 
 	// A report without a time of its own, twice: once.
 	for i, want := range []status.Outcome{status.Kept, status.Duplicate} {
-		rec, outcome, err = e.s.ApplyReceipt(e.ctx, "ooo", status.ReceiptUpdate{Kind: receipt.Delayed, Code: "4.2.2", Source: "dsn"})
+		rec, outcome, err = e.s.ApplyReceipt(e.ctx, "ooo", status.ReceiptUpdate{Kind: string(receipt.Delayed), Code: "4.2.2", Source: "dsn"})
 		require.NoError(t, err)
 		require.Equal(t, want, outcome, "delay notice %d", i+1)
 	}
@@ -168,7 +168,7 @@ func TestReceiptEventsAreCapped(t *testing.T) {
 	e := setup(t)
 	require.NoError(t, e.s.Create(e.ctx, status.Record{TaskID: "cap", Channel: "email", Status: status.Sent}))
 	for i := range status.MaxEvents + 5 {
-		_, outcome, err := e.s.ApplyReceipt(e.ctx, "cap", status.ReceiptUpdate{Kind: receipt.Delayed, Code: fmt.Sprintf("4.4.%d", i), Source: "dsn"})
+		_, outcome, err := e.s.ApplyReceipt(e.ctx, "cap", status.ReceiptUpdate{Kind: string(receipt.Delayed), Code: fmt.Sprintf("4.4.%d", i), Source: "dsn"})
 		require.NoError(t, err)
 		require.Equal(t, status.Kept, outcome, "a delay notice never changes the state")
 	}
@@ -211,7 +211,7 @@ func TestReceiptChecksTheRecipient(t *testing.T) {
 		if tc.digest == "" {
 			ch = "email"
 		}
-		_, _, err := e.s.ApplyReceipt(e.ctx, tc.task, status.ReceiptUpdate{Kind: receipt.Delivered, Channel: ch, Source: "twilio", RecipientDigest: tc.digest})
+		_, _, err := e.s.ApplyReceipt(e.ctx, tc.task, status.ReceiptUpdate{Kind: string(receipt.Delivered), Channel: ch, Source: "twilio", RecipientDigest: tc.digest})
 		require.ErrorIs(t, err, tc.want, tc.name)
 		after, _ := e.s.Get(e.ctx, tc.task)
 		require.Equal(t, before, after, "%s: nothing changed", tc.name)
@@ -220,7 +220,7 @@ func TestReceiptChecksTheRecipient(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n, "a receipt creates no record")
 
-	rec, outcome, err := e.s.ApplyReceipt(e.ctx, "rcpt", status.ReceiptUpdate{Kind: receipt.Delivered, Channel: "sms", Source: "twilio", RecipientDigest: digest})
+	rec, outcome, err := e.s.ApplyReceipt(e.ctx, "rcpt", status.ReceiptUpdate{Kind: string(receipt.Delivered), Channel: "sms", Source: "twilio", RecipientDigest: digest})
 	require.NoError(t, err)
 	require.Equal(t, status.Changed, outcome)
 	require.Equal(t, "https://cb.example/hook?token=s3cret", rec.CallbackURL)
@@ -239,7 +239,7 @@ func TestReceiptRecordJSON(t *testing.T) {
 	e := setup(t)
 	require.NoError(t, e.s.Create(e.ctx, status.Record{TaskID: "js", Channel: "email", Status: status.Sent,
 		CallbackURL: "https://cb.example/p/SECRETPATH?token=QUERYSECRET", RecipientDigest: "DIGESTVALUE"}))
-	rec, _, err := e.s.ApplyReceipt(e.ctx, "js", status.ReceiptUpdate{Kind: receipt.Bounced, Code: "5.1.1", Source: "dsn",
+	rec, _, err := e.s.ApplyReceipt(e.ctx, "js", status.ReceiptUpdate{Kind: string(receipt.Bounced), Code: "5.1.1", Source: "dsn",
 		Detail: "550 5.1.1 no such user; see https://mx.example/x/y?token=LEAKED"})
 	require.NoError(t, err)
 	b, err := json.Marshal(rec)

@@ -166,6 +166,18 @@ func validateRecord(r Record) error {
 	return nil
 }
 
+// parseReply is parse of a script's HGETALL reply (field, value, ...).
+func parseReply(reply any) (Record, error) {
+	flat, _ := reply.([]any)
+	m := make(map[string]string, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		k, _ := flat[i].(string)
+		v, _ := flat[i+1].(string)
+		m[k] = v
+	}
+	return parse(m)
+}
+
 func parse(m map[string]string) (Record, error) {
 	r := Record{
 		TaskID:     m[fTaskID],

@@ -404,14 +404,7 @@ func (s *Store) QueueUpdate(ctx context.Context, sc redis.Scripter, taskID strin
 		case u.Blind:
 			return Record{}, nil
 		}
-		flat, _ := out[1].([]any)
-		m := make(map[string]string, len(flat)/2)
-		for i := 0; i+1 < len(flat); i += 2 {
-			k, _ := flat[i].(string)
-			v, _ := flat[i+1].(string)
-			m[k] = v
-		}
-		r, err := parse(m)
+		r, err := parseReply(out[1])
 		if err != nil {
 			return Record{}, err
 		}

@@ -161,7 +161,7 @@ func (a *Applier) Apply(ctx context.Context, r receipt.Receipt) error {
 	if r.Suppress != receipt.SuppressNone && !suppression.Reason(r.Suppress).Valid() {
 		return errors.Join(receipt.ErrInvalid, fmt.Errorf("receipt: unknown suppression reason %q", r.Suppress))
 	}
-	u := status.ReceiptUpdate{Kind: r.Kind, Channel: r.Channel, Code: r.Code, Detail: r.Detail, Source: r.Source, At: r.At}
+	u := status.ReceiptUpdate{Kind: string(r.Kind), Channel: r.Channel, Code: r.Code, Detail: r.Detail, Source: r.Source, At: r.At}
 	if r.Recipient != "" {
 		u.RecipientDigest = status.DigestRecipient(a.cfg.Keys, r.Channel, r.Recipient)
 	}

@@ -29,7 +29,6 @@ import (
 	"github.com/labstack/echo/v5"
 	"go.uber.org/zap"
 
-	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/receipt"
 	"github.com/msgpulse/msgpulse/internal/receipt/smslookup"
 )
@@ -37,7 +36,7 @@ import (
 // The hooks' paths, under PUBLIC_BASE_URL. The vendors' names are the SMS
 // providers' (sms.NameTwilio, …) and the lookup's vendor keys.
 const (
-	TwilioPath  = config.TwilioHookPath
+	TwilioPath  = "/hooks/sms/twilio"
 	AliyunPath  = "/hooks/sms/aliyun/:token"
 	TencentPath = "/hooks/sms/tencent/:token"
 	// anyPath answers what matches no hook 404 without echoing the path:
@@ -69,11 +68,6 @@ type Config struct {
 	TwilioAuthToken string
 	// AliyunToken and TencentToken are the hooks' path tokens ("" = off).
 	AliyunToken, TencentToken string
-}
-
-// ConfigFrom is the hooks' Config from the API's settings.
-func ConfigFrom(r config.Receipts) Config {
-	return Config{PublicBaseURL: r.PublicBaseURL, TwilioAuthToken: r.TwilioAuthToken, AliyunToken: r.AliyunToken, TencentToken: r.TencentToken}
 }
 
 // On reports whether any hook is on.

@@ -1246,9 +1246,7 @@ type SendRequest struct {
 	// Account for WECOM, the WeCom application account (WECOM_ACCOUNTS) to send from; default the first account listing the caller's tenant, else `default`. An account of another tenant, or an unknown one, is 400
 	Account *string `json:"account,omitempty"`
 
-	// CallbackURL called with the final status, and again when a receipt changes
-	// it (delivered, undelivered, bounced, complained; the body is a
-	// StatusCallback); https (http only when the server
+	// CallbackURL called with the final status; https (http only when the server
 	// is configured to allow it). A host that is, or resolves to, a
 	// loopback, link-local, private, unique-local, unspecified or other
 	// non-public address is refused (400), and checked again when the
@@ -1260,6 +1258,8 @@ type SendRequest struct {
 	// `v1\n{X-Msgpulse-Timestamp}\n{X-Msgpulse-Tenant}\n{callbackUrl}\n{body}`;
 	// refuse timestamps older than 5 minutes. Redirects are not
 	// followed (a 3xx is a failed attempt).
+	// It is called again when a receipt changes the status (delivered,
+	// undelivered, bounced, complained); the body is a StatusCallback.
 	CallbackURL *string `json:"callbackUrl,omitempty"`
 
 	// DelaySeconds send this many seconds from now (fractions allowed); excludes sendAt

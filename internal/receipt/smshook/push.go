@@ -80,24 +80,46 @@ type aliyunReport struct {
 // {"code":0} once applied (Aliyun retries anything but a 200, three
 // times, 1, 5 and 10 minutes apart).
 func (h *Hooks) aliyun(c *echo.Context) error {
-	reports, status := readArray[aliyunReport](c)
+	return push(h, c, vendorAliyun, func(rep aliyunReport) (report, bool) {
+		r := receipt.Receipt{Kind: receipt.Undelivered, Code: rep.ErrCode, Detail: rep.ErrMsg, At: reportTime(rep.ReportTime, h.now())}
+		if rep.Success {
+			r.Kind, r.Detail = receipt.Delivered, ""
+		}
+		return report{r, rep.BizID, aliyunNumber(rep.PhoneNumber)}, true
+	}, map[string]any{"code": 0, "msg": "接收成功"}, map[string]any{"code": 1, "msg": "retry"})
+}
+
+// report is one vendor report, read: its receipt, the vendor's id of the
+// message, and how its number is matched to the message's.
+type report struct {
+	r     receipt.Receipt
+	id    string
+	match func(smslookup.Entry) (string, bool)
+}
+
+// push serves a vendor's push of a JSON array of reports: each one read
+// (false: a report of no outcome, counted unmatched) is applied, and the
+// vendor is answered ok once all were, or retry (503) when a store
+// failed, so that it pushes them again.
+func push[T any](h *Hooks, c *echo.Context, vendor string, read func(T) (report, bool), ok, retry any) error {
+	reports, status := readArray[T](c)
 	if status != 0 {
 		return c.NoContent(status)
 	}
 	ctx := c.Request().Context()
 	var o outcome
 	for _, rep := range reports {
-		r := receipt.Receipt{Kind: receipt.Undelivered, Code: rep.ErrCode, Detail: rep.ErrMsg, At: reportTime(rep.ReportTime, h.now())}
-		if rep.Success {
-			r.Kind, r.Detail = receipt.Delivered, ""
+		if r, use := read(rep); use {
+			h.apply(ctx, &o, vendor, r.id, r.match, r.r)
+		} else {
+			o.unmatched++
 		}
-		h.apply(ctx, &o, vendorAliyun, rep.BizID, aliyunNumber(rep.PhoneNumber), r)
 	}
-	h.done(vendorAliyun, o)
+	h.done(vendor, o)
 	if o.err != nil {
-		return c.JSON(http.StatusServiceUnavailable, map[string]any{"code": 1, "msg": "retry"})
+		return c.JSON(http.StatusServiceUnavailable, retry)
 	}
-	return c.JSON(http.StatusOK, map[string]any{"code": 0, "msg": "接收成功"})
+	return c.JSON(http.StatusOK, ok)
 }
 
 // aliyunNumber matches Aliyun's phone_number to the message's number:
@@ -146,13 +168,7 @@ type tencentReport struct {
 // tencent is Tencent's status callback: a JSON array; answered
 // {"result":0,"errmsg":"OK"} once applied.
 func (h *Hooks) tencent(c *echo.Context) error {
-	reports, status := readArray[tencentReport](c)
-	if status != 0 {
-		return c.NoContent(status)
-	}
-	ctx := c.Request().Context()
-	var o outcome
-	for _, rep := range reports {
+	return push(h, c, vendorTencent, func(rep tencentReport) (report, bool) {
 		r := receipt.Receipt{Code: rep.ErrMsg, Detail: rep.Description, At: reportTime(rep.UserReceiveTime, h.now())}
 		switch strings.ToUpper(rep.ReportStatus) {
 		case "SUCCESS":
@@ -160,16 +176,10 @@ func (h *Hooks) tencent(c *echo.Context) error {
 		case "FAIL":
 			r.Kind = receipt.Undelivered
 		default:
-			o.unmatched++
-			continue
+			return report{}, false
 		}
-		h.apply(ctx, &o, vendorTencent, rep.SID, tencentNumber(rep.NationCode, rep.Mobile), r)
-	}
-	h.done(vendorTencent, o)
-	if o.err != nil {
-		return c.JSON(http.StatusServiceUnavailable, map[string]any{"result": 1, "errmsg": "retry"})
-	}
-	return c.JSON(http.StatusOK, map[string]any{"result": 0, "errmsg": "OK"})
+		return report{r, rep.SID, tencentNumber(rep.NationCode, rep.Mobile)}, true
+	}, map[string]any{"result": 0, "errmsg": "OK"}, map[string]any{"result": 1, "errmsg": "retry"})
 }
 
 // tencentNumber matches Tencent's nationcode and mobile (or a mobile

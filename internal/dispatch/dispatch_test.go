@@ -420,7 +420,7 @@ func TestCallbackIsSignedWithItsTenantsKeyAndDelivered(t *testing.T) {
 			t.Fatal("no callback")
 		}
 		require.Equal(t, "message.status", d.cb.Event)
-		require.Equal(t, "sent", d.cb.Status)
+		require.Equal(t, "sent", string(d.cb.Status))
 		h := d.header
 		wantTenant := map[string]string{"tA": "shopA", "tB": "shopB"}[d.cb.TaskID]
 		require.Equal(t, wantTenant, h.Get(callbackkey.TenantHeader))

@@ -177,7 +177,7 @@ func TestReceiptMovesTheStatusAndCallsBack(t *testing.T) {
 	require.NoError(t, e.applier.Apply(e.ctx, receipt.Receipt{TaskID: "t-del", Channel: "sms", Kind: receipt.Accepted, Source: "twilio"}))
 	require.NoError(t, e.applier.Apply(e.ctx, receipt.Receipt{TaskID: "t-del", Channel: "sms", Kind: receipt.Complained, Source: "arf"}))
 	d = e.next(t)
-	require.Equal(t, "complained", d.cb.Status, "the next callback is the complaint's: neither the duplicate nor the accepted report sent one")
+	require.Equal(t, "complained", string(d.cb.Status), "the next callback is the complaint's: neither the duplicate nor the accepted report sent one")
 	require.Equal(t, 1.0, e.count("shopA", receipt.Accepted))
 	require.Equal(t, 1.0, e.count("shopA", receipt.Complained))
 }
@@ -210,7 +210,7 @@ func TestBounceSuppressesTheRecipient(t *testing.T) {
 	require.Equal(t, status.Bounced, rec.Status)
 	require.Equal(t, "5.1.1", rec.ReceiptCode)
 	d := e.next(t)
-	require.Equal(t, "bounced", d.cb.Status)
+	require.Equal(t, "bounced", string(d.cb.Status))
 	require.Equal(t, "5.1.1", d.cb.ReceiptCode)
 	require.Equal(t, "dsn", d.cb.ReceiptSource)
 	require.Equal(t, 1.0, e.count("shopA", receipt.Bounced), "counted once")

@@ -60,7 +60,8 @@ func TestEveryLogLineHasEachKeyOnce(t *testing.T) {
 	s := newSystem(t, "LOG_LEVEL=debug")
 	api, c := s.api()
 	// The SMTP server: "retry@" is refused once for now (451), "dead@"
-	// for good (550).
+	// for good (550 5.7.1: a policy refusal, dead-lettered; a 5.1.x one
+	// would be a hard bounce, acked and suppressed).
 	var retried atomic.Bool
 	s.mail.SetHook(func(e mailcatcher.Envelope) error {
 		if e.Stage != mailcatcher.StageRcpt {
@@ -72,7 +73,7 @@ func TestEveryLogLineHasEachKeyOnce(t *testing.T) {
 				return mailcatcher.Reject(451, "4.3.0 try again later")
 			}
 		case "dead@example.com":
-			return mailcatcher.Reject(550, "5.1.1 no such user")
+			return mailcatcher.Reject(550, "5.7.1 refused by policy")
 		}
 		return nil
 	})

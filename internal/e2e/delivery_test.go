@@ -308,7 +308,7 @@ func TestOneClickUnsubscribeStopsNoticesNotCodes(t *testing.T) {
 	page, err = c.ListSuppressions(ctx, client.SuppressionFilter{Recipient: to})
 	require.NoError(t, err)
 	require.Len(t, page.Entries, 1)
-	require.Equal(t, "unsubscribe", string(page.Entries[0].Reason))
+	require.Equal(t, "unsubscribe", page.Entries[0].Reason)
 
 	_, err = c.SendMessage(ctx, client.SendRequest{MessageType: client.MessageEmail, TemplateCode: "notice", Recipient: to,
 		Variables: map[string]string{"title": "t", "content": "c"}, Level: client.LevelLow})

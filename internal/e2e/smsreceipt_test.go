@@ -184,7 +184,7 @@ func TestTwilioReceiptsThroughTheBinaries(t *testing.T) {
 	require.NoError(t, err)
 	testenv.WaitFor(t, 20*time.Second, "the number's suppression", func() bool {
 		page, err := c.ListSuppressions(context.Background(), client.SuppressionFilter{Channel: "sms", Recipient: stopped})
-		return err == nil && len(page.Entries) == 1 && string(page.Entries[0].Reason) == "opt_out"
+		return err == nil && len(page.Entries) == 1 && page.Entries[0].Reason == "opt_out"
 	})
 	require.NotEqual(t, client.StatusSent, statusOf(ctx, c, vc.TaskID))
 	_, err = c.SendMessage(ctx, client.SendRequest{MessageType: client.MessageSMS, TemplateCode: "notice", Recipient: stopped,

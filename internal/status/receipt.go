@@ -162,7 +162,7 @@ func (s *Store) ApplyReceipt(ctx context.Context, taskID string, u ReceiptUpdate
 	if !u.At.IsZero() {
 		at = strconv.FormatInt(u.At.UnixMilli(), 10)
 	}
-	out, err := receiptScript.Run(ctx, s.rdb, []string{s.key(taskID)}, s.cfg.TTL.Milliseconds(), string(u.Kind), u.Code,
+	out, err := receiptScript.Run(ctx, s.rdb, []string{s.key(taskID)}, s.cfg.TTL.Milliseconds(), u.Kind, u.Code,
 		redact.Text(u.Detail), at, u.Source, u.RecipientDigest, MaxEvents, u.Channel).Slice()
 	if err != nil {
 		return Record{}, Duplicate, fmt.Errorf("status: receipt for %q: %w", taskID, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/provider"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/status"
+	"github.com/msgpulse/msgpulse/internal/suppression"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
@@ -193,10 +194,11 @@ func (d *Dispatcher) claim(ctx context.Context, j *job, key string, withSending 
 // the recipient. In this write they cost no round trip of their own.
 func (d *Dispatcher) sendingUpdate(j *job) status.Update {
 	u := status.Update{Status: status.Sending, IncAttempts: true, Provider: ptr(j.provider), Blind: true}
-	if len(j.msg.Recipients) == 0 && (j.channel == topology.Mail || j.channel == topology.SMS) {
-		if names, ok := topology.ByQueue(j.channel, false); ok {
-			u.RecipientDigest = ptr(status.DigestRecipient(d.cfg.Keys, names.API, j.msg.Recipient))
-		}
+	// The channels receipts come back for are the ones a recipient can be
+	// suppressed on (suppression.Suppressible): the pipeline names none.
+	names, ok := topology.ByQueue(j.channel, false)
+	if len(j.msg.Recipients) == 0 && ok && suppression.Suppressible(names.API) {
+		u.RecipientDigest = ptr(status.DigestRecipient(d.cfg.Keys, names.API, j.msg.Recipient))
 		if j.msg.CallbackURL != "" {
 			u.CallbackURL = ptr(j.msg.CallbackURL)
 		}

@@ -20,8 +20,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/redact"
+	"github.com/msgpulse/msgpulse/pkg/client"
 )
 
 // buckets is how many slices the health window is counted in.
@@ -78,63 +78,66 @@ func (s *Store) bucketLen() time.Duration { return s.cfg.Window / buckets }
 // once, and its cached answers. A consumer resolves it once per account
 // (Store.Account) and keeps it; it is safe for concurrent use.
 type Account struct {
-	s    *Store
-	name string
-	down string // its keys
-	rate string
+	s       *Store
+	name    string
+	downKey string // its keys
+	rateKey string
 
-	mu        sync.Mutex
-	health    cached
-	downCache cachedDown
+	health memo[float64]
+	down   memo[string]
 }
 
-type cached struct {
-	at     time.Time
-	health float64
+// memo is one answer a consumer reuses for CacheFor instead of asking
+// Redis per message.
+type memo[T any] struct {
+	mu sync.Mutex
+	at time.Time
+	v  T
 }
 
-type cachedDown struct {
-	at  time.Time
-	why string
+// get returns the answer if it is younger than maxAge at now.
+func (m *memo[T]) get(now time.Time, maxAge time.Duration) (T, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.v, !m.at.IsZero() && now.Sub(m.at) < maxAge
+}
+
+func (m *memo[T]) set(now time.Time, v T) {
+	m.mu.Lock()
+	m.at, m.v = now, v
+	m.mu.Unlock()
 }
 
 // Account returns account's state; keep it (its answers are cached in it).
 func (s *Store) Account(name string) *Account {
-	return &Account{s: s, name: name, down: downKey(s.cfg.Prefix, name), rate: rateKey(s.cfg.Prefix, name)}
+	return &Account{s: s, name: name, downKey: downKey(s.cfg.Prefix, name), rateKey: rateKey(s.cfg.Prefix, name)}
 }
 
 // MarkDown marks the account down for DownFor, with why (WeCom's words;
 // the console and /api/queues/stats show it, so it passes redact.Text).
 func (a *Account) MarkDown(ctx context.Context, why string) error {
 	why = redact.Text(why)
-	if err := a.s.rdb.Set(ctx, a.down, why, a.s.cfg.DownFor).Err(); err != nil {
+	if err := a.s.rdb.Set(ctx, a.downKey, why, a.s.cfg.DownFor).Err(); err != nil {
 		return fmt.Errorf("accountstate: mark %s down: %w", a.name, err)
 	}
-	a.mu.Lock()
-	a.downCache = cachedDown{at: a.s.now(), why: why}
-	a.mu.Unlock()
+	a.down.set(a.s.now(), why)
 	return nil
 }
 
 // Down returns why the account is down, or "" when it is up. The answer
 // may be CacheFor old.
 func (a *Account) Down(ctx context.Context) (string, error) {
-	a.mu.Lock()
-	c := a.downCache
-	a.mu.Unlock()
-	if !c.at.IsZero() && a.s.now().Sub(c.at) < a.s.cfg.CacheFor {
-		return c.why, nil
+	if why, ok := a.down.get(a.s.now(), a.s.cfg.CacheFor); ok {
+		return why, nil
 	}
-	why, err := a.s.rdb.Get(ctx, a.down).Result()
+	why, err := a.s.rdb.Get(ctx, a.downKey).Result()
 	if errors.Is(err, redis.Nil) {
 		why, err = "", nil
 	}
 	if err != nil {
 		return "", fmt.Errorf("accountstate: is %s down: %w", a.name, err)
 	}
-	a.mu.Lock()
-	a.downCache = cachedDown{at: a.s.now(), why: why}
-	a.mu.Unlock()
+	a.down.set(a.s.now(), why)
 	return why, nil
 }
 
@@ -161,11 +164,8 @@ func (a *Account) Record(ctx context.Context, ok bool) error {
 // Health is the success rate of the account's sends in the window, 1 when
 // it sent nothing. The answer may be CacheFor old.
 func (a *Account) Health(ctx context.Context) (float64, error) {
-	a.mu.Lock()
-	c := a.health
-	a.mu.Unlock()
-	if !c.at.IsZero() && a.s.now().Sub(c.at) < a.s.cfg.CacheFor {
-		return c.health, nil
+	if h, ok := a.health.get(a.s.now(), a.s.cfg.CacheFor); ok {
+		return h, nil
 	}
 	all, good, err := a.s.counts(ctx, a.name)
 	if err != nil {
@@ -175,16 +175,14 @@ func (a *Account) Health(ctx context.Context) (float64, error) {
 	if all > 0 {
 		h = float64(good) / float64(all)
 	}
-	a.mu.Lock()
-	a.health = cached{at: a.s.now(), health: h}
-	a.mu.Unlock()
+	a.health.set(a.s.now(), h)
 	return h, nil
 }
 
 // NoteRate stores the send rate (per second) the consumers hold the
 // account to, for the stats; it is kept for a minute.
 func (a *Account) NoteRate(ctx context.Context, perSecond float64) error {
-	return a.s.rdb.Set(ctx, a.rate, strconv.FormatFloat(perSecond, 'f', 4, 64), time.Minute).Err()
+	return a.s.rdb.Set(ctx, a.rateKey, strconv.FormatFloat(perSecond, 'f', 4, 64), time.Minute).Err()
 }
 
 // counts sums the window's sends and successes.
@@ -217,28 +215,13 @@ func toInt(v any) int64 {
 	return n
 }
 
-// State is one account in /api/queues/stats (wecomAccounts).
-type State struct {
-	Account string `json:"account"`
-	// Status is "up" or "down" (WeCom refused its credentials; its
-	// messages wait until their deadline).
-	Status     string `json:"status"`
-	DownReason string `json:"downReason,omitempty"`
-	// DownUntil is when the down mark lapses and one message probes the
-	// account again (absent when up).
-	DownUntil *time.Time `json:"downUntil,omitempty"`
-	Health    float64    `json:"health"`
-	// Sends and Succeeded count the health window's sends.
-	Sends     int64 `json:"sends"`
-	Succeeded int64 `json:"succeeded"`
-	// RatePerSecond is the rate the consumers last held the account to
-	// (adaptive rate × health); absent when none sent lately.
-	RatePerSecond *float64 `json:"ratePerSecond,omitempty"`
-	Tenants       []string `json:"tenants,omitempty"`
-	// Limits are its sends per second, minute, hour and day
-	// (WECOM_ACCOUNT_LIMITS; 0 = none); absent when it has none.
-	Limits *wecom.Limits `json:"limits,omitempty"`
-}
+// State is one account in /api/queues/stats (wecomAccounts): the
+// contract's WeComAccountState. Status is "up" or "down" (WeCom refused its
+// credentials; its messages wait until their deadline); DownUntil is when
+// the down mark lapses and one message probes the account again; Sends and
+// Succeeded count the health window's sends; RatePerSecond is the rate the
+// consumers last held the account to (adaptive rate × health).
+type State = client.WeComAccountState
 
 // Get reads account's state from Redis (no cache).
 func (s *Store) Get(ctx context.Context, account string) (State, error) {

@@ -9,6 +9,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/accountstate"
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
+	"github.com/msgpulse/msgpulse/pkg/client"
 )
 
 // checkAccount resolves the WeCom account of an application message for
@@ -66,7 +67,8 @@ func (s *Server) wecomAccounts(ctx context.Context) ([]accountstate.State, error
 		}
 		st.Tenants = a.Tenants
 		if l, ok := s.opts.WeComLimits[a.Name]; ok {
-			st.Limits = &l
+			limits := client.WeComAccountLimits(l)
+			st.Limits = &limits
 		}
 		out = append(out, st)
 	}

@@ -369,8 +369,8 @@ func TestScheduledMessageAndStatus(t *testing.T) {
 	require.Equal(t, http.StatusOK, g.Status)
 	var view MessageView
 	g.data(t, &view)
-	require.Equal(t, "scheduled", view.Status)
-	require.Equal(t, "sms", view.Channel)
+	require.Equal(t, "scheduled", string(view.Status))
+	require.Equal(t, "sms", string(view.Channel))
 	require.Equal(t, "+86*******1234", view.Recipient)
 	require.NotNil(t, view.ScheduledAt)
 	q := h.do("GET", "/api/messages?taskId="+res.TaskID, nil)

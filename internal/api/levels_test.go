@@ -63,7 +63,7 @@ func TestSendPicksTheLevelQueue(t *testing.T) {
 		g := h.do("GET", "/api/messages/"+out.TaskID, nil)
 		var view MessageView
 		g.data(t, &view)
-		require.Equal(t, string(tc.level), view.Priority)
+		require.Equal(t, string(tc.level), string(view.Priority))
 	}
 
 	body := levelNotice("low")
@@ -84,7 +84,7 @@ func TestSendPicksTheLevelQueue(t *testing.T) {
 	g := h.do("GET", "/api/messages/"+vc.TaskID, nil)
 	var view MessageView
 	g.data(t, &view)
-	require.Equal(t, "high", view.Priority)
+	require.Equal(t, "high", string(view.Priority))
 }
 
 func TestSendRejectsBadPriorityAndTTL(t *testing.T) {
@@ -215,7 +215,7 @@ func TestBatchPicksTheLevelQueue(t *testing.T) {
 	require.Len(t, out.Accepted, 2)
 	var view MessageView
 	h.do("GET", "/api/messages/"+out.Accepted[0].TaskID, nil).data(t, &view)
-	require.Equal(t, "low", view.Priority)
+	require.Equal(t, "low", string(view.Priority))
 }
 
 // Admission: a level queue close to its bound ({CH}_QUEUE_ADMIT_FILL of

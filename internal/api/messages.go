@@ -18,6 +18,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/template"
+	"github.com/msgpulse/msgpulse/pkg/client"
 )
 
 // SendResult is the 202 answer's data.
@@ -182,31 +183,9 @@ func (s *Server) message(req *Message, tenant string, now time.Time) *envelope.M
 
 var taskIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// MessageView is GET /api/messages' data.
-type MessageView struct {
-	TaskID      string     `json:"taskId"`
-	Status      string     `json:"status"`
-	Channel     string     `json:"channel"`
-	Recipient   string     `json:"recipient"`
-	Attempts    int        `json:"attempts"`
-	CreatedAt   time.Time  `json:"createdAt"`
-	UpdatedAt   time.Time  `json:"updatedAt"`
-	LastError   string     `json:"lastError"`
-	Kind        string     `json:"kind,omitempty"`
-	Template    string     `json:"template,omitempty"`
-	ScheduledAt *time.Time `json:"scheduledAt,omitempty"`
-	SentAt      *time.Time `json:"sentAt,omitempty"`
-	ErrorClass  string     `json:"errorClass,omitempty"`
-	Reason      string     `json:"reason,omitempty"`
-	Provider    string     `json:"provider,omitempty"`
-	Priority    string     `json:"priority,omitempty"` // the traffic level: high, normal or low
-	// What receipts said (status.Record); never the callback URL.
-	ReceiptCode   string         `json:"receiptCode,omitempty"`
-	ReceiptDetail string         `json:"receiptDetail,omitempty"`
-	ReceiptSource string         `json:"receiptSource,omitempty"`
-	DeliveredAt   *time.Time     `json:"deliveredAt,omitempty"`
-	Events        []status.Event `json:"events,omitempty"`
-}
+// MessageView is GET /api/messages' data: the contract's Message, which
+// pkg/client decodes, so the two cannot drift apart.
+type MessageView = client.Message
 
 func (s *Server) getMessage(c *echo.Context) error {
 	id := c.Param("taskId")
@@ -227,11 +206,21 @@ func (s *Server) getMessage(c *echo.Context) error {
 	if err != nil || !Visible(c, r.Tenant) {
 		return notFound("no message with taskId %s (records are kept for STATUS_TTL)", id)
 	}
-	return reply(c, http.StatusOK, "ok", MessageView{
-		TaskID: r.TaskID, Status: string(r.Status), Channel: r.Channel, Recipient: r.Recipient, Attempts: r.Attempts,
-		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, LastError: r.LastError, Kind: r.Kind, Template: r.Template,
-		ScheduledAt: r.ScheduledAt, SentAt: r.SentAt, ErrorClass: r.ErrorClass, Reason: r.Reason, Provider: r.Provider,
-		Priority: r.Priority, ReceiptCode: r.ReceiptCode, ReceiptDetail: r.ReceiptDetail, ReceiptSource: r.ReceiptSource,
-		DeliveredAt: r.DeliveredAt, Events: r.Events,
-	})
+	return reply(c, http.StatusOK, "ok", messageView(r))
+}
+
+// messageView is what a caller may see of a record: never its callback URL
+// or its recipient digest.
+func messageView(r status.Record) MessageView {
+	events := make([]client.ReceiptEvent, len(r.Events))
+	for i, e := range r.Events {
+		events[i] = client.ReceiptEvent(e)
+	}
+	return MessageView{
+		TaskID: r.TaskID, Status: client.Status(r.Status), Channel: client.Channel(r.Channel), Recipient: r.Recipient,
+		Attempts: r.Attempts, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, LastError: r.LastError, Kind: r.Kind,
+		Template: r.Template, ScheduledAt: r.ScheduledAt, SentAt: r.SentAt, ErrorClass: r.ErrorClass, Reason: r.Reason,
+		Provider: r.Provider, Priority: client.Level(r.Priority), ReceiptCode: r.ReceiptCode,
+		ReceiptDetail: r.ReceiptDetail, ReceiptSource: r.ReceiptSource, DeliveredAt: r.DeliveredAt, Events: events,
+	}
 }

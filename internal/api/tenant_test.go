@@ -82,7 +82,7 @@ func TestMessageIsVisibleToItsTenantAndAdminOnly(t *testing.T) {
 	}
 	var view MessageView
 	h.do("GET", "/api/messages/"+res.TaskID, nil, "X-API-Key", shopKey).data(t, &view)
-	require.Equal(t, "queued", view.Status)
+	require.Equal(t, "queued", string(view.Status))
 
 	// The record and the queued message both carry the tenant.
 	rec, err := h.srv.d.Status.Get(context.Background(), res.TaskID)

@@ -13,6 +13,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/provider/wecom"
+	"github.com/msgpulse/msgpulse/pkg/client"
 )
 
 // Issue 37: the accounts view shows each account's limits, as the API
@@ -39,7 +40,8 @@ func TestBrowserShowsWeComAccountLimits(t *testing.T) {
 			}
 			st.Tenants = a.Tenants
 			if lim, ok := cfg.WeComLimits[a.Name]; ok {
-				st.Limits = &lim
+				limits := client.WeComAccountLimits(lim)
+				st.Limits = &limits
 			}
 			out = append(out, st)
 		}

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/msgpulse/msgpulse/internal/accountstate"
+	"github.com/msgpulse/msgpulse/internal/provider/wecom"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
@@ -145,7 +146,7 @@ func accountRows(states []accountstate.State) []accountRow {
 		}
 		if l := st.Limits; l != nil {
 			var parts []string
-			for _, w := range l.Windows() {
+			for _, w := range wecom.Limits(*l).Windows() {
 				parts = append(parts, fmt.Sprintf("%d/%s", w.N, windowUnits[w.Per]))
 			}
 			if len(parts) > 0 {

@@ -16,6 +16,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/phone"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/verify"
+	"github.com/msgpulse/msgpulse/pkg/client"
 )
 
 // Guard is the fraud guard as the API runs it: it names a code's
@@ -140,21 +141,9 @@ func abs(n int64) int64 {
 // Lifter is who may lift this guard's blocks (FRAUD_GUARD_LIFT).
 func (g *Guard) Lifter() Lifter { return cmp.Or(g.cfg.Lift, LiftTenant) }
 
-// Block is one blocked prefix, as GET /api/fraud/blocks lists it.
-type Block struct {
-	Tenant string `json:"tenant"`
-	Prefix string `json:"prefix"`
-	// Country is the ISO code of the numbers' country.
-	Country string `json:"country"`
-	// Reason is unverified (enough codes sent, too few verified) or
-	// spike (far above the prefix's own baseline).
-	Reason string    `json:"reason"`
-	Since  time.Time `json:"since"`
-	Until  time.Time `json:"until"`
-	// Sent and Verified are the window's counts the block began with.
-	Sent     int `json:"sent"`
-	Verified int `json:"verified"`
-}
+// Block is one blocked prefix, as GET /api/fraud/blocks lists it: the
+// contract's FraudBlock, so server and client cannot drift apart.
+type Block = client.FraudBlock
 
 // Blocks lists the blocks in force, of tenant ("" = every tenant), by
 // tenant and prefix. It only reads.

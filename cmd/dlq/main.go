@@ -4,10 +4,7 @@
 package main
 
 import (
-	"context"
 	"os"
-
-	"go.uber.org/zap"
 
 	"github.com/msgpulse/msgpulse/internal/cli"
 	"github.com/msgpulse/msgpulse/internal/config"
@@ -21,10 +18,6 @@ func main() {
 		Load:      config.LoadDLQ,
 		TakesArgs: true,
 		Quiet:     true,
-		// SIGINT stops a replay or purge between two messages; whatever it
-		// holds goes back to the DLQ.
-		Run: func(ctx context.Context, cfg config.DLQ, log *zap.Logger, args []string) int {
-			return dlq.Main(ctx, cfg, log, args, os.Stdout, os.Stderr)
-		},
+		Run:       dlq.Command,
 	}))
 }

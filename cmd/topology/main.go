@@ -2,10 +2,7 @@
 package main
 
 import (
-	"context"
 	"os"
-
-	"go.uber.org/zap"
 
 	"github.com/msgpulse/msgpulse/internal/cli"
 	"github.com/msgpulse/msgpulse/internal/config"
@@ -19,8 +16,6 @@ func main() {
 		Load:      config.LoadTopology,
 		TakesArgs: true,
 		Quiet:     true,
-		Run: func(ctx context.Context, cfg config.Topology, log *zap.Logger, args []string) int {
-			return declare.Main(ctx, cfg, log, args, os.Stdout, os.Stderr)
-		},
+		Run:       declare.Command,
 	}))
 }

@@ -109,10 +109,8 @@ func (b *Breaker) Config() Config { return b.cfg }
 // Success or Failure; a half-open probe whose outcome is never reported is
 // written off after OpenFor so the breaker cannot wedge.
 func (b *Breaker) Allow() (ok bool, retryIn time.Duration) {
-	b.mu.Lock()
+	now := b.lock()
 	defer b.mu.Unlock()
-	now := b.now()
-	b.advance(now)
 	switch b.state {
 	case Closed:
 		return true, 0
@@ -131,11 +129,20 @@ func (b *Breaker) Allow() (ok bool, retryIn time.Duration) {
 	return false, b.probedAt.Add(b.cfg.OpenFor).Sub(now)
 }
 
+// lock takes the breaker's lock and brings its state up to now (an open
+// breaker whose OpenFor passed is half-open), which every method reads
+// first; the caller unlocks.
+func (b *Breaker) lock() time.Time {
+	b.mu.Lock()
+	now := b.now()
+	b.advance(now)
+	return now
+}
+
 // Success records a call that showed the dependency is healthy.
 func (b *Breaker) Success() {
-	b.mu.Lock()
+	b.lock()
 	defer b.mu.Unlock()
-	b.advance(b.now())
 	switch b.state {
 	case Closed:
 		b.failures = 0
@@ -149,10 +156,8 @@ func (b *Breaker) Success() {
 
 // Failure records a call that showed the dependency is unhealthy.
 func (b *Breaker) Failure() {
-	b.mu.Lock()
+	now := b.lock()
 	defer b.mu.Unlock()
-	now := b.now()
-	b.advance(now)
 	switch b.state {
 	case Closed:
 		b.failures++
@@ -171,9 +176,8 @@ func (b *Breaker) Failure() {
 // State returns the current state; an open breaker whose pause has passed
 // reports half-open, since the next Allow will probe.
 func (b *Breaker) State() State {
-	b.mu.Lock()
+	b.lock()
 	defer b.mu.Unlock()
-	b.advance(b.now())
 	return b.state
 }
 

@@ -381,6 +381,31 @@ func (c *Console) fail(w http.ResponseWriter, rq *request, code int, err error) 
 	c.render(w, code, "error", rq, map[string]any{"Error": err.Error()})
 }
 
+// answer is an error a page expects (not found, a bad cursor) and the
+// status it is shown with.
+type answer struct {
+	is   error
+	code int
+}
+
+// failed shows err's page, when there is an error, and reports whether it
+// did: one of the page's expected answers with its status, any other error
+// as 503, because it is a dependency (Redis, the broker) that failed.
+func (c *Console) failed(w http.ResponseWriter, rq *request, err error, expected ...answer) bool {
+	if err == nil {
+		return false
+	}
+	code := http.StatusServiceUnavailable
+	for _, a := range expected {
+		if errors.Is(err, a.is) {
+			code = a.code
+			break
+		}
+	}
+	c.fail(w, rq, code, err)
+	return true
+}
+
 var pageNames = []string{"login", "error", "queues", "dlq", "dlqlist", "dlqshow", "confirm", "purge", "job", "message", "fraud", "fraudlift", "suppressions"}
 
 func parsePages() (map[string]*template.Template, error) {

@@ -108,13 +108,11 @@ func sortedCounts(m map[string]int) []reasonCount {
 func (c *Console) dlqPage(w http.ResponseWriter, r *http.Request, rq *request) {
 	var warns []string
 	t, err := c.tool(r, rq, &warns)
-	if err != nil {
-		c.fail(w, rq, http.StatusServiceUnavailable, err)
+	if c.failed(w, rq, err) {
 		return
 	}
 	reps, err := t.Stats(r.Context(), dlq.DeadLetterQueues(c.d.Model), c.cfg.DLQ.ScanMax)
-	if err != nil {
-		c.fail(w, rq, http.StatusServiceUnavailable, err)
+	if c.failed(w, rq, err) {
 		return
 	}
 	type row struct {
@@ -171,8 +169,7 @@ func (c *Console) options(r *http.Request) (dlq.Options, error) {
 
 func (c *Console) dlqListPage(w http.ResponseWriter, r *http.Request, rq *request, cl *call) {
 	l, err := cl.t.List(r.Context(), cl.queue, cl.o, nil)
-	if err != nil {
-		c.fail(w, rq, http.StatusServiceUnavailable, err)
+	if c.failed(w, rq, err) {
 		return
 	}
 	maskEntries(l.Entries)
@@ -191,12 +188,7 @@ type shownMessage struct {
 
 func (c *Console) dlqShowPage(w http.ResponseWriter, r *http.Request, rq *request, cl *call) {
 	found, err := cl.t.Show(r.Context(), cl.queue, r.PathValue("id"), false)
-	if errors.Is(err, dlq.ErrNotFound) {
-		c.fail(w, rq, http.StatusNotFound, err)
-		return
-	}
-	if err != nil {
-		c.fail(w, rq, http.StatusServiceUnavailable, err)
+	if c.failed(w, rq, err, answer{dlq.ErrNotFound, http.StatusNotFound}) {
 		return
 	}
 	msgs := make([]shownMessage, len(found))
@@ -258,8 +250,7 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request, rq *request, cl
 		dry := o
 		dry.DryRun = true
 		rep, err := cl.t.Replay(r.Context(), cl.queue, dry)
-		if err != nil {
-			c.fail(w, rq, http.StatusServiceUnavailable, err)
+		if c.failed(w, rq, err) {
 			return
 		}
 		c.render(w, http.StatusOK, "confirm", rq, map[string]any{"Queue": cl.queue, "What": what, "Dry": rep, "ID": f.Get("id"),
@@ -313,8 +304,7 @@ func selection(get func(string) string) (dlq.Options, error) {
 // the purge of exactly the messages listed.
 func (c *Console) purgePage(w http.ResponseWriter, r *http.Request, rq *request, cl *call) {
 	l, err := cl.t.List(r.Context(), cl.queue, cl.o, nil)
-	if err != nil {
-		c.fail(w, rq, http.StatusServiceUnavailable, err)
+	if c.failed(w, rq, err) {
 		return
 	}
 	maskEntries(l.Entries)
@@ -348,8 +338,7 @@ func (c *Console) export(w http.ResponseWriter, r *http.Request, rq *request, cl
 	// Buffered, so a failed read shows an error page, not half a file.
 	var b bytes.Buffer
 	n, err := cl.t.Export(r.Context(), cl.queue, cl.o, &b)
-	if err != nil {
-		c.fail(w, rq, http.StatusServiceUnavailable, err)
+	if c.failed(w, rq, err) {
 		return
 	}
 	c.log.Info("console export", zap.String("api_key", rq.Caller.Name), zap.String("queue", cl.queue), zap.Int("messages", n))
@@ -363,8 +352,7 @@ func (c *Console) export(w http.ResponseWriter, r *http.Request, rq *request, cl
 // operator said the export was downloaded.
 func (c *Console) purge(w http.ResponseWriter, r *http.Request, rq *request, cl *call) {
 	rep, err := cl.t.Purge(r.Context(), cl.queue, cl.o, "")
-	if err != nil {
-		c.fail(w, rq, http.StatusServiceUnavailable, err)
+	if c.failed(w, rq, err) {
 		return
 	}
 	c.render(w, http.StatusOK, "job", rq, map[string]any{"Purge": rep, "Queue": cl.queue, "Warnings": cl.warnings()})

@@ -29,8 +29,7 @@ type blockRow struct {
 
 func (c *Console) fraudPage(w http.ResponseWriter, r *http.Request, rq *request) {
 	bs, err := c.d.Fraud.Blocks(r.Context(), "") // the console is the operator's: every tenant's
-	if err != nil {
-		c.fail(w, rq, http.StatusServiceUnavailable, err)
+	if c.failed(w, rq, err) {
 		return
 	}
 	now := c.now()
@@ -46,8 +45,7 @@ func (c *Console) fraudPage(w http.ResponseWriter, r *http.Request, rq *request)
 func (c *Console) fraudLiftPage(w http.ResponseWriter, r *http.Request, rq *request) {
 	tenant, prefix := r.URL.Query().Get("tenant"), r.URL.Query().Get("prefix")
 	bs, err := c.d.Fraud.Blocks(r.Context(), tenant)
-	if err != nil {
-		c.fail(w, rq, http.StatusServiceUnavailable, err)
+	if c.failed(w, rq, err) {
 		return
 	}
 	for _, b := range bs {
@@ -68,12 +66,7 @@ func (c *Console) fraudLift(w http.ResponseWriter, r *http.Request, rq *request)
 		return
 	}
 	err := c.d.Fraud.Lift(r.Context(), tenant, prefix)
-	if errors.Is(err, fraud.ErrNoBlock) {
-		c.fail(w, rq, http.StatusNotFound, err)
-		return
-	}
-	if err != nil {
-		c.fail(w, rq, http.StatusServiceUnavailable, err)
+	if c.failed(w, rq, err, answer{fraud.ErrNoBlock, http.StatusNotFound}) {
 		return
 	}
 	c.log.Info("console: fraud guard block lifted", zap.String("tenant", tenant), zap.String("prefix", prefix), zap.String("api_key", rq.Caller.Name))

@@ -41,12 +41,7 @@ func (c *Console) suppressionsPage(w http.ResponseWriter, r *http.Request, rq *r
 		return
 	}
 	p, err := c.d.Suppressions.List(r.Context(), f)
-	if errors.Is(err, suppression.ErrCursor) {
-		c.fail(w, rq, http.StatusBadRequest, err)
-		return
-	}
-	if err != nil {
-		c.fail(w, rq, http.StatusServiceUnavailable, err)
+	if c.failed(w, rq, err, answer{suppression.ErrCursor, http.StatusBadRequest}) {
 		return
 	}
 	data["Entries"] = p.Entries

@@ -45,6 +45,11 @@ Quiet on stderr unless something is wrong; -v (anywhere) also prints its
 info lines (broker connected, what was declared).
 `
 
+// Command is the program's Run: Main on the process's stdout and stderr.
+func Command(ctx context.Context, cfg config.Topology, log *zap.Logger, args []string) int {
+	return Main(ctx, cfg, log, args, os.Stdout, os.Stderr)
+}
+
 // Main runs one subcommand and returns the process exit code.
 func Main(ctx context.Context, cfg config.Topology, log *zap.Logger, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {

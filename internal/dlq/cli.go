@@ -74,6 +74,13 @@ logged there, for audit); -v (anywhere) also prints its info lines.
 Exit codes: 0 ok, 1 error, 2 usage (and purge without --yes).
 `
 
+// Command is the program's Run: Main on the process's stdout and stderr.
+// SIGINT (ctx) stops a replay or purge between two messages; whatever it
+// holds goes back to the DLQ.
+func Command(ctx context.Context, cfg config.DLQ, log *zap.Logger, args []string) int {
+	return Main(ctx, cfg, log, args, os.Stdout, os.Stderr)
+}
+
 // Main runs one command and returns the process exit code.
 func Main(ctx context.Context, cfg config.DLQ, log *zap.Logger, args []string, stdout, stderr io.Writer) int {
 	c := &cli{cfg: cfg, log: log, stdout: stdout, stderr: stderr, now: time.Now}

@@ -205,12 +205,6 @@ func (l *Limiter) takeEach(ctx context.Context, req Request, each [][]rdb.Comman
 // request with the k counted: the longest wait among the windows it would
 // overflow.
 var takeUpToScript = redis.NewScript(counterLua + `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[5])
-local nows = int(now) -- as Redis wants it (counterLua's int)
-local id = ARGV[1]
-local nrules = tonumber(ARGV[3])
-local markms = tonumber(ARGV[4])
 local a = 6
 local rules = {}
 for r = 1, nrules do

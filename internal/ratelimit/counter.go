@@ -84,6 +84,10 @@ func (l *Limiter) ExactMax() int { return l.exactMax }
 // until its next window ends, at most two lengths after it was started.
 // Doing both on every request cost two Redis calls per counted rule for
 // nothing (issue 22).
+//
+// Its last lines are both take scripts' first: the time (the server's,
+// plus ARGV[5], the tests' clock offset), the request id (ARGV[1]), the
+// number of rules (ARGV[3]) and the mark's lifetime in ms (ARGV[4]).
 const counterLua = `
 local function int(n) return string.format('%d', n) end
 local function windowCounts(ckey, len, idx)
@@ -121,4 +125,10 @@ local function count(ckey, cw, by, now)
   end
   redis.call('PEXPIRE', ckey, int(keep))
 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[5])
+local nows = int(now) -- as Redis wants it
+local id = ARGV[1]
+local nrules = tonumber(ARGV[3])
+local markms = tonumber(ARGV[4])
 `

@@ -93,13 +93,7 @@ func ceilMS(d time.Duration) int64 {
 var takeScript = redis.NewScript(takeLua)
 
 const takeLua = counterLua + `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[5])
-local nows = int(now) -- as Redis wants it (counterLua's int)
-local id = ARGV[1]
 local cdms = tonumber(ARGV[2])
-local nrules = tonumber(ARGV[3])
-local markms = tonumber(ARGV[4])
 local cdkey = KEYS[2 * nrules + 1]
 local markkey = KEYS[2 * nrules + 1]
 if cdms > 0 then markkey = KEYS[2 * nrules + 2] end

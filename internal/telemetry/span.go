@@ -47,90 +47,82 @@ func (s Span) Set(key, value string) {
 	}
 }
 
-// Start starts an internal span (claim, render) under ctx's span.
-func Start(ctx context.Context, name string) (context.Context, Span) {
+// start starts a span of kind under ctx's span; a no-op while tracing is
+// off, so the callers build no attributes they would throw away.
+func start(ctx context.Context, name string, kind trace.SpanKind, attrs ...attribute.KeyValue) (context.Context, Span) {
 	t := on()
 	if t == nil {
 		return ctx, Span{}
 	}
-	ctx, s := t.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal))
+	ctx, s := t.Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
 	return ctx, Span{s}
+}
+
+// Start starts an internal span (claim, render) under ctx's span.
+func Start(ctx context.Context, name string) (context.Context, Span) {
+	return start(ctx, name, trace.SpanKindInternal)
 }
 
 // StartProviderCall starts the client span of one provider call (an SMTP
 // transaction, a vendor's HTTP request), named after the provider.
 func StartProviderCall(ctx context.Context, channel, provider string) (context.Context, Span) {
-	t := on()
-	if t == nil {
+	if !Enabled() {
 		return ctx, Span{}
 	}
-	ctx, s := t.Start(ctx, "send "+provider, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("msgpulse.channel", channel), attribute.String("msgpulse.provider", provider)))
-	return ctx, Span{s}
+	return start(ctx, "send "+provider, trace.SpanKindClient,
+		attribute.String("msgpulse.channel", channel), attribute.String("msgpulse.provider", provider))
 }
 
 // StartPublish starts the producer span of one publish to exchange and
 // puts its context into msg's headers, so the consumer's spans join the
 // trace. Call it where the message is built, before it is published.
 func StartPublish(ctx context.Context, exchange, routingKey string, msg *amqp.Publishing) (context.Context, Span) {
-	t := on()
-	if t == nil {
+	if !Enabled() {
 		return ctx, Span{}
 	}
-	ctx, s := t.Start(ctx, "publish "+exchange, trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(
-			semconv.MessagingSystemRabbitMQ,
-			semconv.MessagingOperationTypeSend,
-			semconv.MessagingOperationName("publish"),
-			semconv.MessagingDestinationName(exchange),
-			semconv.MessagingRabbitMQDestinationRoutingKey(routingKey),
-			semconv.MessagingMessageID(msg.MessageId),
-		))
+	ctx, s := start(ctx, "publish "+exchange, trace.SpanKindProducer,
+		semconv.MessagingSystemRabbitMQ,
+		semconv.MessagingOperationTypeSend,
+		semconv.MessagingOperationName("publish"),
+		semconv.MessagingDestinationName(exchange),
+		semconv.MessagingRabbitMQDestinationRoutingKey(routingKey),
+		semconv.MessagingMessageID(msg.MessageId))
 	if msg.Headers == nil {
 		msg.Headers = amqp.Table{}
 	}
 	prop.Inject(ctx, tableCarrier(msg.Headers))
-	return ctx, Span{s}
+	return ctx, s
 }
 
 // StartProcess starts the consumer span of one delivery from queue, as a
 // child of the span whose context the message carries (the API's publish,
 // or the retry's), so every attempt joins the request's trace.
 func StartProcess(ctx context.Context, queue string, d *amqp.Delivery) (context.Context, Span) {
-	t := on()
-	if t == nil {
+	if !Enabled() {
 		return ctx, Span{}
 	}
-	ctx = prop.Extract(ctx, tableCarrier(d.Headers))
-	ctx, s := t.Start(ctx, "process "+queue, trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
-			semconv.MessagingSystemRabbitMQ,
-			semconv.MessagingOperationTypeProcess,
-			semconv.MessagingOperationName("process"),
-			semconv.MessagingDestinationName(queue),
-			semconv.MessagingRabbitMQDestinationRoutingKey(d.RoutingKey),
-			semconv.MessagingMessageID(d.MessageId),
-			semconv.MessagingRabbitMQMessageDeliveryTag(int(d.DeliveryTag)),
-		))
-	return ctx, Span{s}
+	return start(prop.Extract(ctx, tableCarrier(d.Headers)), "process "+queue, trace.SpanKindConsumer,
+		semconv.MessagingSystemRabbitMQ,
+		semconv.MessagingOperationTypeProcess,
+		semconv.MessagingOperationName("process"),
+		semconv.MessagingDestinationName(queue),
+		semconv.MessagingRabbitMQDestinationRoutingKey(d.RoutingKey),
+		semconv.MessagingMessageID(d.MessageId),
+		semconv.MessagingRabbitMQMessageDeliveryTag(int(d.DeliveryTag)))
 }
 
 // StartSettle starts the span of a delivery's outcome; Settled names it.
+// Settlement is a call to the broker: kind client, as the messaging
+// conventions have it.
 func StartSettle(ctx context.Context, queue, messageID string) (context.Context, Span) {
-	t := on()
-	if t == nil {
+	if !Enabled() {
 		return ctx, Span{}
 	}
-	// Settlement is a call to the broker: kind client, as the messaging
-	// conventions have it.
-	ctx, s := t.Start(ctx, "settle "+queue, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(
-			semconv.MessagingSystemRabbitMQ,
-			semconv.MessagingOperationTypeSettle,
-			semconv.MessagingDestinationName(queue),
-			semconv.MessagingMessageID(messageID),
-		))
-	return ctx, Span{s}
+	return start(ctx, "settle "+queue, trace.SpanKindClient,
+		semconv.MessagingSystemRabbitMQ,
+		semconv.MessagingOperationTypeSettle,
+		semconv.MessagingDestinationName(queue),
+		semconv.MessagingMessageID(messageID))
 }
 
 // Settled names a settle span after what was done: ack, reject or requeue.

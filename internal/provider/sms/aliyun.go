@@ -88,12 +88,9 @@ func aliyunPhone(e164 string) string {
 }
 
 func (a *aliyun) SendSMS(ctx context.Context, m provider.SMS) (provider.Receipt, error) {
-	if !e164(m.To) {
-		return provider.Receipt{}, badRecipient(a.name, m.To)
-	}
-	code, ok := a.cfg.Templates[m.Template]
-	if !ok {
-		return provider.Receipt{}, unmappedTemplate(a.name, m.Template, "ALIYUN_SMS_TEMPLATES", "SMS_123456")
+	code, err := registered(a.name, m, a.cfg.Templates, "ALIYUN_SMS_TEMPLATES", "SMS_123456")
+	if err != nil {
+		return provider.Receipt{}, err
 	}
 	params := map[string]string{
 		"AccessKeyId":      a.cfg.AccessKeyID,
@@ -210,6 +207,20 @@ func classifyAliyun(code string, status int) provider.Class {
 
 // unmappedTemplate is the error for a template the vendor has no id for:
 // it names the variable an operator must set.
+// registered is what a vendor that sends only registered templates checks
+// before anything leaves: an E.164 number, and the vendor's template for
+// m's (templates, which envVar maps; example shows an entry).
+func registered[T any](name string, m provider.SMS, templates map[string]T, envVar, example string) (T, error) {
+	tpl, ok := templates[m.Template]
+	switch {
+	case !e164(m.To):
+		return tpl, badRecipient(name, m.To)
+	case !ok:
+		return tpl, unmappedTemplate(name, m.Template, envVar, example)
+	}
+	return tpl, nil
+}
+
 func unmappedTemplate(name, template, envVar, example string) *provider.Error {
 	if template == "" {
 		return &provider.Error{Provider: name, Class: provider.Permanent, Code: "template_required",

@@ -188,51 +188,64 @@ func (c Config) Problems() []*ConfigError {
 	return ps
 }
 
+// vendorNeeds is what one vendor needs to send anything: the settings it
+// requires, the endpoint to check, and (when it has one) what a missing
+// template map should say.
+type vendorNeeds struct {
+	required    [][2]string // variable, value
+	endpoint    [2]string   // variable, value; checked only when set
+	templates   string      // the variable; empty when the vendor has none
+	example     string      // a template map's example
+	templatesOK bool        // false when the vendor needs a template map and has none
+}
+
+func (c Config) needs(name string) (vendorNeeds, bool) {
+	switch name {
+	case NameWebhook:
+		return vendorNeeds{required: [][2]string{{"SMS_WEBHOOK_URL", c.Webhook.URL}, {"SMS_WEBHOOK_SECRET", c.Webhook.Secret}},
+			endpoint: [2]string{"SMS_WEBHOOK_URL", c.Webhook.URL}, templatesOK: true}, true
+	case NameAliyun:
+		return vendorNeeds{required: [][2]string{{"ALIYUN_ACCESS_KEY_ID", c.Aliyun.AccessKeyID},
+			{"ALIYUN_ACCESS_KEY_SECRET", c.Aliyun.AccessKeySecret}, {"ALIYUN_SMS_SIGN_NAME", c.Aliyun.SignName}},
+			endpoint: [2]string{"ALIYUN_SMS_ENDPOINT", c.Aliyun.Endpoint}, templates: "ALIYUN_SMS_TEMPLATES",
+			example: "verify_code=SMS_123456", templatesOK: len(c.Aliyun.Templates) > 0}, true
+	case NameTencent:
+		return vendorNeeds{required: [][2]string{{"TENCENT_SECRET_ID", c.Tencent.SecretID}, {"TENCENT_SECRET_KEY", c.Tencent.SecretKey},
+			{"TENCENT_SMS_SDK_APP_ID", c.Tencent.SdkAppID}, {"TENCENT_SMS_SIGN_NAME", c.Tencent.SignName}},
+			endpoint: [2]string{"TENCENT_SMS_ENDPOINT", c.Tencent.Endpoint}, templates: "TENCENT_SMS_TEMPLATES",
+			example: "verify_code=1234567:code|ttlMinutes", templatesOK: len(c.Tencent.Templates) > 0}, true
+	case NameTwilio:
+		return vendorNeeds{required: [][2]string{{"TWILIO_ACCOUNT_SID", c.Twilio.AccountSID}, {"TWILIO_AUTH_TOKEN", c.Twilio.AuthToken}},
+			endpoint: [2]string{"TWILIO_BASE_URL", c.Twilio.BaseURL}, templatesOK: true}, true
+	}
+	return vendorNeeds{}, false
+}
+
 // vendorProblems checks what the named vendor needs to send anything.
 func (c Config) vendorProblems(name string) []*ConfigError {
 	c = c.WithDefaults()
+	n, ok := c.needs(name)
+	if !ok {
+		return nil
+	}
 	var ps []*ConfigError
-	required := func(v, val string) {
-		if strings.TrimSpace(val) == "" {
-			ps = append(ps, &ConfigError{Var: v, Msg: "required when SMS provider " + name + " is selected"})
+	for _, r := range n.required {
+		if strings.TrimSpace(r[1]) == "" {
+			ps = append(ps, &ConfigError{Var: r[0], Msg: "required when SMS provider " + name + " is selected"})
 		}
 	}
-	checkURL := func(v, val string) {
-		if err := checkHTTPURL(val); err != nil {
-			ps = append(ps, &ConfigError{Var: v, Value: val, Msg: err.Error()})
-		}
+	if !n.templatesOK {
+		ps = append(ps, &ConfigError{Var: n.templates, Msg: "required when SMS provider " + name + " is selected (e.g. " + n.example + ")"})
 	}
-	switch name {
-	case NameWebhook:
-		required("SMS_WEBHOOK_URL", c.Webhook.URL)
-		if c.Webhook.URL != "" {
-			checkURL("SMS_WEBHOOK_URL", c.Webhook.URL)
+	if name == NameTwilio && c.Twilio.From == "" && c.Twilio.MessagingServiceSID == "" {
+		ps = append(ps, &ConfigError{Var: "TWILIO_FROM", Msg: "TWILIO_FROM or TWILIO_MESSAGING_SERVICE_SID is required when SMS provider twilio is selected"})
+	}
+	// The webhook's URL is checked only once it is given (its absence was
+	// said above); the vendors' endpoints have defaults.
+	if n.endpoint[1] != "" {
+		if err := checkHTTPURL(n.endpoint[1]); err != nil {
+			ps = append(ps, &ConfigError{Var: n.endpoint[0], Value: n.endpoint[1], Msg: err.Error()})
 		}
-		required("SMS_WEBHOOK_SECRET", c.Webhook.Secret)
-	case NameAliyun:
-		required("ALIYUN_ACCESS_KEY_ID", c.Aliyun.AccessKeyID)
-		required("ALIYUN_ACCESS_KEY_SECRET", c.Aliyun.AccessKeySecret)
-		required("ALIYUN_SMS_SIGN_NAME", c.Aliyun.SignName)
-		if len(c.Aliyun.Templates) == 0 {
-			ps = append(ps, &ConfigError{Var: "ALIYUN_SMS_TEMPLATES", Msg: "required when SMS provider aliyun is selected (e.g. verify_code=SMS_123456)"})
-		}
-		checkURL("ALIYUN_SMS_ENDPOINT", c.Aliyun.Endpoint)
-	case NameTencent:
-		required("TENCENT_SECRET_ID", c.Tencent.SecretID)
-		required("TENCENT_SECRET_KEY", c.Tencent.SecretKey)
-		required("TENCENT_SMS_SDK_APP_ID", c.Tencent.SdkAppID)
-		required("TENCENT_SMS_SIGN_NAME", c.Tencent.SignName)
-		if len(c.Tencent.Templates) == 0 {
-			ps = append(ps, &ConfigError{Var: "TENCENT_SMS_TEMPLATES", Msg: "required when SMS provider tencent is selected (e.g. verify_code=1234567:code|ttlMinutes)"})
-		}
-		checkURL("TENCENT_SMS_ENDPOINT", c.Tencent.Endpoint)
-	case NameTwilio:
-		required("TWILIO_ACCOUNT_SID", c.Twilio.AccountSID)
-		required("TWILIO_AUTH_TOKEN", c.Twilio.AuthToken)
-		if c.Twilio.From == "" && c.Twilio.MessagingServiceSID == "" {
-			ps = append(ps, &ConfigError{Var: "TWILIO_FROM", Msg: "TWILIO_FROM or TWILIO_MESSAGING_SERVICE_SID is required when SMS provider twilio is selected"})
-		}
-		checkURL("TWILIO_BASE_URL", c.Twilio.BaseURL)
 	}
 	return ps
 }

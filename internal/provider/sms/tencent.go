@@ -88,12 +88,9 @@ func hmacSHA256(key []byte, msg string) []byte {
 }
 
 func (t *tencent) SendSMS(ctx context.Context, m provider.SMS) (provider.Receipt, error) {
-	if !e164(m.To) {
-		return provider.Receipt{}, badRecipient(t.name, m.To)
-	}
-	tpl, ok := t.cfg.Templates[m.Template]
-	if !ok {
-		return provider.Receipt{}, unmappedTemplate(t.name, m.Template, "TENCENT_SMS_TEMPLATES", "1234567:var1|var2")
+	tpl, err := registered(t.name, m, t.cfg.Templates, "TENCENT_SMS_TEMPLATES", "1234567:var1|var2")
+	if err != nil {
+		return provider.Receipt{}, err
 	}
 	values := make([]string, len(tpl.Params))
 	for i, p := range tpl.Params {

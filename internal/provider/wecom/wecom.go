@@ -340,12 +340,7 @@ func (c *Client) SendApp(ctx context.Context, acct *App, m provider.WeCom) (prov
 		if err != nil {
 			return provider.WeComReceipt{}, err
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.APIBase+"/cgi-bin/message/send?access_token="+url.QueryEscape(tok), bytes.NewReader(body))
-		if err != nil {
-			return provider.WeComReceipt{}, err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		a, err := c.call(req, Name)
+		a, err := c.postJSON(ctx, "/cgi-bin/message/send?access_token="+url.QueryEscape(tok), body, Name)
 		if err != nil {
 			return provider.WeComReceipt{}, err
 		}
@@ -430,12 +425,7 @@ func (c *Client) SendRobot(ctx context.Context, r *Robot, m provider.WeCom) (pro
 	if err != nil {
 		return provider.WeComReceipt{}, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.APIBase+"/cgi-bin/webhook/send?key="+url.QueryEscape(r.Key), bytes.NewReader(body))
-	if err != nil {
-		return provider.WeComReceipt{}, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	a, err := c.call(req, RobotName)
+	a, err := c.postJSON(ctx, "/cgi-bin/webhook/send?key="+url.QueryEscape(r.Key), body, RobotName)
 	if err != nil {
 		return provider.WeComReceipt{}, err
 	}
@@ -443,6 +433,20 @@ func (c *Client) SendRobot(ctx context.Context, r *Robot, m provider.WeCom) (pro
 		return provider.WeComReceipt{}, classify(RobotName, a)
 	}
 	return provider.WeComReceipt{Receipt: provider.Receipt{Provider: RobotName}}, nil
+}
+
+// postJSON posts body to pathAndQuery under the API base and decodes
+// WeCom's answer, as call does.
+func (c *Client) postJSON(ctx context.Context, pathAndQuery string, body []byte, name string) (answer, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.cfg.APIBase+pathAndQuery, bytes.NewReader(body))
+	if err != nil {
+		// Never err itself: it quotes the URL, which holds the token or
+		// the robot key.
+		return answer{}, &provider.Error{Provider: name, Class: provider.Permanent, Code: "bad_url",
+			Message: "the request URL does not parse (WECOM_API_BASE)"}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return c.call(req, name)
 }
 
 // call does req and decodes WeCom's JSON answer. Transport failures and

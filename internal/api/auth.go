@@ -101,13 +101,6 @@ func scopesText(s apikey.Scopes) string {
 	return s.String()
 }
 
-// Caller is the authenticated key of the request; the zero Key (no
-// scopes, no tenant) outside Authenticate.
-func Caller(c *echo.Context) apikey.Key {
-	k, _ := c.Get(ctxCaller).(apikey.Key)
-	return k
-}
-
 // Visible reports whether the caller may see a record owned by tenant: its
 // own tenant's, or any with the admin scope. A record stored before tenants
 // existed (owner "") belongs to the default tenant. A handler answers an

@@ -82,9 +82,6 @@ func (s *Server) batchBytes(req *Message, tenant string, recipients []string, no
 }
 
 func (s *Server) sendBatch(c *echo.Context) error {
-	if e := checkContentType(c.Request()); e != nil {
-		return e
-	}
 	var b BatchRequest
 	in, e := s.decodeBody(c, s.batchBodyLimit(), &b)
 	if e != nil {

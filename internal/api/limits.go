@@ -1,17 +1,14 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-
 	"github.com/msgpulse/msgpulse/internal/apikey"
+	"github.com/msgpulse/msgpulse/internal/fraud"
+	"github.com/msgpulse/msgpulse/internal/phone"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
-	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/topology"
 	"github.com/msgpulse/msgpulse/internal/verify"
 )
@@ -107,16 +104,17 @@ func (s *Server) verifyRequest(key apikey.Key, r *VerificationCodeRequest) ratel
 		rules = append(rules, ratelimit.Rule{Name: "per IP", Key: ipRuleKey(key.Tenant, ip), Windows: window(time.Minute, L.PerIPMinute)})
 	}
 	rules = append(rules, s.commonRules(key, r.Channel)...)
+	// A code to a recipient on the tenant's suppression list is refused in
+	// the same script, unless it only unsubscribed.
+	suppress := s.suppressCheck(key.Tenant, r.Channel, r.Recipient, true)
 	var guard *ratelimit.Guard
 	if r.Channel == chSMS && s.d.Fraud != nil {
 		// The fraud guard judges the number's prefix in the same script.
 		guard, _ = s.d.Fraud.Watch(key.Tenant, r.number)
 	}
 	return ratelimit.Request{
-		Guard: guard,
-		// A code to a recipient on the tenant's suppression list is
-		// refused in the same script, unless it only unsubscribed.
-		Suppress: s.suppressCheck(key.Tenant, r.Channel, r.Recipient, true),
+		Guard:    guard,
+		Suppress: suppress,
 		Rules:    nonEmpty(rules),
 		// The cooldown also makes two identical requests at the same moment
 		// create one code: the second finds the first's cooldown.
@@ -134,39 +132,29 @@ func nonEmpty(rules []ratelimit.Rule) []ratelimit.Rule {
 	return out
 }
 
-// limited turns a Take error into the answer: 429 naming the limit, or 503
-// when Redis cannot be asked (failing closed: no message goes out unchecked).
-func (s *Server) limited(ctx context.Context, err error) *apiError {
-	var le *ratelimit.LimitError
-	if errors.As(err, &le) {
-		if lb := le.LeftBehind; lb != nil {
-			s.logLeftBehind(ctx, lb)
-		}
-		label := le.Rule
-		if le.Label != "" {
-			label = le.Label
-		}
-		if !le.Cooldown {
-			label += " " + ratelimit.WindowName(le.Window)
-		}
-		return &apiError{Status: http.StatusTooManyRequests, Msg: le.Error(), RetryAfter: le.RetryAfter, Limit: label, cause: err}
+// checkNumber applies the SMS code policy to n: 400 for a number type
+// codes do not go to, 403 for a country the tenant may not send codes to.
+func (s *Server) checkNumber(tenant string, n phone.Number) *apiError {
+	err := s.opts.SMSCodes.Check(tenant, n)
+	var te *fraud.TypeError
+	var ce *fraud.CountryError
+	switch {
+	case errors.As(err, &te):
+		s.fraud.Refused.WithLabelValues(fraud.RefusedNumberType).Inc()
+		return &apiError{Status: http.StatusBadRequest, Msg: te.Error()}
+	case errors.As(err, &ce):
+		s.fraud.Refused.WithLabelValues(fraud.RefusedCountry).Inc()
+		return &apiError{Status: http.StatusForbidden, Msg: ce.Error()}
 	}
-	if refusedForReplicas(err) {
-		// The master refused the writes (min-replicas-to-write, or it is
-		// a replica now): nothing was stored, as with Redis away.
-		return notDurable(err)
-	}
-	return unavailable(err, "frequency control is unavailable (Redis); nothing was sent, try again")
+	return nil
 }
 
-// logLeftBehind says what a refused request could not undo on a Redis
-// Cluster (ratelimit.LeftBehind): until it expires, its rules count a
-// request that was refused, and a cooldown refuses the recipient's next
-// one, so whoever is asked why should find it in the log (issue 38).
-func (s *Server) logLeftBehind(ctx context.Context, lb *ratelimit.LeftBehind) {
-	const msg = "a refused request's reservation could not be undone; it expires by itself"
-	if s.quiet.Allow(msg, zapcore.WarnLevel, zap.String("of", msg)) {
-		s.log.Warn(msg, zap.String("reservation", lb.Reservation), zap.Strings("rules", lb.Rules),
-			zap.Duration("expires_within", lb.For), telemetry.LogField(ctx), zap.Error(lb.Err))
+// suppressCheck is the limiter's check of a request to recipient
+// (normalised): nil without a list, or on a channel that keeps none.
+// A code (code) is refused by every reason but an unsubscribe.
+func (s *Server) suppressCheck(tenant, channel, recipient string, code bool) *ratelimit.Suppress {
+	if s.d.Suppression == nil {
+		return nil
 	}
+	return s.d.Suppression.Check(tenant, channel, recipient, code)
 }

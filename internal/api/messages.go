@@ -44,9 +44,6 @@ func (s *Server) templateError(code, channel string, err error) *apiError {
 }
 
 func (s *Server) sendMessage(c *echo.Context) error {
-	if e := checkContentType(c.Request()); e != nil {
-		return e
-	}
 	var req SendRequest
 	in, e := s.decodeBody(c, s.opts.BodyLimit, &req)
 	if e != nil {

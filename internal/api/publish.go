@@ -8,19 +8,13 @@ import (
 
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/delay"
 	"github.com/msgpulse/msgpulse/internal/envelope"
-	"github.com/msgpulse/msgpulse/internal/ratelimit"
-	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/topology"
-	"github.com/msgpulse/msgpulse/internal/verify"
 )
 
 func newTaskID() string {
@@ -245,138 +239,4 @@ func publishFailure(err error) *apiError {
 		e.RetryAfter = levelFullRetryAfter
 	}
 	return e
-}
-
-// undo removes what a request wrote before its publish failed. It runs on a
-// context of its own: a caller that hung up must not leave a code or a
-// counted attempt behind.
-type undo struct {
-	reservation *ratelimit.Reservation
-	code        *verify.Issued
-	taskID      string // status record to delete
-	// once is the Idempotency-Key entry the request held under onceIDs: it
-	// is released, never deleted, so that a retry publishes the same ids.
-	once, onceIDs string
-}
-
-// rollbackLater is rollback in the background, for a request whose
-// limiter script failed: Redis is most likely unreachable, each step
-// would wait out REDIS_TIMEOUT, and the caller should get its 503 at
-// once. Nothing depends on the undo having finished: the code and the
-// record it removes were never announced to anyone. Server.Wait waits
-// for it at shutdown.
-func (s *Server) rollbackLater(ctx context.Context, u undo) {
-	s.cleanup.Add(1)
-	go func() {
-		defer s.cleanup.Done()
-		s.rollback(context.WithoutCancel(ctx), u)
-	}()
-}
-
-func (s *Server) rollback(ctx context.Context, u undo) {
-	s.bounded(func() {
-		if _, err := s.undoAll(ctx, []undo{u}, "", nil); err != nil {
-			s.rollbackFailed(ctx, zap.String("task_id", u.taskID), err)
-		}
-	})
-}
-
-// bounded runs undo and waits for it at most RedisTimeout; what is left
-// of it then goes on in the background (Wait waits for it at shutdown).
-// One round trip is all an undo costs, but a Redis that stopped answering
-// holds a pipeline for up to twice its timeout before go-redis gives up
-// (a pipeline that must dial spills from its pipeline pool to the main
-// pool and dials again), and the caller is waiting for its 503. Nothing
-// depends on the undo having finished: what it removes was never
-// announced to anyone, and a retry with the same Idempotency-Key takes
-// the entry over once it is released or its lease ends.
-func (s *Server) bounded(undo func()) {
-	done := make(chan struct{})
-	s.cleanup.Add(1)
-	go func() {
-		defer s.cleanup.Done()
-		defer close(done)
-		undo()
-	}()
-	t := time.NewTimer(s.opts.RedisTimeout)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
-}
-
-// undoAll removes what failed requests wrote (us) and a batch's task list
-// (list; "" for none), and withdraws the messages the broker may have
-// queued (the claim keys in withdraw, whose failure it reports apart: it
-// may mean a send): everything in one pipeline. That is one round trip,
-// per node of a Redis Cluster and in parallel, so it is bounded by one
-// REDIS_TIMEOUT however many recipients a batch had; step by step, a
-// batch of 1,000 took 1,000 of them with Redis away (issue 38).
-func (s *Server) undoAll(ctx context.Context, us []undo, list string, withdraw []string) (werr, err error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	var withdrawn func() error
-	var steps []func() error
-	_, _ = s.d.Redis.Pipelined(ctx, func(p redis.Pipeliner) error { // each step reads its own reply below
-		if len(withdraw) > 0 && s.d.Claims != nil {
-			withdrawn = s.d.Claims.QueueWithdraw(ctx, p, withdraw)
-		}
-		if list != "" {
-			steps = append(steps, s.d.Status.QueueDeleteBatch(ctx, p, list))
-		}
-		for _, u := range us {
-			if u.code != nil {
-				steps = append(steps, s.d.Codes.QueueRollback(ctx, p, u.code))
-			}
-			if u.taskID != "" {
-				deleted := s.d.Status.QueueDelete(ctx, p, u.taskID)
-				// A record that never landed (a batch's, written after
-				// its admission) is already undone.
-				steps = append(steps, func() error {
-					if err := deleted(); !errors.Is(err, status.ErrNotFound) {
-						return err
-					}
-					return nil
-				})
-			}
-			if u.reservation != nil {
-				steps = append(steps, s.d.Limiter.QueueRollback(ctx, p, u.reservation))
-			}
-			if u.once != "" {
-				steps = append(steps, s.d.Limiter.QueueRelease(ctx, p, u.once, u.onceIDs))
-			}
-		}
-		return nil
-	})
-	if withdrawn != nil {
-		werr = withdrawn()
-	}
-	failed := 0
-	for _, step := range steps {
-		if e := step(); e != nil {
-			if failed == 0 {
-				err = e
-			}
-			failed++
-		}
-	}
-	if failed > 1 {
-		// A round trip that failed fails every step the same way: one is
-		// enough to say why.
-		err = fmt.Errorf("%d of %d steps failed, the first: %w", failed, len(steps), err)
-	}
-	return werr, err
-}
-
-// rollbackFailed logs an undo that did not finish. What is left expires
-// by itself (a code with CODE_TTL, the counts with their windows, a
-// record with STATUS_TTL). Redis away is what makes a rollback fail, and
-// then every request fails so: a warning, held back past a burst like the
-// 503s it follows, not an error line each.
-func (s *Server) rollbackFailed(ctx context.Context, what zap.Field, err error) {
-	const msg = "rollback after a failed publish was incomplete; leftovers expire on their own"
-	if s.quiet.Allow(msg, zapcore.WarnLevel, zap.String("of", msg)) {
-		s.log.Warn(msg, what, telemetry.LogField(ctx), zap.Error(err))
-	}
 }

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"net/url"
@@ -11,7 +10,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/msgpulse/msgpulse/internal/apikey"
-	"github.com/msgpulse/msgpulse/internal/ratelimit"
 	"github.com/msgpulse/msgpulse/internal/suppression"
 )
 
@@ -22,27 +20,6 @@ import (
 // reading needs read (the admin scope reads every tenant's), adding and
 // removing need send, as a tenant manages its own list the way it sends;
 // only a key that also has admin may name another tenant.
-
-// suppressCheck is the limiter's check of a request to recipient
-// (normalised): nil without a list, or on a channel that keeps none.
-// A code (code) is refused by every reason but an unsubscribe.
-func (s *Server) suppressCheck(tenant, channel, recipient string, code bool) *ratelimit.Suppress {
-	if s.d.Suppression == nil {
-		return nil
-	}
-	return s.d.Suppression.Check(tenant, channel, recipient, code)
-}
-
-// suppressed is the 422 of a request the limiter refused for its
-// recipient's entry: "recipient is suppressed: hard bounce 5.1.1 on …".
-func (s *Server) suppressed(ctx context.Context, tenant, channel, recipient string, se *ratelimit.SuppressedError) *apiError {
-	if lb := se.LeftBehind; lb != nil {
-		s.logLeftBehind(ctx, lb)
-	}
-	s.metrics.rejections.WithLabelValues("suppressed").Inc()
-	e := suppression.Refused(tenant, channel, recipient, se)
-	return &apiError{Status: http.StatusUnprocessableEntity, Msg: e.Refusal(), cause: se}
-}
 
 // SuppressionInput is the body of POST /api/suppressions.
 type SuppressionInput struct {

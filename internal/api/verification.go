@@ -27,9 +27,6 @@ type VerificationCode struct {
 }
 
 func (s *Server) requestCode(c *echo.Context) error {
-	if e := checkContentType(c.Request()); e != nil {
-		return e
-	}
 	var req VerificationCodeRequest
 	in, e := s.decodeBody(c, s.opts.BodyLimit, &req)
 	if e != nil {
@@ -40,11 +37,6 @@ func (s *Server) requestCode(c *echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	caller := Caller(c)
-	if req.Channel == chSMS {
-		if e := s.checkNumber(caller.Tenant, req.number); e != nil {
-			return e
-		}
-	}
 	now := s.now()
 	// A retry of a failed attempt with the same Idempotency-Key comes back
 	// under that attempt's task id, and so with its code.
@@ -85,6 +77,13 @@ type admittedCode struct {
 // status record, in one round trip (admit).
 func (s *Server) admitCode(ctx context.Context, caller apikey.Key, req *VerificationCodeRequest, in *idem, taskID string, now time.Time) (admittedCode, error) {
 	record := codeRecord(ctx, caller, req, taskID, now)
+	// The number's type and country first: a number the tenant may not
+	// send codes to is refused before anything is counted.
+	if req.Channel == chSMS {
+		if e := s.checkNumber(caller.Tenant, req.number); e != nil {
+			return admittedCode{}, e
+		}
+	}
 	limits := s.verifyRequest(caller, req)
 	// Under an Idempotency-Key the code comes from the task id, so a retry
 	// of an ambiguous 503 (its copy may be queued) seals the same code.
@@ -95,7 +94,7 @@ func (s *Server) admitCode(ctx context.Context, caller apikey.Key, req *Verifica
 	a, err := s.admit(ctx, candidate{
 		taskID: taskID, recipient: req.Recipient,
 		limits: limits, record: record,
-		code: code, number: req.number,
+		code: code,
 		once: in.once(taskID, s.lease(1)),
 	})
 	if err != nil {

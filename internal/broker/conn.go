@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/msgpulse/msgpulse/internal/envconf"
+	"github.com/msgpulse/msgpulse/internal/redact"
 )
 
 // Config configures a connection.
@@ -60,7 +61,7 @@ func (c *Config) Validate() error {
 		if _, err := amqp.ParseURI(u); err != nil {
 			// ParseURI's errors do not repeat the URL; the node is named
 			// by its redacted form.
-			return fmt.Errorf("broker: URL %s: %w", envconf.Redact(u), err)
+			return fmt.Errorf("broker: URL %s: %w", redact.Passwords(u), err)
 		}
 	}
 	if c.ReconnectMin > c.ReconnectMax {
@@ -302,7 +303,7 @@ func hostOf(rawURL string) string {
 	if u, err := url.Parse(rawURL); err == nil && u.Host != "" {
 		return u.Host
 	}
-	return envconf.Redact(rawURL)
+	return redact.Passwords(rawURL)
 }
 
 func jitter(d time.Duration) time.Duration {

@@ -17,6 +17,7 @@ import (
 	"github.com/msgpulse/msgpulse/internal/config"
 	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/mgmt"
+	"github.com/msgpulse/msgpulse/internal/redact"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
@@ -91,7 +92,7 @@ func Main(ctx context.Context, cfg config.Topology, log *zap.Logger, args []stri
 func Declare(ctx context.Context, cfg config.Topology, log *zap.Logger, out io.Writer) error {
 	conn, err := broker.Dial(ctx, broker.Config{URL: cfg.AMQPURL, ConnectionName: "msgpulse-topology", Logger: log})
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", envconf.Redact(cfg.AMQPURL), err)
+		return fmt.Errorf("connect to %s: %w", redact.Passwords(cfg.AMQPURL), err)
 	}
 	defer func() { _ = conn.Close() }()
 	version, _ := conn.Properties["version"].(string)
@@ -147,7 +148,7 @@ func Plan(ctx context.Context, cfg config.Topology, out io.Writer) (bool, error)
 	}
 	ov, err := mc.Overview(ctx)
 	if err != nil {
-		return false, fmt.Errorf("%w (is the rabbitmq_management plugin enabled? RABBITMQ_MANAGEMENT_URL=%s)", err, envconf.Redact(cfg.ManagementURL))
+		return false, fmt.Errorf("%w (is the rabbitmq_management plugin enabled? RABBITMQ_MANAGEMENT_URL=%s)", err, redact.Passwords(cfg.ManagementURL))
 	}
 	m, err := topology.Build(cfg.Model, ov.RabbitMQVersion)
 	if err != nil {

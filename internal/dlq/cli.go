@@ -16,8 +16,8 @@ import (
 
 	"github.com/msgpulse/msgpulse/internal/broker"
 	"github.com/msgpulse/msgpulse/internal/config"
-	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/rdb"
+	"github.com/msgpulse/msgpulse/internal/redact"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
@@ -383,7 +383,7 @@ func (c *cli) warn(msg string) {
 func (c *cli) connect(ctx context.Context, m *topology.Model) (*Tool, func(), error) {
 	conn, err := broker.Dial(ctx, broker.Config{URL: c.cfg.AMQPURL, ConnectionName: "msgpulse-dlq", Logger: c.log})
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to %s: %w", envconf.Redact(c.cfg.AMQPURL), err)
+		return nil, nil, fmt.Errorf("connect to %s: %w", redact.Passwords(c.cfg.AMQPURL), err)
 	}
 	closers := []func(){func() { _ = conn.Close() }}
 	closeAll := func() {

@@ -12,8 +12,8 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/msgpulse/msgpulse/internal/broker"
-	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/envelope"
+	"github.com/msgpulse/msgpulse/internal/redact"
 	"github.com/msgpulse/msgpulse/internal/status"
 	"github.com/msgpulse/msgpulse/internal/telemetry"
 	"github.com/msgpulse/msgpulse/internal/topology"
@@ -99,7 +99,7 @@ func (t *Tool) publisher(ctx context.Context) (*broker.Publisher, func(), error)
 	defer cancel()
 	if _, err := sess.Conn(wctx); err != nil {
 		stopSession()
-		return nil, nil, fmt.Errorf("connect to %s to publish: %w", envconf.Redact(t.cfg.AMQPURL), err)
+		return nil, nil, fmt.Errorf("connect to %s to publish: %w", redact.Passwords(t.cfg.AMQPURL), err)
 	}
 	pub, err := broker.NewPublisher(broker.PublisherConfig{Session: sess, Channels: 1, ConfirmTimeout: t.cfg.ConfirmTimeout, Logger: t.log})
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/msgpulse/msgpulse/internal/redact"
 )
 
 // Var documents one environment variable.
@@ -32,9 +34,9 @@ type Error struct {
 // message, masked: whichever getter or check produced it.
 func (e *Error) Error() string {
 	if e.Value == "" {
-		return Redact(fmt.Sprintf("%s: %s", e.Name, e.Msg))
+		return redact.Passwords(fmt.Sprintf("%s: %s", e.Name, e.Msg))
 	}
-	return Redact(fmt.Sprintf("%s=%q: %s", e.Name, e.Value, e.Msg))
+	return redact.Passwords(fmt.Sprintf("%s=%q: %s", e.Name, e.Value, e.Msg))
 }
 
 // Loader collects values and errors; check Err once after all getters ran.
@@ -275,7 +277,7 @@ func (l *Loader) List(name, def, help string) []string {
 
 // URL reads an absolute URL whose scheme is one of schemes.
 func (l *Loader) URL(name, def string, schemes []string, help string) string {
-	l.doc(Var{Name: name, Default: Redact(def), Help: help})
+	l.doc(Var{Name: name, Default: redact.Passwords(def), Help: help})
 	s, _ := l.raw(name, def)
 	if s != "" {
 		l.checkURL(name, s, s, schemes)
@@ -286,7 +288,7 @@ func (l *Loader) URL(name, def string, schemes []string, help string) string {
 // URLs reads a comma-separated list of absolute URLs (one per node of a
 // cluster), each with one of schemes, and returns it as written.
 func (l *Loader) URLs(name, def string, schemes []string, help string) string {
-	l.doc(Var{Name: name, Default: Redact(def), Help: help})
+	l.doc(Var{Name: name, Default: redact.Passwords(def), Help: help})
 	s, _ := l.raw(name, def)
 	for _, p := range SplitURLs(s) {
 		if !l.checkURL(name, s, p, schemes) {
@@ -299,7 +301,7 @@ func (l *Loader) URLs(name, def string, schemes []string, help string) string {
 func (l *Loader) checkURL(name, whole, s string, schemes []string) bool {
 	u, err := url.Parse(s)
 	if err != nil || u.Host == "" {
-		l.Fail(name, Redact(whole), "not an absolute URL")
+		l.Fail(name, redact.Passwords(whole), "not an absolute URL")
 		return false
 	}
 	for _, sc := range schemes {
@@ -307,7 +309,7 @@ func (l *Loader) checkURL(name, whole, s string, schemes []string) bool {
 			return true
 		}
 	}
-	l.Fail(name, Redact(whole), "scheme must be one of %s", strings.Join(schemes, ", "))
+	l.Fail(name, redact.Passwords(whole), "scheme must be one of %s", strings.Join(schemes, ", "))
 	return false
 }
 
@@ -378,118 +380,10 @@ func WithVHost(list, vhost string) (string, error) {
 	for i, raw := range urls {
 		u, err := url.Parse(raw)
 		if err != nil {
-			return "", fmt.Errorf("URL %s: not a URL", Redact(raw))
+			return "", fmt.Errorf("URL %s: not a URL", redact.Passwords(raw))
 		}
 		u.Path, u.RawPath = "/"+vhost, "/"+url.PathEscape(vhost)
 		urls[i] = u.String()
 	}
 	return strings.Join(urls, ","), nil
-}
-
-// Redact hides the password of every URL in s (a URL, an error text, a log
-// line) so it can be logged or printed: "amqp://guest:guest@host" becomes
-// "amqp://guest:xxxxx@host". It also finds credentials in what url.Parse
-// refuses or misreads (a password with "#", "%" or "@" in it, "http:/" with
-// one slash, no scheme at all): a mistyped URL is exactly the one quoted in
-// an error. It may mask a little more than a password, never less. A
-// comma-separated list of URLs (AMQP_URL on a cluster) is masked URL by URL.
-func Redact(s string) string {
-	// A list of URLs, one per node of a cluster: each one on its own, so
-	// that every host stays readable.
-	if parts := strings.Split(s, ","); len(parts) > 1 && allURLs(parts) {
-		for i, p := range parts {
-			parts[i] = Redact(p)
-		}
-		return strings.Join(parts, ",")
-	}
-	if !strings.Contains(s, "@") {
-		return s
-	}
-	var b strings.Builder
-	start := 0
-	for i := 0; i <= len(s); i++ {
-		if i < len(s) && !isTokenSep(s[i]) {
-			continue
-		}
-		b.WriteString(redactToken(s[start:i]))
-		if i < len(s) {
-			b.WriteByte(s[i])
-		}
-		start = i + 1
-	}
-	return b.String()
-}
-
-// allURLs reports whether every part looks like one URL (a scheme, "://",
-// no blank), so that a list is split only where it is one.
-func allURLs(parts []string) bool {
-	for _, p := range parts {
-		p = strings.TrimSpace(p)
-		i := strings.Index(p, "://")
-		if i <= 0 || !isScheme(p[:i]) || strings.ContainsAny(p, " \t\n\"'`") {
-			return false
-		}
-	}
-	return true
-}
-
-func isTokenSep(c byte) bool {
-	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '"' || c == '\'' || c == '`'
-}
-
-// redactToken masks the password of one URL-like token: what lies between
-// the scheme's slashes (or the token's start) and the token's last "@",
-// after the first ":", unless that ":" starts a port followed by a path
-// (host:8080/a@b is not a password).
-func redactToken(t string) string {
-	at := strings.LastIndexByte(t, '@')
-	if at < 0 {
-		return t
-	}
-	begin := 0
-	if i := strings.Index(t, ":/"); i > 0 && isScheme(t[:i]) {
-		begin = i + 1
-		for begin < len(t) && t[begin] == '/' {
-			begin++
-		}
-	}
-	if begin >= at {
-		return t
-	}
-	userinfo := t[begin:at]
-	colon := strings.IndexByte(userinfo, ':')
-	if colon < 0 {
-		return t
-	}
-	if slash := strings.LastIndexByte(userinfo[:colon], '/'); slash >= 0 { // "http//user:pw@": a mistyped scheme
-		begin += slash + 1
-		userinfo = t[begin:at]
-		colon -= slash + 1
-	}
-	if rest := userinfo[colon+1:]; strings.Contains(rest, "/") {
-		port, _, _ := strings.Cut(rest, "/")
-		if isDigits(port) {
-			return t
-		}
-	}
-	return t[:begin+colon+1] + "xxxxx" + t[at:]
-}
-
-func isScheme(s string) bool {
-	for i, c := range s {
-		letter := (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
-		if !letter && (i == 0 || ((c < '0' || c > '9') && c != '+' && c != '-' && c != '.')) {
-			return false
-		}
-	}
-	return s != ""
-}
-
-func isDigits(s string) bool {
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return s != ""
 }

@@ -15,11 +15,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/msgpulse/msgpulse/pkg/client"
-
 	"github.com/msgpulse/msgpulse/internal/envconf"
 	"github.com/msgpulse/msgpulse/internal/testenv"
 	"github.com/msgpulse/msgpulse/internal/topology"
+	"github.com/msgpulse/msgpulse/pkg/client"
 )
 
 // The partition scenarios (`make test-partitions`) cut a RabbitMQ node off

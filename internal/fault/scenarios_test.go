@@ -246,7 +246,7 @@ func TestRedisUnreachable(t *testing.T) {
 // While Redis does not answer, a request waits at most for one failing
 // Redis call, 2×REDIS_TIMEOUT (a free pooled connection, then the reply),
 // plus the rollback of what it wrote before, which it waits for at most
-// REDIS_TIMEOUT (api/publish.go, bounded; the bound below keeps the 2 s
+// REDIS_TIMEOUT (api/admit.go, bounded; the bound below keeps the 2 s
 // the rollback had before issue 38 as margin). Before REDIS_TIMEOUT the
 // API used go-redis's defaults, a 2 s read timeout retried three times:
 // 8 s.

@@ -75,7 +75,7 @@ func (g *Guard) Watch(tenant string, n phone.Number) (*ratelimit.Guard, string) 
 	p := g.cfg.Prefix(n)
 	t := g.cfg.Thresholds
 	return &ratelimit.Guard{Sent: g.key(tenant, p, "sent"), Verified: g.key(tenant, p, "verified"), Block: g.key(tenant, p, "block"),
-		Label: n.Region, MinSends: t.MinSends, MinVerified: t.MinVerified, SpikeFactor: t.SpikeFactor, SpikeMin: t.SpikeMin,
+		Destination: p, Label: n.Region, MinSends: t.MinSends, MinVerified: t.MinVerified, SpikeFactor: t.SpikeFactor, SpikeMin: t.SpikeMin,
 		Window: t.Window, Baseline: t.Baseline, BlockFor: t.BlockFor}, p
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/msgpulse/msgpulse/internal/envconf"
+	"github.com/msgpulse/msgpulse/internal/redact"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
 
@@ -43,7 +44,7 @@ func New(rawURL string, timeout time.Duration) (*Client, error) {
 	for _, raw := range envconf.SplitURLs(rawURL) {
 		u, err := url.Parse(raw)
 		if err != nil || u.Host == "" {
-			return nil, fmt.Errorf("management URL %q: not an absolute URL", envconf.Redact(raw))
+			return nil, fmt.Errorf("management URL %q: not an absolute URL", redact.Passwords(raw))
 		}
 		if u.User != nil && c.user == "" {
 			c.user = u.User.Username()

@@ -34,18 +34,6 @@ type slotGroup struct {
 	sup   bool   // the request's suppression entry is here
 }
 
-// hashTag returns what Redis Cluster hashes for key: the part between the
-// first '{' and the next '}' when it is not empty, else the whole key. Keys
-// with the same hash tag are in the same slot.
-func hashTag(key string) string {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			return key[i+1 : i+1+j]
-		}
-	}
-	return key
-}
-
 // groupBySlot splits what Take built (keys and the script's arguments)
 // into slot groups, in the order their keys first appear. A group with a
 // counted window, or with the guard (which counts), gets a mark of its
@@ -459,4 +447,16 @@ func rollbackCallsBySlot(res *Reservation) []scriptCall {
 		calls[i] = scriptCall{keys: keys, args: []any{res.ID, hasCD, nc}}
 	}
 	return calls
+}
+
+// hashTag returns what Redis Cluster hashes for key: the part between the
+// first '{' and the next '}' when it is not empty, else the whole key. Keys
+// with the same hash tag are in the same slot.
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
 }

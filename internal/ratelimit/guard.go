@@ -38,6 +38,9 @@ import (
 // Refused requests are not counted: a block holds the count where it was.
 type Guard struct {
 	Sent, Verified, Block string
+	// Destination is what it guards (the API: a number's prefix), named
+	// in its refusal.
+	Destination string
 	// Label is kept with a block for whoever lists it (the API: the
 	// prefix's country).
 	Label            string
@@ -79,6 +82,8 @@ type GuardError struct {
 	Sent, Verified int
 	// Started is true for the request whose check began the block.
 	Started bool
+	// Destination and Label are the refusing Guard's.
+	Destination, Label string
 	// LeftBehind is set on a Redis Cluster when the refused request's
 	// reservations in other slots could not be undone (see LimitError).
 	LeftBehind *LeftBehind

@@ -191,21 +191,6 @@ func (l *Limiter) Release(ctx context.Context, key, ids string) error {
 	return l.release(ctx, key, ids, "release")
 }
 
-// QueueRelease is Release queued on p (see QueueRollback); the returned
-// function reports the outcome once p has run.
-func (l *Limiter) QueueRelease(ctx context.Context, p redis.Pipeliner, key, ids string) func() error {
-	if key == "" {
-		return func() error { return nil }
-	}
-	cmd := releaseScript.Eval(ctx, p, []string{key, key + onceLeaseSuffix}, ids, "release")
-	return func() error {
-		if err := cmd.Err(); err != nil {
-			return fmt.Errorf("ratelimit: release idempotency entry: %w", err)
-		}
-		return nil
-	}
-}
-
 func (l *Limiter) release(ctx context.Context, key, ids, how string) error {
 	if err := releaseScript.Run(ctx, l.rdb, []string{key, key + onceLeaseSuffix}, ids, how).Err(); err != nil {
 		return fmt.Errorf("ratelimit: release idempotency entry: %w", err)

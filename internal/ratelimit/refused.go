@@ -95,7 +95,9 @@ func refusal(raw []any) ([]int64, error) {
 func limitError(req Request, out []int64, ruleIdx []int, winIdx [][]int) error {
 	rule, window, retry := int(out[1]), int(out[2]), time.Duration(out[3])*time.Millisecond
 	if rule == -1 && req.Guard != nil {
-		return guardRefusal(out)
+		ge := guardRefusal(out)
+		ge.Destination, ge.Label = req.Guard.Destination, req.Guard.Label
+		return ge
 	}
 	if rule == 0 {
 		cd := req.Cooldown

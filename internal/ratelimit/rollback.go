@@ -126,3 +126,18 @@ func (l *Limiter) rollbackCalls(res *Reservation) []scriptCall {
 	}
 	return []scriptCall{{keys: keys, args: []any{res.ID, hasCD, nc, res.Units}}}
 }
+
+// QueueRelease is Release queued on p (see QueueRollback); the returned
+// function reports the outcome once p has run.
+func (l *Limiter) QueueRelease(ctx context.Context, p redis.Pipeliner, key, ids string) func() error {
+	if key == "" {
+		return func() error { return nil }
+	}
+	cmd := releaseScript.Eval(ctx, p, []string{key, key + onceLeaseSuffix}, ids, "release")
+	return func() error {
+		if err := cmd.Err(); err != nil {
+			return fmt.Errorf("ratelimit: release idempotency entry: %w", err)
+		}
+		return nil
+	}
+}

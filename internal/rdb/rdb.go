@@ -282,58 +282,6 @@ func setDefaults(rawURL string, o *redis.Options, opts []Option) {
 	}
 }
 
-// Pipelined runs the commands queue puts on a pipeline in one round trip
-// and returns the error of the function queue returned, which reads each
-// command's result.
-//
-// Scripts on a pipeline do not fall back from EVALSHA to EVAL when Redis
-// has forgotten them (a restart, SCRIPT FLUSH, a new cluster node): they
-// fail with NOSCRIPT, without having run. Pipelined then calls load and
-// sends those commands again (up to noScriptRounds times), and only
-// those: on a Redis Cluster the same pipeline's commands on nodes that
-// knew the script did run, and must not run twice (a claim would find its
-// own lease, an attempt would be counted twice). finish reads every
-// command's final reply.
-func Pipelined(ctx context.Context, c redis.Cmdable, queue func(redis.Pipeliner) (func() error, error), load func(context.Context) error) error {
-	p := c.Pipeline()
-	finish, err := queue(p)
-	if err != nil {
-		return err
-	}
-	cmds, _ := p.Exec(ctx) // each command's own error is read by finish
-	for round := 0; round < noScriptRounds; round++ {
-		var again []redis.Cmder
-		for _, cmd := range cmds {
-			if err := cmd.Err(); err != nil && IsNoScript(err) {
-				again = append(again, cmd)
-			}
-		}
-		if len(again) == 0 {
-			break
-		}
-		if lerr := load(ctx); lerr != nil {
-			return errors.Join(finish(), lerr)
-		}
-		p := c.Pipeline()
-		for _, cmd := range again {
-			_ = p.Process(ctx, cmd) // queues it; its reply replaces the NOSCRIPT
-		}
-		cmds, _ = p.Exec(ctx)
-	}
-	return finish()
-}
-
-// noScriptRounds bounds Pipelined's loads: a script flushed again between
-// the load and the resend (SCRIPT FLUSH by someone else, a second
-// failover) gets another round, and only what did not run goes again.
-const noScriptRounds = 3
-
-// IsNoScript says whether err is Redis refusing EVALSHA for a script it
-// has not loaded (a restart, a failover, a cluster node new to it).
-func IsNoScript(err error) bool {
-	return strings.Contains(err.Error(), "NOSCRIPT")
-}
-
 // Keys returns every key matching pattern. On a Redis Cluster it scans
 // every master: SCAN and KEYS only see the node they run on. Tests and the
 // load generator use it; msgpulse itself never scans.

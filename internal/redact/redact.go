@@ -8,7 +8,7 @@
 // package made the text: a new provider cannot forget to scrub its
 // errors, because it does not scrub them at all.
 //
-// What it removes: a URL's password (envconf.Redact); everything of an
+// What it removes: a URL's password (Passwords); everything of an
 // absolute URL past its scheme, host and first path segment: the rest of
 // the path (Slack-style and robot-style hooks carry their secret there,
 // https://hooks.example/services/T0/B0/SECRET), the query string and the
@@ -31,8 +31,6 @@ package redact
 import (
 	"regexp"
 	"strings"
-
-	"github.com/msgpulse/msgpulse/internal/envconf"
 )
 
 // Mark replaces what Text removes.
@@ -75,7 +73,7 @@ func Text(s string) string {
 	if !mayHold(s) {
 		return s
 	}
-	s = envconf.Redact(s)
+	s = Passwords(s)
 	s = urlQueries(s)
 	s = namedValue.ReplaceAllString(s, "${1}"+Mark)
 	s = jsonValue.ReplaceAllString(s, "${1}"+Mark)
@@ -205,4 +203,112 @@ func urlEnd(c byte) bool {
 		return true
 	}
 	return false
+}
+
+// Passwords hides the password of every URL in s (a URL, an error text, a log
+// line) so it can be logged or printed: "amqp://guest:guest@host" becomes
+// "amqp://guest:xxxxx@host". It also finds credentials in what url.Parse
+// refuses or misreads (a password with "#", "%" or "@" in it, "http:/" with
+// one slash, no scheme at all): a mistyped URL is exactly the one quoted in
+// an error. It may mask a little more than a password, never less. A
+// comma-separated list of URLs (AMQP_URL on a cluster) is masked URL by URL.
+func Passwords(s string) string {
+	// A list of URLs, one per node of a cluster: each one on its own, so
+	// that every host stays readable.
+	if parts := strings.Split(s, ","); len(parts) > 1 && allURLs(parts) {
+		for i, p := range parts {
+			parts[i] = Passwords(p)
+		}
+		return strings.Join(parts, ",")
+	}
+	if !strings.Contains(s, "@") {
+		return s
+	}
+	var b strings.Builder
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i < len(s) && !isTokenSep(s[i]) {
+			continue
+		}
+		b.WriteString(redactToken(s[start:i]))
+		if i < len(s) {
+			b.WriteByte(s[i])
+		}
+		start = i + 1
+	}
+	return b.String()
+}
+
+// allURLs reports whether every part looks like one URL (a scheme, "://",
+// no blank), so that a list is split only where it is one.
+func allURLs(parts []string) bool {
+	for _, p := range parts {
+		p = strings.TrimSpace(p)
+		i := strings.Index(p, "://")
+		if i <= 0 || !isScheme(p[:i]) || strings.ContainsAny(p, " \t\n\"'`") {
+			return false
+		}
+	}
+	return true
+}
+
+func isTokenSep(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '"' || c == '\'' || c == '`'
+}
+
+// redactToken masks the password of one URL-like token: what lies between
+// the scheme's slashes (or the token's start) and the token's last "@",
+// after the first ":", unless that ":" starts a port followed by a path
+// (host:8080/a@b is not a password).
+func redactToken(t string) string {
+	at := strings.LastIndexByte(t, '@')
+	if at < 0 {
+		return t
+	}
+	begin := 0
+	if i := strings.Index(t, ":/"); i > 0 && isScheme(t[:i]) {
+		begin = i + 1
+		for begin < len(t) && t[begin] == '/' {
+			begin++
+		}
+	}
+	if begin >= at {
+		return t
+	}
+	userinfo := t[begin:at]
+	colon := strings.IndexByte(userinfo, ':')
+	if colon < 0 {
+		return t
+	}
+	if slash := strings.LastIndexByte(userinfo[:colon], '/'); slash >= 0 { // "http//user:pw@": a mistyped scheme
+		begin += slash + 1
+		userinfo = t[begin:at]
+		colon -= slash + 1
+	}
+	if rest := userinfo[colon+1:]; strings.Contains(rest, "/") {
+		port, _, _ := strings.Cut(rest, "/")
+		if isDigits(port) {
+			return t
+		}
+	}
+	return t[:begin+colon+1] + "xxxxx" + t[at:]
+}
+
+func isScheme(s string) bool {
+	for i, c := range s {
+		letter := (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+		if !letter && (i == 0 || ((c < '0' || c > '9') && c != '+' && c != '-' && c != '.')) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func isDigits(s string) bool {
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return s != ""
 }

@@ -1,12 +1,16 @@
 package status
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/msgpulse/msgpulse/internal/rdb"
 	"github.com/msgpulse/msgpulse/internal/redact"
 	"github.com/msgpulse/msgpulse/internal/topology"
 )
@@ -122,7 +126,7 @@ func msPtr(t *time.Time) string {
 // "not stored" (the create script leaves it out, or stamps Redis time for
 // createdAt and updatedAt).
 func fields(r Record) []any {
-	return []any{
+	kv := []any{
 		fTaskID, r.TaskID,
 		fStatus, string(r.Status),
 		fChannel, r.Channel,
@@ -134,7 +138,6 @@ func fields(r Record) []any {
 		fUpdatedAt, ms(r.UpdatedAt),
 		fScheduledAt, msPtr(r.ScheduledAt),
 		fSentAt, msPtr(r.SentAt),
-		fLastError, redact.Text(r.LastError),
 		fErrorClass, r.ErrorClass,
 		fReason, r.Reason,
 		fProvider, r.Provider,
@@ -142,12 +145,13 @@ func fields(r Record) []any {
 		fPriority, r.Priority,
 		fTraceID, r.TraceID,
 		fReceiptCode, r.ReceiptCode,
-		fReceiptDetail, redact.Text(r.ReceiptDetail),
 		fReceiptSource, r.ReceiptSource,
 		fDeliveredAt, msPtr(r.DeliveredAt),
 		fCallbackURL, r.CallbackURL,
 		fRecipientDigest, r.RecipientDigest,
 	}
+	// The texts a provider or a receipt wrote: never a secret they quoted.
+	return append(kv, fLastError, redact.Text(r.LastError), fReceiptDetail, redact.Text(r.ReceiptDetail))
 }
 
 func validateRecord(r Record) error {
@@ -262,3 +266,57 @@ const (
 	ReasonMaxLen        = "maxlen"         // its queue was full and dropped it (drop-head)
 	ReasonDeliveryLimit = "delivery_limit" // a quorum queue handed it out its delivery limit's times
 )
+
+// InsertCommands are the plain writes (HSET, PEXPIRE) that store a new
+// record without Create's check for an existing one: for a caller that has
+// just minted the task ID, on the request path, where a script of its own
+// would cost Redis several times the writes. CreatedAt and UpdatedAt must
+// be set. Run them in a pipeline (rdb.Command.Do) or inside another
+// package's script (ratelimit.Request.Then).
+func (s *Store) InsertCommands(r Record) ([]rdb.Command, error) {
+	key, kv, err := s.insertFields(r)
+	if err != nil {
+		return nil, err
+	}
+	hset := append(rdb.Command{"HSET", key}, kv...)
+	return []rdb.Command{hset, {"PEXPIRE", key, s.cfg.TTL.Milliseconds()}}, nil
+}
+
+// insertFields checks a new record and returns its key and the field/value
+// pairs to store (the empty ones left out).
+func (s *Store) insertFields(r Record) (string, []any, error) {
+	if r.Status == "" {
+		r.Status = Queued
+	}
+	if err := validateRecord(r); err != nil {
+		return "", nil, err
+	}
+	if r.CreatedAt.IsZero() || r.UpdatedAt.IsZero() {
+		return "", nil, errors.New("status: insert needs CreatedAt and UpdatedAt")
+	}
+	all := fields(r)
+	kv := make([]any, 0, len(all))
+	for i := 0; i+1 < len(all); i += 2 {
+		if v, _ := all[i+1].(string); v != "" {
+			kv = append(kv, all[i], v)
+		}
+	}
+	return s.key(r.TaskID), kv, nil
+}
+
+// QueueDelete is Delete queued on p, for a caller that undoes many things
+// in one round trip (a failed batch); the returned function reports the
+// outcome once p has run (ErrNotFound as Delete does).
+func (s *Store) QueueDelete(ctx context.Context, p redis.Pipeliner, taskID string) func() error {
+	cmd := p.Del(ctx, s.key(taskID))
+	return func() error {
+		n, err := cmd.Result()
+		if err != nil {
+			return fmt.Errorf("status: delete %q: %w", taskID, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("%w: %q", ErrNotFound, taskID)
+		}
+		return nil
+	}
+}

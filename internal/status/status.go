@@ -252,43 +252,6 @@ func (s *Store) Create(ctx context.Context, r Record) error {
 	return nil
 }
 
-// InsertCommands are the plain writes (HSET, PEXPIRE) that store a new
-// record without Create's check for an existing one: for a caller that has
-// just minted the task ID, on the request path, where a script of its own
-// would cost Redis several times the writes. CreatedAt and UpdatedAt must
-// be set. Run them in a pipeline (rdb.Command.Do) or inside another
-// package's script (ratelimit.Request.Then).
-func (s *Store) InsertCommands(r Record) ([]rdb.Command, error) {
-	key, kv, err := s.insertFields(r)
-	if err != nil {
-		return nil, err
-	}
-	hset := append(rdb.Command{"HSET", key}, kv...)
-	return []rdb.Command{hset, {"PEXPIRE", key, s.cfg.TTL.Milliseconds()}}, nil
-}
-
-// insertFields checks a new record and returns its key and the field/value
-// pairs to store (the empty ones left out).
-func (s *Store) insertFields(r Record) (string, []any, error) {
-	if r.Status == "" {
-		r.Status = Queued
-	}
-	if err := validateRecord(r); err != nil {
-		return "", nil, err
-	}
-	if r.CreatedAt.IsZero() || r.UpdatedAt.IsZero() {
-		return "", nil, errors.New("status: insert needs CreatedAt and UpdatedAt")
-	}
-	all := fields(r)
-	kv := make([]any, 0, len(all))
-	for i := 0; i+1 < len(all); i += 2 {
-		if v, _ := all[i+1].(string); v != "" {
-			kv = append(kv, all[i], v)
-		}
-	}
-	return s.key(r.TaskID), kv, nil
-}
-
 // insertScript is InsertCommands as a script, for a Composer. KEYS: the
 // record. ARGV: ttl ms, then field/value pairs.
 var insertScript = redis.NewScript(`
@@ -434,21 +397,4 @@ func (s *Store) Delete(ctx context.Context, taskID string) error {
 		return fmt.Errorf("%w: %q", ErrNotFound, taskID)
 	}
 	return nil
-}
-
-// QueueDelete is Delete queued on p, for a caller that undoes many things
-// in one round trip (a failed batch); the returned function reports the
-// outcome once p has run (ErrNotFound as Delete does).
-func (s *Store) QueueDelete(ctx context.Context, p redis.Pipeliner, taskID string) func() error {
-	cmd := p.Del(ctx, s.key(taskID))
-	return func() error {
-		n, err := cmd.Result()
-		if err != nil {
-			return fmt.Errorf("status: delete %q: %w", taskID, err)
-		}
-		if n == 0 {
-			return fmt.Errorf("%w: %q", ErrNotFound, taskID)
-		}
-		return nil
-	}
 }

@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"mime"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -20,6 +22,9 @@ import (
 	"github.com/msgpulse/msgpulse/internal/apikey"
 	"github.com/msgpulse/msgpulse/internal/ratelimit"
 )
+
+// Reading a sending request (its content type, its JSON body, its
+// Idempotency-Key) and answering it under that key.
 
 // Idempotency-Key (Stripe's header; IETF httpapi draft "The
 // Idempotency-Key HTTP Header Field") on the three sending endpoints. The
@@ -68,9 +73,12 @@ func (s *Server) readIdempotencyKey(c *echo.Context) (*idem, *apiError) {
 	return in, nil
 }
 
-// decodeBody is decodeJSON that also reads the Idempotency-Key and, when
-// there is one, digests the body as it is read.
+// decodeBody is decodeJSON behind checkContentType that also reads the
+// Idempotency-Key and, when there is one, digests the body as it is read.
 func (s *Server) decodeBody(c *echo.Context, limit int64, v any) (*idem, *apiError) {
+	if e := checkContentType(c.Request()); e != nil {
+		return nil, e
+	}
 	in, e := s.readIdempotencyKey(c)
 	if e != nil {
 		return nil, e
@@ -105,46 +113,6 @@ func (in *idem) once(ids string, lease time.Duration) *ratelimit.Once {
 func (s *Server) lease(n int) time.Duration {
 	rounds := (n + batchPublishers - 1) / batchPublishers
 	return time.Duration(rounds+1)*s.opts.PublishTimeout + 5*time.Second
-}
-
-// onceOf is the entry another request holds, when that is why e refused.
-func onceOf(err error) *ratelimit.OnceError {
-	var oe *ratelimit.OnceError
-	if errors.As(err, &oe) {
-		return oe
-	}
-	return nil
-}
-
-// takeOver reports the ids to publish under when oe is a released entry of
-// this very request (same digest) held under other ids: the request that
-// released it may have published them.
-func (s *Server) takeOver(in *idem, oe *ratelimit.OnceError, ids string) (string, bool) {
-	if oe.State == ratelimit.OnceReleased && oe.Digest == in.digest && oe.IDs != ids && oe.IDs != "" {
-		s.metrics.idempotent.WithLabelValues("retried").Inc()
-		s.log.Info("idempotent retry: publishing under the failed attempt's ids", zap.String("ids", oe.IDs))
-		return oe.IDs, true
-	}
-	return "", false
-}
-
-// onceAnswer is the answer to a request whose key another request holds.
-func (s *Server) onceAnswer(c *echo.Context, in *idem, oe *ratelimit.OnceError) error {
-	switch {
-	case oe.Digest != in.digest:
-		return &apiError{Status: http.StatusUnprocessableEntity, Msg: fmt.Sprintf(
-			"%s %q was used for another request (method, path or body differ); use a new key for a new request", HeaderIdempotencyKey, truncate(in.header, 64))}
-	case oe.State == ratelimit.OnceDone && oe.Code != 0 && len(oe.Answer) > 0:
-		s.metrics.idempotent.WithLabelValues("replayed").Inc()
-		c.Response().Header().Set(HeaderIdempotentReplayed, "true")
-		return c.Blob(oe.Code, echo.MIMEApplicationJSON, oe.Answer)
-	}
-	s.metrics.idempotent.WithLabelValues("conflict").Inc()
-	// The lease only bounds how long the first request may take (it ends
-	// in milliseconds as a rule): ask for a retry in a second, not at the
-	// lease's end.
-	return &apiError{Status: http.StatusConflict, RetryAfter: time.Second, Msg: fmt.Sprintf(
-		"a request with %s %q is still being handled; retry after it ends to get its answer", HeaderIdempotencyKey, truncate(in.header, 64))}
 }
 
 // answer writes a success and, for a request with a key, stores it first
@@ -187,4 +155,92 @@ func derivedTaskID(batchID, recipient string) string {
 	id := uuid.NewHash(sha256.New(), ns, []byte(recipient), 7)
 	copy(id[:6], ns[:6]) // UUIDv7's 48-bit millisecond time
 	return id.String()
+}
+
+// decodeJSON reads exactly one JSON object from r into v, refusing unknown
+// fields, trailing data and bodies over limit, with messages that say what
+// is wrong and where.
+func decodeJSON(r io.Reader, limit int64, v any) *apiError {
+	lr := &io.LimitedReader{R: r, N: limit + 1}
+	dec := json.NewDecoder(lr)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if lr.N <= 0 {
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Msg: "request body larger than " + itoa(limit) + " bytes"}
+	}
+	if err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		if lr.N <= 0 {
+			return &apiError{Status: http.StatusRequestEntityTooLarge, Msg: "request body larger than " + itoa(limit) + " bytes"}
+		}
+		return badRequest("unexpected data after the JSON object")
+	}
+	return nil
+}
+
+func jsonError(err error) *apiError {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, io.EOF):
+		return badRequest("empty body: expected a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest("malformed JSON: the body ends early")
+	case errors.As(err, &syn):
+		return badRequest("malformed JSON at byte %d: %s", syn.Offset, syn.Error())
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return badRequest("the body must be a JSON object")
+		}
+		return badRequest("field %q must be %s, not %s", typ.Field, jsonType(typ.Type.Kind().String()), typ.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return badRequest("unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+	}
+	return badRequest("malformed JSON: %v", err)
+}
+
+func jsonType(kind string) string {
+	switch kind {
+	case "string":
+		return "a string"
+	case "int", "int64", "int32", "float64", "float32", "uint8":
+		return "a number"
+	case "bool":
+		return "true or false"
+	case "map", "struct":
+		return "an object"
+	case "slice":
+		return "an array"
+	case "ptr":
+		return "a value of the documented type"
+	}
+	return kind
+}
+
+// checkContentType accepts JSON bodies (and a missing Content-Type, which
+// many backend HTTP clients omit); anything else is a clear 415.
+func checkContentType(req *http.Request) *apiError {
+	ct := req.Header.Get("Content-Type")
+	if ct == "" {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json")) {
+		return nil
+	}
+	return &apiError{Status: http.StatusUnsupportedMediaType, Msg: "Content-Type must be application/json, not " + ct + " (with curl: -H 'Content-Type: application/json')"}
+}
+
+func itoa(n int64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+// Caller is the authenticated key of the request; the zero Key (no
+// scopes, no tenant) outside Authenticate.
+func Caller(c *echo.Context) apikey.Key {
+	k, _ := c.Get(ctxCaller).(apikey.Key)
+	return k
 }

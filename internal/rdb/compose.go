@@ -297,7 +297,7 @@ func byTag(calls []*call) [][]*call {
 	for _, cl := range calls {
 		t := ""
 		if len(cl.keys) > 0 {
-			t = tagOf(cl.keys[0])
+			t = hashTag(cl.keys[0])
 		}
 		i, ok := idx[t]
 		if !ok {
@@ -308,16 +308,6 @@ func byTag(calls []*call) [][]*call {
 		out[i] = append(out[i], cl)
 	}
 	return out
-}
-
-// tagOf is what Redis Cluster hashes for key.
-func tagOf(key string) string {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			return key[i+1 : i+1+j]
-		}
-	}
-	return key
 }
 
 // Pipelined runs the commands queue puts on a pipeline in one round trip
@@ -370,4 +360,16 @@ const noScriptRounds = 3
 // has not loaded (a restart, a failover, a cluster node new to it).
 func IsNoScript(err error) bool {
 	return strings.Contains(err.Error(), "NOSCRIPT")
+}
+
+// hashTag is what Redis Cluster hashes of key: the part between the first
+// '{' and the next '}' when it is not empty, else the whole key. Keys with
+// the same hash tag are in the same slot.
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -344,17 +343,6 @@ func (f *Fence) fenceKey(key string) string {
 		return f.cfg.Prefix + "fence"
 	}
 	return f.cfg.Prefix + "fence:{" + hashTag(key) + "}"
-}
-
-// hashTag is what Redis Cluster hashes of key: the part between the first
-// '{' and the next '}' when it is not empty, else the whole key.
-func hashTag(key string) string {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			return key[i+1 : i+1+j]
-		}
-	}
-	return key
 }
 
 // onlineReplicas reads ROLE's reply: a master lists its online replicas

@@ -252,6 +252,9 @@ func allURLs(parts []string) bool {
 	return true
 }
 
+// isTokenSep ends a token for Passwords. Unlike urlEnd it does not stop
+// at '<' or '>': a password may hold them ("http://u:pa<ss@host"), and a
+// token cut there would leave both halves of it in clear.
 func isTokenSep(c byte) bool {
 	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '"' || c == '\'' || c == '`'
 }
